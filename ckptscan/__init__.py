@@ -1,0 +1,13 @@
+"""ckptscan: catch LLM training instability in saved checkpoints.
+
+    import ckptscan
+    report = ckptscan.scan_pair("run/checkpoint-1000", "run/checkpoint-1100")
+    report.summary.status            # "ok" | "warn" | "alert" | "unchanged"
+"""
+
+__version__ = "0.1.0"
+
+from ckptscan.errors import CkptScanError  # noqa: E402
+from ckptscan.scan import ScanOptions, scan_checkpoints, scan_pair  # noqa: E402
+
+__all__ = ["CkptScanError", "ScanOptions", "__version__", "scan_checkpoints", "scan_pair"]

@@ -1,0 +1,152 @@
+"""safetensors files: parse and validate the header, then read exact byte ranges.
+
+We parse the format ourselves (8-byte little-endian header length, a JSON
+header, then raw row-major little-endian data) instead of memory-mapping the
+file: a header is validated before any allocation, each tensor (or a block of
+its rows) costs one `pread` of exactly its bytes, which is what shared
+storage wants, and every error can name the file and the tensor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ckptscan.errors import CkptScanError
+
+# A real header is a few MB even for 100k-tensor shards; a larger length is a
+# corrupt or hostile file, refused before anything is allocated.
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+
+DTYPES: dict[str, torch.dtype] = {
+    "BOOL": torch.bool,
+    "U8": torch.uint8,
+    "I8": torch.int8,
+    "I16": torch.int16,
+    "I32": torch.int32,
+    "I64": torch.int64,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "F32": torch.float32,
+    "F64": torch.float64,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+    "U16": torch.uint16,
+    "U32": torch.uint32,
+    "U64": torch.uint64,
+}
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """Where one tensor's bytes are: absolute offsets in `file`."""
+
+    file: Path
+    dtype: str
+    shape: tuple[int, ...]
+    start: int
+    end: int
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPES[self.dtype].itemsize
+
+
+def read_header(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
+    """Validate a safetensors header; return its tensors and `__metadata__`."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            prefix = f.read(8)
+            if len(prefix) < 8:
+                raise CkptScanError("not a safetensors file (shorter than its 8-byte header length)", path=path)
+            header_len = int.from_bytes(prefix, "little")
+            if header_len > MAX_HEADER_BYTES or 8 + header_len > size:
+                raise CkptScanError(
+                    f"corrupt safetensors header: declares {header_len} header bytes but the file has {size} bytes",
+                    path=path,
+                )
+            raw = f.read(header_len)
+    except OSError as e:
+        raise CkptScanError(f"cannot read: {e.strerror or e}", path=path) from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CkptScanError(f"corrupt safetensors header: invalid JSON ({e})", path=path) from None
+    if not isinstance(header, dict):
+        raise CkptScanError("corrupt safetensors header: not a JSON object", path=path)
+
+    data_start = 8 + header_len
+    data_len = size - data_start
+    metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict):
+        raise CkptScanError("corrupt safetensors header: __metadata__ is not an object", path=path)
+    entries = {name: _entry(path, name, info, data_start, data_len) for name, info in header.items()}
+    _check_no_overlap(path, entries)
+    return entries, {str(k): str(v) for k, v in metadata.items()}
+
+
+def read_tensor(entry: TensorEntry, name: str, rows: tuple[int, int] | None = None) -> torch.Tensor:
+    """Read one tensor, or rows [start, stop) of its first dimension."""
+    shape, start, nbytes = entry.shape, entry.start, entry.end - entry.start
+    if rows is not None:
+        lo, hi = rows
+        if not shape or not 0 <= lo <= hi <= shape[0]:
+            raise CkptScanError(f"rows {lo}:{hi} out of range for shape {list(shape)}", path=entry.file, tensor=name)
+        row_bytes = math.prod(shape[1:]) * entry.itemsize
+        start, nbytes, shape = start + lo * row_bytes, (hi - lo) * row_bytes, (hi - lo, *shape[1:])
+    buf = bytearray(nbytes)
+    try:
+        fd = os.open(entry.file, os.O_RDONLY)
+        try:
+            view, done = memoryview(buf), 0
+            while done < nbytes:
+                got = os.preadv(fd, [view[done:]], start + done)
+                if got == 0:
+                    raise CkptScanError("file ends inside this tensor's data (truncated?)", path=entry.file, tensor=name)
+                done += got
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise CkptScanError(f"cannot read: {e.strerror or e}", path=entry.file, tensor=name) from None
+    if nbytes == 0:
+        return torch.empty(shape, dtype=DTYPES[entry.dtype])
+    return torch.frombuffer(buf, dtype=DTYPES[entry.dtype]).reshape(shape)
+
+
+def _entry(path: Path, name: str, info: object, data_start: int, data_len: int) -> TensorEntry:
+    def bad(why: str) -> CkptScanError:
+        return CkptScanError(f"corrupt safetensors header: {why}", path=path, tensor=name)
+
+    if not isinstance(info, dict):
+        raise bad("entry is not an object")
+    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if dtype not in DTYPES:
+        raise bad(f"unknown dtype {dtype!r}")
+    if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+        raise bad(f"invalid shape {shape!r}")
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+    ):
+        raise bad(f"invalid data_offsets {offsets!r}")
+    begin, end = offsets
+    if not 0 <= begin <= end <= data_len:
+        raise bad(f"data_offsets {offsets} outside the file's {data_len} data bytes")
+    expected = math.prod(shape) * DTYPES[dtype].itemsize
+    if end - begin != expected:
+        raise bad(f"shape {shape} x {dtype} needs {expected} bytes but data_offsets span {end - begin}")
+    return TensorEntry(path, dtype, tuple(shape), data_start + begin, data_start + end)
+
+
+def _check_no_overlap(path: Path, entries: dict[str, TensorEntry]) -> None:
+    spans = sorted((e.start, e.end, n) for n, e in entries.items() if e.end > e.start)
+    for (_, prev_end, prev), (start, _, name) in zip(spans, spans[1:]):
+        if start < prev_end:
+            raise CkptScanError(f"corrupt safetensors header: data overlaps tensor '{prev}'", path=path, tensor=name)

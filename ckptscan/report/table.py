@@ -1,0 +1,75 @@
+"""Terminal rendering with rich: the per-layer health table of one pair."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ckptscan.results import PairResult, ScanReport
+
+STATUS_STYLE = {"ok": "green", "unchanged": "dim", "info": "cyan", "warn": "yellow", "alert": "bold red"}
+
+
+def fmt(value: float | None) -> str:
+    """Three significant digits: the table is for eyes, the JSON for exact values."""
+    return "–" if value is None else f"{value:.3g}"
+
+
+def pair_table(report: ScanReport, pair: PairResult) -> Table:
+    has_router = any(layer.router is not None for layer in pair.layers)
+    title = f"{_step(pair.from_step, pair.from_path)} → {_step(pair.to_step, pair.to_path)}"
+    table = Table(title=title, title_justify="left", header_style="bold")
+    # H: spectral entropy (nats), mean over heads; "min" is the worst head.
+    for name in ["layer", "Δ2 H", "Δ2 min", "head", "Δ2 H/ln n", "Δ3 H", "ΔWq H", "ΔWk H", "ΔWq rel"]:
+        table.add_column(name, justify="right", no_wrap=True)
+    if has_router:
+        table.add_column("ε", justify="right", no_wrap=True)
+        table.add_column("cos", justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    for layer in pair.layers:
+        att = layer.attention
+        cells = ["–"] * 8
+        if att is not None:
+            worst = "–" if att.delta2_entropy_worst_head is None else str(att.delta2_entropy_worst_head)
+            cells = [
+                fmt(att.delta2_entropy), fmt(att.delta2_entropy_min), worst, fmt(att.delta2_entropy_norm),
+                fmt(att.delta3_entropy), fmt(att.dwq_entropy), fmt(att.dwk_entropy), fmt(att.dwq_rel_norm),
+            ]
+        row = [str(layer.layer), *cells]
+        if has_router:
+            router = layer.router
+            row += [fmt(router.epsilon), fmt(router.cosine_similarity)] if router else ["–", "–"]
+        row.append(Text(layer.status, style=STATUS_STYLE.get(layer.status, "")))
+        table.add_row(*row)
+    return table
+
+
+def print_pair(console: Console, report: ScanReport, pair: PairResult) -> None:
+    console.print(pair_table(report, pair))
+    for layer in pair.layers:
+        for f in layer.findings:
+            if f.severity in ("warn", "alert"):
+                style = STATUS_STYLE[f.severity]
+                console.print(Text(f"  layer {layer.layer} [{f.family}] {f.severity}: {f.message}", style=style))
+
+
+def print_model(console: Console, report: ScanReport) -> None:
+    m = report.model
+    experts = f", {m.num_experts} experts" + (f" top-{m.top_k}" if m.top_k else "") if m.num_experts else ""
+    console.print(
+        f"[bold]{m.family}[/]: {m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads / "
+        f"{m.num_kv_heads} KV heads, head_dim {m.head_dim}{experts}"
+    )
+
+
+def print_summary(console: Console, report: ScanReport) -> None:
+    s = report.summary
+    style = STATUS_STYLE.get(s.status, "")
+    console.print(Text(s.message or s.status, style=style))
+    if s.rollback_candidate is not None:
+        console.print(f"rollback candidate: {s.rollback_candidate.path} (step {s.rollback_candidate.step})")
+
+
+def _step(step: int | None, path: str) -> str:
+    return f"step {step}" if step is not None else path
