@@ -45,42 +45,62 @@ class ScanOptions:
 def scan_pair(path_a: str | Path, path_b: str | Path, options: ScanOptions | None = None) -> ScanReport:
     """Compare two checkpoints (a older, b newer) layer by layer."""
     options = options or ScanOptions()
-    checkpoints = [open_checkpoint(path_a), open_checkpoint(path_b)]
-    return _scan("diff", checkpoints, options)
+    return _scan("diff", [open_checkpoint(path_a), open_checkpoint(path_b)], options)
 
 
 def scan_checkpoints(
-    command: str, checkpoints: Sequence[Checkpoint], options: ScanOptions | None = None
+    command: str,
+    checkpoints: Sequence[Checkpoint],
+    options: ScanOptions | None = None,
+    pairs: Sequence[tuple[int, int]] | None = None,
 ) -> ScanReport:
-    """Every consecutive pair of already-opened checkpoints, in the given order."""
-    return _scan(command, list(checkpoints), options or ScanOptions())
+    """Compare already-opened checkpoints (ordered oldest first).
+
+    `pairs` are (older, newer) index pairs; by default every consecutive pair.
+    A fixed base is [(0, j) for j in 1..N-1]; a stride s is [(i, i+s) …].
+    """
+    return _scan(command, list(checkpoints), options or ScanOptions(), pairs)
 
 
-def _scan(command: str, checkpoints: list[Checkpoint], options: ScanOptions) -> ScanReport:
+def _scan(
+    command: str,
+    checkpoints: list[Checkpoint],
+    options: ScanOptions,
+    pairs: Sequence[tuple[int, int]] | None = None,
+) -> ScanReport:
     if len(checkpoints) < 2:
         raise CkptScanError("need at least two checkpoints to compare")
+    pairs = list(pairs) if pairs is not None else [(i, i + 1) for i in range(len(checkpoints) - 1)]
+    if not pairs or any(not 0 <= a < b < len(checkpoints) for a, b in pairs):
+        raise CkptScanError(f"invalid checkpoint pairs {pairs}: each must be (older, newer) indices")
     layouts = [resolve_layout(c, options.overrides) for c in checkpoints]
     for ckpt, layout in zip(checkpoints[1:], layouts[1:]):
         _check_compatible(checkpoints[0], layouts[0], ckpt, layout)
-    model = layouts[0].info
     plans = _selected_plans(layouts[0], options.layers, checkpoints[0].path)
 
-    pairs = [
-        PairResult(a.step, b.step, [], str(a.path), str(b.path)) for a, b in zip(checkpoints, checkpoints[1:])
+    results = [
+        PairResult(checkpoints[a].step, checkpoints[b].step, [], str(checkpoints[a].path), str(checkpoints[b].path))
+        for a, b in pairs
     ]
-    for index, plan in enumerate(plans):
-        previous: _LoadedLayer | None = None
-        for position, (ckpt, layout) in enumerate(zip(checkpoints, layouts)):
-            current = _load_layer(ckpt, layout.layers[_plan_position(layout, plan.layer)], options.compute_dtype)
-            if previous is not None:
-                pairs[position - 1].layers.append(_compare(plan.layer, previous, current, options.compute_dtype))
-            previous = current
+    used = sorted({i for pair in pairs for i in pair})
+    last_use = {i: max(b for a, b in pairs if i in (a, b)) for i in used}
+    for plan in plans:
+        # Visit checkpoints in step order, holding a layer only while a later
+        # pair still needs it: each checkpoint's bytes are read once.
+        held: dict[int, _LoadedLayer] = {}
+        for i in used:
+            layout = layouts[i]
+            held[i] = _load_layer(checkpoints[i], layout.layers[_plan_position(layout, plan.layer)], options)
+            for result, (a, b) in zip(results, pairs):
+                if b == i:
+                    result.layers.append(_compare(plan.layer, held[a], held[b], options))
+            held = {j: layer for j, layer in held.items() if last_use[j] > i}
 
     report = ScanReport(
         command=command,
-        model=model,
+        model=layouts[0].info,
         checkpoints=[CheckpointRef(str(c.path), c.step) for c in checkpoints],
-        pairs=pairs,
+        pairs=results,
         summary=Summary(status="ok", flagged_layers=[], first_alert_step={}),
     )
     assess_report(report, options.thresholds)
@@ -94,7 +114,8 @@ class _LoadedLayer:
     grams: QKGrams | None = None
 
 
-def _load_layer(ckpt: Checkpoint, plan: LayerPlan, dtype: torch.dtype) -> _LoadedLayer:
+def _load_layer(ckpt: Checkpoint, plan: LayerPlan, options: ScanOptions) -> _LoadedLayer:
+    dtype = options.compute_dtype
     raw = {name: ckpt.tensors.get(name) for name in plan.tensors}
     nonfinite = {}
     for name, tensor in raw.items():
@@ -109,7 +130,8 @@ def _load_layer(ckpt: Checkpoint, plan: LayerPlan, dtype: torch.dtype) -> _Loade
     return _LoadedLayer(weights, nonfinite, grams)
 
 
-def _compare(layer: int, a: _LoadedLayer, b: _LoadedLayer, dtype: torch.dtype) -> LayerResult:
+def _compare(layer: int, a: _LoadedLayer, b: _LoadedLayer, options: ScanOptions) -> LayerResult:
+    dtype = options.compute_dtype
     result = LayerResult(layer=layer)
     for role, count in {**a.nonfinite, **b.nonfinite}.items():
         result.nonfinite[role] = max(a.nonfinite.get(role, 0), b.nonfinite.get(role, 0))

@@ -1,4 +1,4 @@
-"""The `ckptscan` command: a thin shell over the library API.
+"""The shared pieces of every command: the app, consoles, options, the gate.
 
 Exit codes (a public interface): 0 healthy, 1 the gate failed (the verdict
 reached --fail-on), 2 usage or input error, 130 interrupted.
@@ -6,10 +6,8 @@ reached --fail-on), 2 usage or input error, 130 interrupted.
 
 from __future__ import annotations
 
-import sys
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator
 
 import torch
 import typer
@@ -17,10 +15,8 @@ from rich.console import Console
 
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts import HeadOverrides
-from ckptscan.report.json import write_json
-from ckptscan.report.table import print_model, print_pair, print_summary
 from ckptscan.results import SEVERITIES, ScanReport
-from ckptscan.scan import ScanOptions, scan_pair
+from ckptscan.scan import ScanOptions
 
 app = typer.Typer(
     add_completion=False,
@@ -98,40 +94,3 @@ JsonOut = typer.Option(None, "--json", help="Write the JSON report here (atomica
 @app.callback()
 def _root() -> None:
     """Catch LLM training instability in saved checkpoints before the loss curve shows it."""
-
-
-@app.command()
-def diff(
-    ckpt_a: Path = typer.Argument(..., help="Older checkpoint (directory or .safetensors file)."),
-    ckpt_b: Path = typer.Argument(..., help="Newer checkpoint."),
-    json_path: Optional[Path] = JsonOut,
-    fail_on: str = FailOn,
-    num_heads: Optional[int] = NumHeads,
-    num_kv_heads: Optional[int] = NumKvHeads,
-    head_dim: Optional[int] = HeadDim,
-    layers: Optional[str] = Layers,
-    precision: str = Precision,
-) -> None:
-    """Per-layer health table of the update from CKPT_A to CKPT_B."""
-    with user_errors():
-        options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers)
-        report = scan_pair(ckpt_a, ckpt_b, options)
-        print_model(out, report)
-        print_pair(out, report, report.pairs[0])
-        print_summary(out, report)
-        if json_path is not None:
-            write_json(report, json_path)
-        code = gate(report, fail_on)
-    raise typer.Exit(code)
-
-
-def main() -> None:
-    try:
-        app()
-    except CkptScanError as e:  # raised outside a command body (option parsing)
-        err.print(f"error: {e}", highlight=False, markup=False)
-        sys.exit(EXIT_INPUT)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,3 @@
+from ckptscan.cli import main
+
+main()

@@ -1,0 +1,24 @@
+"""The `ckptscan` command line: a thin shell over the library API.
+
+Each command lives in its own module and registers itself on the shared app.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ckptscan.cli import diff  # noqa: F401  (registers the command)
+from ckptscan.cli.app import EXIT_INPUT, app, err
+from ckptscan.errors import CkptScanError
+
+
+def main() -> None:
+    try:
+        app()
+    except CkptScanError as e:  # raised outside a command body (option parsing)
+        err.print(f"error: {e}", highlight=False, markup=False)
+        sys.exit(EXIT_INPUT)
+
+
+if __name__ == "__main__":
+    main()
