@@ -26,7 +26,8 @@ app = typer.Typer(
 )
 # Piped output (CI logs, files) has no width to respect: don't squeeze the table.
 out = Console() if Console().is_terminal else Console(width=160)
-err = Console(stderr=True)
+# soft_wrap: an error is one line however long its path, so logs and greps keep it whole.
+err = Console(stderr=True, soft_wrap=True)
 
 EXIT_OK, EXIT_GATE, EXIT_INPUT, EXIT_INTERRUPT = 0, 1, 2, 130
 PRECISIONS = {"float32": torch.float32, "float64": torch.float64}

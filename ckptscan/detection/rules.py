@@ -46,7 +46,7 @@ def assess_report(report: ScanReport, thresholds: Thresholds) -> None:
         cross_layer_findings(pair, thresholds)
         for layer in pair.layers:
             layer.status = layer_status(layer)
-        pair.status = worst([layer.status for layer in pair.layers])
+        pair.status = worst_or_unchanged([layer.status for layer in pair.layers])
     report.thresholds = thresholds.as_dict()
     report.summary = summarize(report)
 
@@ -129,6 +129,13 @@ def worst(statuses: list[str]) -> str:
     return max(ranked, key=SEVERITIES.index, default="ok") if ranked else "ok"
 
 
+def worst_or_unchanged(statuses: list[str]) -> str:
+    """Like `worst`, but "unchanged" when every part is unchanged."""
+    if statuses and all(s == "unchanged" for s in statuses):
+        return "unchanged"
+    return worst(statuses)
+
+
 def summarize(report: ScanReport) -> Summary:
     first_alert: dict[str, int | None] = {"attention": None, "router": None, "numeric": None}
     first_warn: dict[str, int | None] = {"attention": None, "router": None, "numeric": None}
@@ -145,7 +152,7 @@ def summarize(report: ScanReport) -> Summary:
                         first_family, first_pair = f.family, index
                 if f.severity in ("warn", "alert") and first_warn.get(f.family) is None:
                     first_warn[f.family] = pair.to_step
-    status = worst([p.status for p in report.pairs])
+    status = worst_or_unchanged([p.status for p in report.pairs])
     rollback = None
     if first_pair is not None:
         pair = report.pairs[first_pair]
