@@ -8,6 +8,10 @@
 __version__ = "0.1.0"
 
 from ckptscan.errors import CkptScanError  # noqa: E402
+from ckptscan.probe import Probe, capture_probe, load_probe  # noqa: E402
 from ckptscan.scan import ScanOptions, scan_checkpoints, scan_pair  # noqa: E402
 
-__all__ = ["CkptScanError", "ScanOptions", "__version__", "scan_checkpoints", "scan_pair"]
+__all__ = [
+    "CkptScanError", "Probe", "ScanOptions", "__version__", "capture_probe", "load_probe", "scan_checkpoints",
+    "scan_pair",
+]

@@ -18,6 +18,14 @@ class CkptScanError(Exception):
             where.append(str(path))
         if tensor is not None:
             where.append(f"tensor '{tensor}'")
-        super().__init__(f"{': '.join(where)}: {message}" if where else message)
+        super().__init__(_printable(f"{': '.join(where)}: {message}" if where else message))
         self.path = str(path) if path is not None else None
         self.tensor = tensor
+
+
+def _printable(text: str) -> str:
+    """Names come from files: escape newlines and terminal control codes in
+    them, so the message stays one harmless line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)

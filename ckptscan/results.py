@@ -7,8 +7,12 @@ plain Python floats; a value that could not be computed is None, never NaN.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import types
+import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ckptscan.layouts.base import ModelInfo
 
@@ -28,7 +32,11 @@ class Finding:
     message: str
     baseline: float | None = None
     threshold: float | None = None
-    rule: str | None = None  # which rule produced it, e.g. "floor", "cross_layer"
+    rule: str | None = None  # which rule produced it, e.g. "floor", "cross_layer", "trend", "level", "reference"
+    # Series rules: robust sigmas beyond the baseline on the alarm side, and
+    # the step of the first pair of the consecutive run that raised the finding.
+    score: float | None = None
+    onset_step: int | None = None
 
 
 @dataclass
@@ -67,6 +75,11 @@ class AttentionResult:
     dwk_entropy_norm: float | None = None
     q_spectral_norm_max: float | None = None
     q_spectral_norm_growth: float | None = None  # max_h ‖Q_h(b)‖₂ / ‖Q_h(a)‖₂
+    # Whole-matrix ΔW_q / ΔW_k spectra (H·r × d), only with --full-spectrum (O(d³)).
+    dwq_full_entropy: float | None = None
+    dwq_full_entropy_norm: float | None = None
+    dwk_full_entropy: float | None = None
+    dwk_full_entropy_norm: float | None = None
     unchanged: bool = False
 
 
@@ -87,6 +100,15 @@ class RouterResult:
     routing_entropy_p05: float | None = None
     load_cv: float | None = None
     dead_experts: int | None = None
+    # Probe routing (null without --probe): state at b, *_change is b − a.
+    routing_entropy_norm: float | None = None  # mean H(p) / ln E
+    routing_entropy_change: float | None = None
+    routing_entropy_p05_change: float | None = None
+    low_entropy_share: float | None = None  # share of probe tokens with H(p)/ln E < low_entropy_floor
+    low_entropy_share_change: float | None = None
+    load_cv_change: float | None = None
+    expert_load: list[float] | None = None  # share of the T·k top-k selections per expert
+    routing_top_k: int | None = None  # k used for load (config's, or 2 when the config has none)
     unchanged: bool = False
 
 
@@ -99,6 +121,11 @@ class LayerResult:
     findings: list[Finding] = field(default_factory=list)
     # Non-finite value counts per monitored tensor role, e.g. {"W_q": 3}.
     nonfinite: dict[str, int] = field(default_factory=dict)
+    # Per monitored role: the dtype it is stored in at the newer checkpoint
+    # (e.g. {"W_q": "BF16"}) and the fraction of its elements that differ
+    # between the two checkpoints (detection/numerics.py reads both).
+    stored_dtype: dict[str, str] = field(default_factory=dict)
+    changed_fraction: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -109,12 +136,31 @@ class PairResult:
     from_path: str = ""
     to_path: str = ""
     status: str = "ok"
+    # Mean training loss over the updates between the two checkpoints (logged
+    # steps from_step … to_step − 1), when a loss log was given; None if any
+    # of them was non-finite or none was logged.
+    loss: float | None = None
 
 
 @dataclass
 class CheckpointRef:
     path: str
     step: int | None
+
+
+@dataclass
+class LayerSummary:
+    """One layer over a whole run: its worst status and its first alarm."""
+
+    layer: int
+    status: str
+    first_alert_step: int | None = None
+    first_alert_family: str | None = None
+    first_alert_monitor: str | None = None
+    first_warn_step: int | None = None
+    # Headline monitors at the newest pair, and the baseline each is judged against.
+    current: dict[str, float | None] = field(default_factory=dict)
+    baseline: dict[str, float | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -126,6 +172,10 @@ class Summary:
     first_warn_step: dict[str, int | None] = field(default_factory=dict)
     first_family: str | None = None
     message: str = ""
+    first_alert_onset_step: int | None = None  # where the departure that raised the first alert began
+    loss_divergence_step: int | None = None
+    lead_steps: int | None = None  # loss_divergence_step − first alert step (positive: the alert came first)
+    layers: list[LayerSummary] = field(default_factory=list)
 
 
 @dataclass
@@ -137,3 +187,46 @@ class ScanReport:
     summary: Summary
     thresholds: dict[str, Any] = field(default_factory=dict)
     skipped: list[dict[str, str]] = field(default_factory=list)
+    # How the pairs were formed and judged (pairing, stride, reference run, loss log, warm-up).
+    settings: dict[str, Any] = field(default_factory=dict)
+    probe: str | None = None  # the --probe file whose router inputs gave the routing_* fields
+
+
+def from_dict(cls: type, data: Any) -> Any:
+    """Rebuild a result dataclass from `dataclasses.asdict` output (the
+    incremental cache, a reference report). Keys this version does not know
+    are ignored and missing keys take their defaults, so reports written by
+    other versions still load."""
+    hints = _field_hints(cls)
+    return cls(**{name: _rebuild(hints[name], value) for name, value in data.items() if name in hints})
+
+
+@functools.cache
+def _field_hints(cls: type) -> dict[str, Any]:
+    # Resolving string annotations costs ~1 ms a class; a large report rebuilds ~10⁵ objects.
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _rebuild(hint: Any, value: Any) -> Any:
+    return None if value is None else _builder(hint)(value)
+
+
+@functools.cache
+def _builder(hint: Any) -> Callable[[Any], Any]:
+    """How to rebuild a value of type `hint`, worked out once per type."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(hint) if a is not type(None)]
+        classes = [a for a in members if dataclasses.is_dataclass(a)]
+        plain = _builder(members[0])
+        if not classes:
+            return plain
+        nested = _builder(classes[0])
+        return lambda value: nested(value) if isinstance(value, dict) else plain(value)
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        return lambda value: [_rebuild(item, v) for v in value]
+    if dataclasses.is_dataclass(hint):
+        return lambda value: from_dict(hint, value)
+    return lambda value: value

@@ -1,29 +1,65 @@
 """Detection: rules over the metrics of a scan, producing findings.
 
 Rules never compute monitors; they read `LayerResult`s and append
-`Finding`s. Per-pair rules here: non-finite values, unchanged layers, hard
-floors, and a cross-layer outlier test (a layer far from the model's other
-layers in the same pair), which is what `diff` can judge without history.
+`Finding`s. `assess_report` is the one entry point; it can be run again on
+the same report (findings are rebuilt from the metrics each time).
+
+- numeric: a non-finite value in a monitored tensor is always an alert.
+- floor: a normalised Δ2 entropy, router ε or routing entropy under a hard
+  floor is an alert whatever the history.
+- series (`detection/series.py`): over a run, each (layer, monitor) series is
+  judged against its own robust healthy baseline, and optionally against a
+  known-healthy reference run (`detection/reference.py`).
+- cross_layer: for a single pair (`diff`), or before a run has a baseline, a
+  layer far below the model's other layers.
+
+Warm-up pairs (the first `warmup_pairs`, and those starting before
+`warmup_steps`) are judged by the numeric rule only: early updates are
+legitimately low-rank and fast-moving.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 
-from ckptscan.results import SEVERITIES, CheckpointRef, Finding, LayerResult, PairResult, ScanReport, Summary
+from ckptscan.detection.catalog import BY_NAME, MONITORS, Monitor
+from ckptscan.detection.numerics import precision_findings
+from ckptscan.detection.reference import Reference
+from ckptscan.detection.series import MAD_TO_SIGMA, Point, SeriesSettings, first_judged, track
+from ckptscan.detection.summary import summarize, worst
+from ckptscan.errors import CkptScanError
+from ckptscan.results import Finding, LayerResult, PairResult, ScanReport
 
-# MAD -> standard deviation for normal data.
-MAD_TO_SIGMA = 1.4826
+__all__ = ["Thresholds", "assess_report", "summarize", "worst"]
 
 
 @dataclass(frozen=True)
 class Thresholds:
+    # Series rule: a departure of ≥ warn_sigma (alert_sigma) robust sigmas
+    # toward a monitor's alarm side, on `consecutive` pairs in a row.
+    warn_sigma: float = 4.0
+    alert_sigma: float = 6.0
+    consecutive: int = 2
+    # Warm-up: pairs starting before this step, and at least the first
+    # `warmup_pairs` pairs, are not judged (except for non-finite values).
+    warmup_steps: int = 0
+    warmup_pairs: int = 2
+    # Baselines: the last `baseline_pairs` healthy pairs; none before `min_baseline_pairs`.
+    baseline_pairs: int = 8
+    min_baseline_pairs: int = 5
+    # Reference run (--baseline): the `reference_pairs` reference pairs nearest
+    # in step give the expected value; their sigma is widened by
+    # `reference_scale_factor` for the spread between runs (seeds, data order).
+    reference_pairs: int = 5
+    reference_scale_factor: float = 3.0
     # Hard floors (alerts whatever the history): a normalised Δ2 entropy this
     # low means the update of every head concentrates on ~1 direction.
     delta2_entropy_norm_floor: float = 0.2
     # ε this small bounds every pair of router rows to cosine ≥ ~0.65.
     epsilon_floor: float = 0.1
+    # Mean normalised routing entropy this low: tokens go to about one expert.
+    routing_entropy_norm_floor: float = 0.1
     # Cross-layer rule: robust z-score of a layer's normalised Δ2 entropy
     # against the other layers of the same pair (one-sided, low side).
     cross_layer_z_warn: float = 4.0
@@ -32,23 +68,90 @@ class Thresholds:
     # A MAD below this (normalised-entropy units) is treated as this: layers
     # that agree to 3 decimals should not turn rounding noise into alarms.
     cross_layer_min_scale: float = 0.01
+    # Loss divergence (--loss-log): trailing mean over `loss_window` logged
+    # steps rising `loss_margin` nats above its running minimum for good.
+    loss_window: int = 50
+    loss_margin: float = 0.5
+    # Monitors whose series are not judged (names as in the JSON report).
+    disabled_monitors: tuple[str, ...] = field(default_factory=tuple)
 
-    def as_dict(self) -> dict[str, float]:
-        return asdict(self)
+    def __post_init__(self) -> None:
+        problems = []
+        if not 0 < self.warn_sigma <= self.alert_sigma:
+            problems.append(f"need 0 < warn_sigma ≤ alert_sigma (got {self.warn_sigma}, {self.alert_sigma})")
+        if self.consecutive < 1:
+            problems.append(f"consecutive must be ≥ 1 (got {self.consecutive})")
+        if self.min_baseline_pairs < 2 or self.baseline_pairs < self.min_baseline_pairs:
+            problems.append("need 2 ≤ min_baseline_pairs ≤ baseline_pairs "
+                            f"(got {self.min_baseline_pairs}, {self.baseline_pairs})")
+        if self.warmup_steps < 0 or self.warmup_pairs < 0 or self.reference_pairs < 1 or self.loss_window < 1:
+            problems.append("warmup_steps and warmup_pairs must be ≥ 0, reference_pairs and loss_window ≥ 1")
+        if self.reference_scale_factor < 1:
+            problems.append(f"reference_scale_factor must be ≥ 1 (got {self.reference_scale_factor})")
+        unknown = sorted(set(self.disabled_monitors) - set(BY_NAME))
+        if unknown:
+            problems.append(f"disabled_monitors: unknown monitor(s) {unknown}; known: {sorted(BY_NAME)}")
+        if problems:
+            raise CkptScanError("invalid thresholds: " + "; ".join(problems))
+
+    def as_dict(self) -> dict[str, object]:
+        values = asdict(self)
+        values["disabled_monitors"] = list(self.disabled_monitors)
+        return values
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    def series_settings(self, start: int) -> SeriesSettings:
+        return SeriesSettings(self.warn_sigma, self.alert_sigma, self.consecutive, self.baseline_pairs,
+                              self.min_baseline_pairs, start)
 
 
-def assess_report(report: ScanReport, thresholds: Thresholds) -> None:
-    """Fill findings, statuses and the summary of a report in place."""
+def assess_report(
+    report: ScanReport,
+    thresholds: Thresholds,
+    reference: Reference | None = None,
+    loss_divergence_step: int | None = None,
+) -> None:
+    """Fill findings, statuses and the summary of a report in place.
+
+    `reference`: a known-healthy run to compare each pair with.
+    `loss_divergence_step`: when the loss log says the run diverged, for the
+    lead time in the summary.
+    """
+    single = len(report.pairs) == 1
+    start = 0 if single else first_judged_pair(report.pairs, thresholds)
     for pair in report.pairs:
         for layer in pair.layers:
-            layer.findings.extend(numeric_findings(layer))
-            layer.findings.extend(floor_findings(layer, thresholds))
-        cross_layer_findings(pair, thresholds)
+            layer.findings = numeric_findings(layer)
+    for index, pair in enumerate(report.pairs):
+        if index >= start:
+            for layer in pair.layers:
+                layer.findings.extend(floor_findings(layer, thresholds))
+                layer.findings.extend(precision_findings(layer))
+    baselines = {}
+    if single:
+        cross_layer_findings(report.pairs[0], thresholds)
+    else:
+        baselines = series_findings(report, thresholds, start, reference)
+        # Until a layer has a baseline of its own, compare it with the other layers.
+        for pair in report.pairs[start: start + thresholds.min_baseline_pairs]:
+            cross_layer_findings(pair, thresholds)
+    for pair in report.pairs:
         for layer in pair.layers:
             layer.status = layer_status(layer)
-        pair.status = worst_or_unchanged([layer.status for layer in pair.layers])
+        pair.status = worst([layer.status for layer in pair.layers])
     report.thresholds = thresholds.as_dict()
-    report.summary = summarize(report)
+    report.settings["warmup_end_step"] = _warmup_end(report.pairs, start)
+    if reference is not None:
+        report.settings["reference"] = reference.path
+    report.summary = summarize(report, loss_divergence_step, baselines)
+
+
+def first_judged_pair(pairs: list[PairResult], t: Thresholds) -> int:
+    """Index of the first pair after warm-up."""
+    return first_judged([p.from_step for p in pairs], t.warmup_pairs, t.warmup_steps)
 
 
 def numeric_findings(layer: LayerResult) -> list[Finding]:
@@ -86,7 +189,96 @@ def floor_findings(layer: LayerResult, t: Thresholds) -> list[Finding]:
             f"router ε {router.epsilon:.3f} below the floor {t.epsilon_floor}: router rows are nearly identical",
             threshold=t.epsilon_floor, rule="floor",
         ))
+    entropy = router.routing_entropy_norm if router is not None else None
+    if entropy is not None and entropy < t.routing_entropy_norm_floor:
+        findings.append(Finding(
+            "routing_entropy_norm", "router", "alert", entropy,
+            f"normalised routing entropy {entropy:.3f} below the floor {t.routing_entropy_norm_floor}: "
+            "probe tokens are routed to about one expert",
+            threshold=t.routing_entropy_norm_floor, rule="floor",
+        ))
     return findings
+
+
+def series_findings(report: ScanReport, t: Thresholds, start: int, reference: Reference | None
+                    ) -> dict[int, dict[str, tuple[float | None, float | None]]]:
+    """Judge every (layer, monitor) series of a run against its own history.
+
+    Returns {layer: {monitor: (newest value, its baseline)}} for the summary."""
+    pairs = report.pairs
+    # Steps order the series; pairs without a step (unnamed checkpoints) fall back to their index.
+    steps = [float(p.to_step) if p.to_step is not None else float(i) for i, p in enumerate(pairs)]
+    settings = t.series_settings(start)
+    baselines: dict[int, dict[str, tuple[float | None, float | None]]] = {}
+    for position in range(len(pairs[0].layers) if pairs else 0):
+        layers = [pair.layers[position] for pair in pairs]
+        verdicts: dict[str, list[Point]] = {}
+        for monitor in MONITORS:
+            if monitor.name in t.disabled_monitors:
+                continue
+            values = [monitor.read(layer) for layer in layers]
+            if all(v is None for v in values):
+                continue
+            expected = None
+            if reference is not None and monitor.across_runs:
+                expected = reference.expectations(layers[0].layer, monitor, steps, t.reference_pairs,
+                                                  t.reference_scale_factor)
+            verdicts[monitor.name] = track(steps, values, monitor.spec, settings, expected)
+        for index, layer in enumerate(layers):
+            layer.findings.extend(_point_findings(index, layer, verdicts, pairs, t))
+        newest = {}
+        for name, points in verdicts.items():
+            last = next((p for p in reversed(points) if p.value is not None), None)
+            if last is not None:
+                newest[name] = (last.value, last.expected)
+        baselines[layers[0].layer] = newest
+    return baselines
+
+
+def _point_findings(index: int, layer: LayerResult, verdicts: dict[str, list[Point]], pairs: list[PairResult],
+                    t: Thresholds) -> list[Finding]:
+    """Findings of one layer at one pair; a monitor that may not alert alone
+    needs a specific monitor of its family at ≥ warn on the same pair."""
+    elevated = {
+        BY_NAME[name].family
+        for name, points in verdicts.items()
+        if BY_NAME[name].alone == "alert" and points[index].state in ("warn", "alert")
+    }
+    findings = []
+    for name, points in verdicts.items():
+        point = points[index]
+        if point.state not in ("warn", "alert"):
+            continue
+        monitor = BY_NAME[name]
+        severity = point.state
+        corroborated = monitor.alone == "alert" or monitor.family in elevated
+        if severity == "alert" and not corroborated:
+            severity = "warn"
+        findings.append(_series_finding(monitor, point, severity, pairs, t))
+    return findings
+
+
+def _series_finding(monitor: Monitor, point: Point, severity: str, pairs: list[PairResult], t: Thresholds) -> Finding:
+    onset = pairs[point.onset].to_step if point.onset is not None else None
+    side = "below" if point.warn_at is not None and point.warn_at < point.expected else "above"
+    what = {"trend": "its recent healthy trend", "level": "its post-warm-up level",
+            "reference": "the reference run"}[point.rule or "trend"]
+    since = f" since step {onset}" if onset is not None else ""
+    capped = " (not corroborated by a specific monitor: warn only)" if severity == "warn" and point.state == "alert" \
+        else ""
+    return Finding(
+        monitor=monitor.name,
+        family=monitor.family,
+        severity=severity,
+        value=point.value,
+        message=f"{monitor.label} {point.value:.3g} is {point.excess:.1f} robust σ {side} {what} "
+                f"({point.expected:.3g}){since}{capped}",
+        baseline=point.expected,
+        threshold=point.alert_at if severity == "alert" else point.warn_at,
+        rule=point.rule,
+        score=point.excess,
+        onset_step=onset,
+    )
 
 
 def cross_layer_findings(pair: PairResult, t: Thresholds) -> None:
@@ -114,6 +306,7 @@ def cross_layer_findings(pair: PairResult, t: Thresholds) -> None:
                 baseline=center,
                 threshold=center - (t.cross_layer_z_alert if severity == "alert" else t.cross_layer_z_warn) * scale,
                 rule="cross_layer",
+                score=-z,
             ))
 
 
@@ -124,62 +317,12 @@ def layer_status(layer: LayerResult) -> str:
     return status
 
 
-def worst(statuses: list[str]) -> str:
-    ranked = [s for s in statuses if s in SEVERITIES]
-    return max(ranked, key=SEVERITIES.index, default="ok") if ranked else "ok"
-
-
-def worst_or_unchanged(statuses: list[str]) -> str:
-    """Like `worst`, but "unchanged" when every part is unchanged."""
-    if statuses and all(s == "unchanged" for s in statuses):
-        return "unchanged"
-    return worst(statuses)
-
-
-def summarize(report: ScanReport) -> Summary:
-    first_alert: dict[str, int | None] = {"attention": None, "router": None, "numeric": None}
-    first_warn: dict[str, int | None] = {"attention": None, "router": None, "numeric": None}
-    first_family, first_pair = None, None
-    flagged: set[int] = set()
-    for index, pair in enumerate(report.pairs):
-        for layer in pair.layers:
-            if layer.status in ("warn", "alert"):
-                flagged.add(layer.layer)
-            for f in layer.findings:
-                if f.severity == "alert" and first_alert.get(f.family) is None:
-                    first_alert[f.family] = pair.to_step
-                    if first_family is None:
-                        first_family, first_pair = f.family, index
-                if f.severity in ("warn", "alert") and first_warn.get(f.family) is None:
-                    first_warn[f.family] = pair.to_step
-    status = worst_or_unchanged([p.status for p in report.pairs])
-    rollback = None
-    if first_pair is not None:
-        pair = report.pairs[first_pair]
-        rollback = CheckpointRef(pair.from_path, pair.from_step)
-    return Summary(
-        status=status,
-        flagged_layers=sorted(flagged),
-        first_alert_step=first_alert,
-        rollback_candidate=rollback,
-        first_warn_step=first_warn,
-        first_family=first_family,
-        message=_verdict(status, first_family, first_alert, sorted(flagged)),
-    )
-
-
 def _unchanged(layer: LayerResult) -> bool:
     parts = [p for p in (layer.attention, layer.router) if p is not None]
     return bool(parts) and all(p.unchanged for p in parts)
 
 
-def _verdict(status: str, family: str | None, first_alert: dict[str, int | None], flagged: list[int]) -> str:
-    if status == "alert" and family is not None:
-        step = first_alert[family]
-        where = f" at step {step}" if step is not None else ""
-        return f"ALERT: {family} monitors fired first{where}; flagged layers {flagged}"
-    if status == "warn":
-        return f"WARN: flagged layers {flagged}"
-    if status == "unchanged":
-        return "UNCHANGED: the monitored weights did not change"
-    return "HEALTHY: no monitor fired"
+def _warmup_end(pairs: list[PairResult], start: int) -> int | None:
+    """Step from which pairs are judged (the older step of the first judged pair)."""
+    return pairs[start].from_step if start < len(pairs) else None
+

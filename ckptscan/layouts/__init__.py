@@ -1,28 +1,66 @@
 """Layouts: tensor names and config -> per-layer heads and routers.
 
-One small resolver per model family. `resolve_layout` picks the first whose
-`matches` accepts the checkpoint; a checkpoint no resolver can place is an
-error that says what is missing, never a guess.
+One small resolver per model family. Each module has `MODEL_TYPES` (the
+config.json model_type values it owns), `matches(checkpoint, keys)` (its
+tensor names, for checkpoints without a config) and `resolve(checkpoint,
+keys, overrides) -> ModelLayout`. `resolve_layout` picks a resolver by
+model_type first, then by names; a checkpoint no resolver can place is an
+error that says what is missing, never a guess. A user tensor map
+(`--tensor-map`) replaces the resolvers altogether.
 """
 
 from __future__ import annotations
 
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts import hf_llama
-from ckptscan.layouts.base import HeadOverrides, LayerPlan, LayerWeights, ModelInfo, ModelLayout
+from ckptscan.layouts import (
+    bert,
+    deepseek,
+    falcon,
+    gpt2,
+    gpt_neox,
+    gptj,
+    hf_llama,
+    megatron,
+    megatron_legacy,
+    nanogpt,
+    olmo_core,
+    phi3,
+    switch,
+    torchtitan,
+)
+from ckptscan.layouts.base import HeadOverrides, LayerPlan, LayerWeights, ModelInfo, ModelLayout, model_types
+from ckptscan.layouts.tensor_map import TensorMap, load_tensor_map
 from ckptscan.readers import Checkpoint
 
-RESOLVERS = [hf_llama]
+# Name matching runs in this order: the more specific patterns first
+# (DeepSeek's q_proj has no k_proj; legacy Megatron's query_key_value sits
+# under `encoder.`/`transformer.`, NeoX's does not).
+RESOLVERS = [
+    deepseek, hf_llama, phi3, gpt2, nanogpt, gptj, falcon, bert, switch,
+    megatron, megatron_legacy, gpt_neox, torchtitan, olmo_core,
+]
 
-__all__ = ["HeadOverrides", "LayerPlan", "LayerWeights", "ModelInfo", "ModelLayout", "resolve_layout"]
+__all__ = [
+    "HeadOverrides", "LayerPlan", "LayerWeights", "ModelInfo", "ModelLayout", "TensorMap", "load_tensor_map",
+    "resolve_layout",
+]
 
 
-def resolve_layout(checkpoint: Checkpoint, overrides: HeadOverrides = HeadOverrides()) -> ModelLayout:
-    keys = checkpoint.tensors.keys()
+def resolve_layout(
+    checkpoint: Checkpoint, overrides: HeadOverrides = HeadOverrides(), tensor_map: TensorMap | None = None
+) -> ModelLayout:
+    keys = set(checkpoint.tensors.keys())
+    if tensor_map is not None:
+        return tensor_map.resolve(checkpoint, keys, overrides)
+    for model_type in model_types(checkpoint.config):
+        for resolver in RESOLVERS:
+            if model_type in resolver.MODEL_TYPES:
+                return resolver.resolve(checkpoint, keys, overrides)
     for resolver in RESOLVERS:
-        if resolver.matches(keys, checkpoint.config):
-            return resolver.resolve(checkpoint.tensors, checkpoint.config, overrides, checkpoint.path)
-    model_type = (checkpoint.config or {}).get("model_type")
-    what = f"model_type '{model_type}'" if model_type else "these tensor names"
-    raise CkptScanError(f"no layout resolver recognises {what}; see `ckptscan inspect` and the README's "
-                        "list of supported families", path=checkpoint.path)
+        if resolver.matches(checkpoint, keys):
+            return resolver.resolve(checkpoint, keys, overrides)
+    types = model_types(checkpoint.config)
+    what = f"model_type '{types[0]}'" if types else "these tensor names"
+    raise CkptScanError(f"no layout resolver recognises {what}; see `ckptscan inspect` for the tensor names, the "
+                        "README's list of supported families, or describe the names with --tensor-map",
+                        path=checkpoint.path)

@@ -1,19 +1,25 @@
-"""What a layout resolver produces: the model's shape and, per layer, which
-tensors to read and how to turn them into per-head Q/K blocks and a router.
+"""What a layout resolver produces, and the helpers every resolver shares.
 
-A resolver only looks at tensor names, shapes and the config; it reads no
-tensor data. Each `LayerPlan.build` is a pure function from the raw tensors
-of one layer to `LayerWeights`, so the scan can read one layer at a time.
+A resolver only looks at tensor names, shapes, the config and the training
+framework's metadata; it reads no tensor data. It returns a `ModelLayout`:
+the model's shape (`ModelInfo`) and, per layer, a `LayerPlan` naming the
+tensors to read with their roles. Each `LayerPlan.build` is a pure function
+from the raw tensors of one layer to `LayerWeights`, so the scan can read one
+layer at a time. Head geometry lives in geometry.py, plan building in plan.py.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
 from ckptscan.errors import CkptScanError
+
+# Roles of router tensors; every other role feeds the attention monitors.
+ROUTER_ROLES = ("router", "router_bias")
 
 
 @dataclass(frozen=True)
@@ -26,6 +32,12 @@ class ModelInfo:
     head_dim: int
     num_experts: int | None = None
     top_k: int | None = None
+    # "softmax" or "sigmoid" where the config or the architecture says; None when unknown.
+    router_scoring: str | None = None
+    # MLA (DeepSeek): rows of the rope key shared by all heads, monitored as
+    # its own one-KV-head term (`LayerWeights.rope_q/rope_k`); head_dim is the
+    # content ("nope") part then.
+    rope_head_dim: int | None = None
 
 
 @dataclass
@@ -40,6 +52,12 @@ class LayerWeights:
     k: torch.Tensor | None = None
     router: torch.Tensor | None = None
     router_bias: torch.Tensor | None = None
+    # How the router turns logits into scores: "softmax" or "sigmoid" (DeepSeek-V3).
+    router_scoring: str = "softmax"
+    # MLA only: the rope part of each query head [H, dr, d] and the one rope
+    # key every head shares [1, dr, d]; q/k above then hold the content part.
+    rope_q: torch.Tensor | None = None
+    rope_k: torch.Tensor | None = None
 
 
 Builder = Callable[[Mapping[str, torch.Tensor], torch.dtype], LayerWeights]
@@ -58,6 +76,8 @@ class LayerPlan:
 class ModelLayout:
     info: ModelInfo
     layers: list[LayerPlan]
+    # Where the head geometry came from and what was skipped, for `ckptscan inspect`.
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -72,11 +92,30 @@ class HeadOverrides:
 def config_value(config: Mapping[str, Any] | None, *names: str) -> Any:
     """First of `names` present in the config or its `text_config` (multimodal
     wrappers keep the language model's settings there)."""
-    for scope in (config or {}, (config or {}).get("text_config") or {}):
+    found = config_entry(config, *names)
+    return None if found is None else found[0]
+
+
+def config_entry(config: Mapping[str, Any] | None, *names: str, source: str = "config.json") -> tuple[Any, str] | None:
+    """(value, where) of the first of `names` in the config or its `text_config`."""
+    scopes = (("", config or {}), ("text_config.", (config or {}).get("text_config") or {}))
+    for scope_name, scope in scopes:
         for name in names:
             if isinstance(scope, Mapping) and scope.get(name) is not None:
-                return scope[name]
+                return scope[name], f"{source} '{scope_name}{name}'"
     return None
+
+
+def model_types(config: Mapping[str, Any] | None) -> list[str]:
+    """The config's model_type and, for multimodal wrappers, its text model's."""
+    config = config or {}
+    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else {}
+    return [str(t) for t in (config.get("model_type"), text.get("model_type")) if t]
+
+
+def as_mapping(value: Any) -> Mapping[str, Any]:
+    """`value` if it is a mapping (a config section, Megatron's `args`), else {}."""
+    return value if isinstance(value, Mapping) else {}
 
 
 def head_blocks(weight: torch.Tensor, num_heads: int, head_dim: int, *, tensor: str, path: Any = None) -> torch.Tensor:
@@ -94,3 +133,22 @@ def head_blocks(weight: torch.Tensor, num_heads: int, head_dim: int, *, tensor: 
 def require_shape(actual: tuple[int, ...], expected: tuple[int, ...], *, tensor: str, path: Any, why: str) -> None:
     if tuple(actual) != tuple(expected):
         raise CkptScanError(f"shape {list(actual)} but {why} implies {list(expected)}", path=path, tensor=tensor)
+
+
+def find_layers(keys: Iterable[str], pattern: re.Pattern[str], path: Any) -> dict[int, str]:
+    """layer index -> key for the keys that fully match `pattern` (named
+    groups `prefix` and `layer`). Keys under several prefixes (a vision tower
+    beside the language model) resolve to the language model's; anything
+    else ambiguous is an error."""
+    by_prefix: dict[str, dict[int, str]] = {}
+    for key in keys:
+        match = pattern.fullmatch(key)
+        if match:
+            by_prefix.setdefault(match.group("prefix"), {})[int(match.group("layer"))] = key
+    if len(by_prefix) > 1:
+        language = [p for p in by_prefix if "language_model" in p]
+        if len(language) != 1:
+            raise CkptScanError(f"attention tensors under several prefixes {sorted(by_prefix)}; map the ones to "
+                                "scan with --tensor-map", path=path)
+        return by_prefix[language[0]]
+    return next(iter(by_prefix.values()), {})

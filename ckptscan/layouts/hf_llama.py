@@ -1,33 +1,39 @@
 """Hugging Face decoders with separate q_proj/k_proj (Llama and its kin).
 
 Covers llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, olmo,
-olmo2, olmoe and gemma 1-3: `{prefix}layers.{i}.self_attn.{q,k}_proj.weight`
-[H·r, D] / [G·r, D], optional QK-norm gains (`q_norm`/`k_norm`, per head [r]
-or flat [H·r]; Gemma's RMSNorm scales by 1 + w), and MoE routers
-`block_sparse_moe.gate.weight` (Mixtral) or `mlp.gate.weight` (Qwen-MoE,
-OLMoE) of shape [E, D]. Qwen-MoE's `mlp.shared_expert_gate` [1, D] gates the
-shared expert and is not a router; the exact key match keeps it out.
+olmo2, olmoe and gemma 1-3 (and multimodal wrappers whose `text_config` is
+one of them): `{prefix}layers.{i}.self_attn.{q,k}_proj.weight` [H·d, D] /
+[G·d, D], optional QK-norm gains (`q_norm`/`k_norm`: per head [d] in Qwen3
+and Gemma3, flat [H·d] in OLMo2/OLMoE; Gemma's RMSNorm scales by 1 + w), and
+MoE routers `block_sparse_moe.gate.weight` (Mixtral) or `mlp.gate.weight`
+(Qwen-MoE, OLMoE, Mixtral as transformers v5 renames it) of shape [E, D].
+Qwen-MoE's `mlp.shared_expert_gate` [1, D] gates the shared expert and is not
+a router; the exact key match keeps it out.
+
+Given H, the shapes fix d = rows/H and G = k rows/d, so checkpoints without
+a config need only --num-heads. A checkpoint of an unknown model_type with
+these names is read too, but its QK-norm convention is not known: one with
+q_norm/k_norm is refused rather than folded by a guessed rule.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
-
-import torch
+from typing import Any
 
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts.base import (
     HeadOverrides,
-    LayerPlan,
-    LayerWeights,
     ModelInfo,
     ModelLayout,
+    config_entry,
     config_value,
-    head_blocks,
-    require_shape,
+    find_layers,
+    model_types,
 )
-from ckptscan.monitors.attention import fold_head_gains
+from ckptscan.layouts.geometry import HeadHints, separate_geometry
+from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan
+from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES = {
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
@@ -35,103 +41,99 @@ MODEL_TYPES = {
 }
 # Gemma's RMSNorm multiplies by (1 + weight): fold that, not the raw weight.
 ONE_PLUS_GAIN = {"gemma", "gemma2", "gemma3", "gemma3_text"}
+# Token-choice top-k over softmax(W_r x) (TF mixtral, qwen2_moe, olmoe).
+SOFTMAX_ROUTERS = {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe"}
 ROUTER_SUFFIXES = ("block_sparse_moe.gate.weight", "mlp.gate.weight")
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 
-_Q_PROJ = re.compile(r"^(.*?)layers\.(\d+)\.self_attn\.q_proj\.weight$")
-
-
-def matches(keys: list[str], config: Mapping[str, Any] | None) -> bool:
-    model_type = config_value(config, "model_type")
-    if model_type is not None:
-        return model_type in MODEL_TYPES
-    return any(_Q_PROJ.match(k) for k in keys)
+_Q_PROJ = re.compile(r"(?P<prefix>.*?)layers\.(?P<layer>\d+)\.self_attn\.q_proj\.weight")
 
 
-def resolve(tensors, config: Mapping[str, Any] | None, overrides: HeadOverrides, path: Any) -> ModelLayout:
-    keys = tensors.keys()
-    layer_ids: dict[int, str] = {}
-    for key in keys:
-        match = _Q_PROJ.match(key)
-        if match:
-            layer_ids[int(match.group(2))] = match.group(1)
-    if not layer_ids:
-        raise CkptScanError("no '*layers.N.self_attn.q_proj.weight' tensors found", path=path)
-    prefixes = set(layer_ids.values())
-    if len(prefixes) > 1:
-        raise CkptScanError(f"attention tensors under several prefixes {sorted(prefixes)}", path=path)
-    prefix = prefixes.pop()
-    first = min(layer_ids)
-
-    q_shape = tensors.shape(f"{prefix}layers.{first}.self_attn.q_proj.weight")
-    k_shape = tensors.shape(f"{prefix}layers.{first}.self_attn.k_proj.weight")
-    hidden = q_shape[1]
-    num_heads = overrides.num_heads or config_value(config, "num_attention_heads", "n_head")
-    if num_heads is None:
-        raise CkptScanError(
-            "the number of attention heads is unknown (no config.json with num_attention_heads): pass --num-heads",
-            path=path,
-        )
-    head_dim = overrides.head_dim or config_value(config, "head_dim") or q_shape[0] // num_heads
-    num_kv_heads = overrides.num_kv_heads or config_value(config, "num_key_value_heads", "num_kv_heads")
-    if num_kv_heads is None:
-        if config is None:
-            raise CkptScanError("the number of KV heads is unknown (no config.json): pass --num-kv-heads", path=path)
-        num_kv_heads = num_heads
-    require_shape(q_shape, (num_heads * head_dim, hidden), tensor=f"{prefix}layers.{first}.self_attn.q_proj.weight",
-                  path=path, why=f"{num_heads} heads x head_dim {head_dim}")
-    require_shape(k_shape, (num_kv_heads * head_dim, hidden), tensor=f"{prefix}layers.{first}.self_attn.k_proj.weight",
-                  path=path, why=f"{num_kv_heads} KV heads x head_dim {head_dim}")
-    if num_heads % num_kv_heads:
-        raise CkptScanError(f"{num_heads} heads do not group over {num_kv_heads} KV heads", path=path)
-
-    one_plus = config_value(config, "model_type") in ONE_PLUS_GAIN
-    key_set = set(keys)
-    num_experts = None
-    plans = []
-    for layer in sorted(layer_ids):
-        base = f"{prefix}layers.{layer}."
-        roles = {f"{base}self_attn.q_proj.weight": "W_q", f"{base}self_attn.k_proj.weight": "W_k"}
-        for role, name in (("q_norm", f"{base}self_attn.q_norm.weight"), ("k_norm", f"{base}self_attn.k_norm.weight")):
-            if name in key_set:
-                roles[name] = role
-        router = next((base + s for s in ROUTER_SUFFIXES if base + s in key_set), None)
-        if router is not None:
-            shape = tensors.shape(router)
-            require_shape(shape[1:], (hidden,), tensor=router, path=path, why=f"hidden size {hidden}")
-            num_experts = shape[0]
-            roles[router] = "router"
-        plans.append(LayerPlan(layer, tuple(roles), _builder(roles, num_heads, num_kv_heads, head_dim, one_plus, path),
-                               roles))
-
-    info = ModelInfo(
-        family=str(config_value(config, "model_type") or "llama"),
-        num_layers=len(plans),
-        hidden_size=hidden,
-        num_heads=num_heads,
-        num_kv_heads=num_kv_heads,
-        head_dim=head_dim,
-        num_experts=num_experts or config_value(config, "num_local_experts", "num_experts"),
-        top_k=config_value(config, "num_experts_per_tok"),
+def matches(ckpt: Checkpoint, keys: set[str]) -> bool:
+    """q_proj with a k_proj beside it (DeepSeek-V2-Lite's q_proj has none)."""
+    return any(
+        _Q_PROJ.fullmatch(k) and k.replace(".q_proj.", ".k_proj.") in keys for k in keys if k.endswith("q_proj.weight")
     )
-    return ModelLayout(info, plans)
 
 
-def _builder(roles: dict[str, str], num_heads: int, num_kv_heads: int, head_dim: int, one_plus: bool, path: Any):
-    by_role = {role: name for name, role in roles.items()}
+def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> ModelLayout:
+    path, config = ckpt.path, ckpt.config
+    layers = find_layers(keys, _Q_PROJ, path)
+    if not layers:
+        raise CkptScanError("no '*layers.N.self_attn.q_proj.weight' tensors found", path=path)
+    known = [t for t in model_types(config) if t in MODEL_TYPES]
+    family = known[0] if known else (model_types(config) or ["llama-like"])[0]
 
-    def fold(blocks: torch.Tensor, raw: Mapping[str, torch.Tensor], role: str, dtype: torch.dtype) -> torch.Tensor:
-        if role not in by_role:
-            return blocks
-        gain = raw[by_role[role]].to(dtype)
-        try:
-            return fold_head_gains(blocks, 1 + gain if one_plus else gain)
-        except ValueError as e:
-            raise CkptScanError(str(e), path=path, tensor=by_role[role]) from None
+    first = layers[min(layers)]
+    k_first = first.replace(".q_proj.", ".k_proj.")
+    if k_first not in keys:
+        raise CkptScanError("no matching k_proj", path=path, tensor=k_first)
+    hints = HeadHints.gather(
+        overrides,
+        num_heads=config_entry(config, "num_attention_heads", "n_head"),
+        num_kv_heads=config_entry(config, "num_key_value_heads", "num_kv_heads"),
+        head_dim=config_entry(config, "head_dim"),
+    )
+    shape = ckpt.tensors.shape
+    geometry = separate_geometry(hints, (first, shape(first)), (k_first, shape(k_first)), path)
 
-    def build(raw: Mapping[str, torch.Tensor], dtype: torch.dtype) -> LayerWeights:
-        q = head_blocks(raw[by_role["W_q"]].to(dtype), num_heads, head_dim, tensor=by_role["W_q"], path=path)
-        k = head_blocks(raw[by_role["W_k"]].to(dtype), num_kv_heads, head_dim, tensor=by_role["W_k"], path=path)
-        router = raw[by_role["router"]].to(dtype) if "router" in by_role else None
-        return LayerWeights(q=fold(q, raw, "q_norm", dtype), k=fold(k, raw, "k_norm", dtype), router=router)
+    config_experts = config_value(config, *EXPERT_KEYS)
+    scoring = "softmax" if family in SOFTMAX_ROUTERS else config_value(config, "scoring_func")
+    notes = list(geometry.notes)
+    plans = []
+    for layer in sorted(layers):
+        q_name = layers[layer]
+        base = q_name[: -len("self_attn.q_proj.weight")]
+        qk = QKTensors(
+            q=q_name,
+            k=q_name.replace(".q_proj.", ".k_proj."),
+            q_norm=_present(keys, base + "self_attn.q_norm.weight"),
+            k_norm=_present(keys, base + "self_attn.k_norm.weight"),
+            gain_offset=1.0 if family in ONE_PLUS_GAIN else 0.0,
+        )
+        if (qk.q_norm or qk.k_norm) and not known:
+            raise CkptScanError(
+                f"QK-norm gains of model_type '{family}' (convention unknown: Gemma scales by 1 + w, others by w); "
+                "describe the layout with --tensor-map (norm_offset)",
+                path=path, tensor=qk.q_norm or qk.k_norm,
+            )
+        router = _router(keys, base, shape, config_experts, known, path, notes)
+        plans.append(layer_plan(layer, geometry, qk, router, shape, path, router_scoring=scoring))
 
-    return build
+    experts = [shape(name)[0] for p in plans for name, role in p.roles.items() if role == "router"]
+    info = ModelInfo(
+        family=family,
+        num_layers=len(plans),
+        hidden_size=geometry.hidden_size,
+        num_heads=geometry.num_heads,
+        num_kv_heads=geometry.num_kv_heads,
+        head_dim=geometry.head_dim,
+        num_experts=experts[0] if experts else None,
+        top_k=config_value(config, "num_experts_per_tok") if experts else None,
+        router_scoring=scoring if experts else None,
+    )
+    return ModelLayout(info, plans, notes)
+
+
+def _present(keys: set[str], name: str) -> str | None:
+    return name if name in keys else None
+
+
+def _router(
+    keys: set[str], base: str, shape: Any, config_experts: Any, known: list[str], path: Any, notes: list[str]
+) -> RouterTensors | None:
+    name = next((base + s for s in ROUTER_SUFFIXES if base + s in keys), None)
+    if name is None:
+        return None
+    experts = shape(name)[0] if shape(name) else None
+    if config_experts is not None and experts != config_experts:
+        if not known:
+            notes.append(f"ignored {name}: {experts} rows, but the config says {config_experts} experts")
+            return None
+        raise CkptScanError(f"router has {experts} rows but the config says {config_experts} experts",
+                            path=path, tensor=name)
+    if config_experts is None and not known:
+        # An unknown architecture's `mlp.gate` may be a gate projection, not a router.
+        notes.append(f"ignored {name}: model_type unknown and the config states no expert count")
+        return None
+    return RouterTensors(name)

@@ -12,11 +12,44 @@ Every one of them is a product AᵀB of two thin (k × d) factors, and the
 non-zero singular values of AᵀB are those of a k × k core built from the Grams
 AAᵀ and BBᵀ (`product_singular_values`). So the only O(d) work is a handful of
 batched r × d × r Gram products per head; no d × d matrix is ever formed.
+Δ1 is evaluated as ΔQᵀK_b + Q_aᵀΔK, which is algebraically identical and free
+of the cancellation in Q_bᵀK_b − Q_aᵀK_a.
 
-The Grams are taken in `compute_dtype` (float32 is fast and accurate enough
-for entropies; float64 is the exact path); every core and eigenvalue problem
-is solved in float64, because the cores are tiny and a float32 eigen solve
-would lose ~1e-4 relative on entropies.
+Precision
+---------
+Differences ΔQ, ΔK are taken in a dtype that holds both checkpoints' values
+exactly (the promotion of the stored dtype and `compute_dtype`), then cast to
+`compute_dtype`; so ΔQ is accurate to the unit roundoff of `compute_dtype`
+relative to ΔQ itself, however small the update. Each Gram block (ΔQΔQᵀ,
+ΔQQᵀ, QQᵀ, …) is a separate product, accurate relative to its own scale, and
+the two blocks of each factor are balanced (monitors.md, "numerical trap")
+before the blocks are assembled in float64. Every core, factorisation and
+eigenvalue problem is solved in float64.
+
+The remaining error is the rounding of the Gram products in `compute_dtype`,
+u·|x||y| per entry with u its unit roundoff times an accumulation factor.
+A Gram (squared) method sees σ², so that rounding lands on the eigenvalues σ²
+of the cores as an *absolute* error of order c·u·σ_max² (c ≈ 1–20 measured
+for d up to 4096), not as a relative error on each σ:
+
+* float64 (u = 1.1e-16), the exact path: every singular value within
+  1e-6·σ_max of a dense float64 SVD and every σ ≥ 1e-3·σ_max within 1e-6
+  relative; entropies within 1e-6 relative (tests/monitors; measured ~1e-12
+  and better).
+* float32 (u = 6.0e-8), the default and about 2× faster: the guaranteed (and
+  tested) bound is |σ̂_i² − σ_i²| ≤ 1e-5·σ_max² per head, ≈ 170·u, which
+  leaves room for the accumulation factor of long (d ≥ 4096) dot products
+  (measured ≤ 7e-7 on random layers, 7e-8 at the Llama-7B shape). So σ_max is within 5e-6 relative, any σ within
+  1e-5·σ_max²/σ (σ ≥ 0.1·σ_max: 1e-3 relative), Frobenius norm within 1e-5 and
+  stable rank within 3e-5 relative, and the entropy within its first-order
+  propagation Σ_i 2τ_p(1 + ln 1/p_i), τ_p = 1e-5·σ_max²/Σσ² (≈ 2e-5 relative
+  for a flat spectrum). Small singular values are not relatively accurate: a
+  true zero (Δ3 or ΔW of a rank-1 update) comes back as ≈ √(c·u)·σ_max, the
+  floor of any Gram method in float32, and that spurious energy share is what
+  moves a near-zero entropy (≈ 7e-6 for a rank-1 ΔQ_h with r = 128). Use
+  compute_dtype=float64 when small singular values themselves matter.
+
+RoPE is not applied: the monitors use the content form M_h, as the paper does.
 """
 
 from __future__ import annotations
@@ -25,7 +58,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ckptscan.monitors.spectral import single_threaded_lapack
+
 _F64 = torch.float64
+_LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
 @dataclass
@@ -38,7 +74,11 @@ class QKGrams:
 
 @dataclass
 class QKSpectra:
-    """Singular values per query head (float64), largest first, and norms."""
+    """Singular values per query head (float64), largest first, and norms.
+
+    A head whose inputs hold non-finite values gets NaN everywhere (never a
+    finite-looking spectrum computed from garbage).
+    """
 
     delta1: torch.Tensor  # [H, min(2r, d)]
     delta2: torch.Tensor  # [H, min(2r, d)]
@@ -63,12 +103,20 @@ def kv_head_index(num_heads: int, num_kv_heads: int) -> torch.Tensor:
     return torch.arange(num_heads) // (num_heads // num_kv_heads)
 
 
-def fold_head_gains(weight: torch.Tensor, gain: torch.Tensor) -> torch.Tensor:
-    """Multiply the rows of each head block [n, r, d] by a norm gain.
+def fold_head_gains(weight: torch.Tensor, gain: torch.Tensor, *, offset: float = 0.0) -> torch.Tensor:
+    """Multiply the rows of each head block [n, r, d] by a norm gain: diag(γ) W_h.
 
     `gain` is per head ([r], shared by all heads: Qwen3/Gemma3 `q_norm`) or
-    flat over the projection ([n·r] or [n, r]: OLMo2/OLMoE). The per-token
-    1/rms factor is a scalar per token and does not change the spectrum shape.
+    flat over the projection ([n·r] or [n, r]: OLMo2/OLMoE). `offset` is added
+    to the gain in float64 first: Gemma's RMSNorm scales by (1 + w), so pass the
+    raw w with offset=1.0 (computing 1 + w in bf16/float32 would round it).
+    The per-token 1/rms factor is a scalar per token and does not change the
+    spectrum shape.
+
+    The product is never rounded to the stored precision: it is float32 when
+    both operands are bf16/float16 (the product of two ≤ 11-bit mantissas is
+    exact in float32) and float64 otherwise, so that checkpoints folded
+    separately still difference exactly.
     """
     n, r, _ = weight.shape
     if gain.numel() == r:
@@ -77,7 +125,10 @@ def fold_head_gains(weight: torch.Tensor, gain: torch.Tensor) -> torch.Tensor:
         scale = gain.reshape(n, r)
     else:
         raise ValueError(f"norm gain of {gain.numel()} values fits neither {r} nor {n}x{r}")
-    return weight * scale.to(weight.dtype).unsqueeze(-1)
+    exact_in_f32 = weight.dtype in _LOW_PRECISION and gain.dtype in _LOW_PRECISION and offset == 0.0
+    out = torch.float32 if exact_in_f32 else _F64
+    scale = scale.to(out) + offset if offset else scale.to(out)
+    return weight.to(out) * scale.unsqueeze(-1)
 
 
 def qk_grams(q: torch.Tensor, k: torch.Tensor, compute_dtype: torch.dtype = torch.float32) -> QKGrams:
@@ -96,61 +147,103 @@ def qk_spectra(
     compute_dtype: torch.dtype = torch.float32,
     grams_a: QKGrams | None = None,
     grams_b: QKGrams | None = None,
+    kv_index: torch.Tensor | None = None,
 ) -> QKSpectra:
     """Every QK spectrum of one layer between checkpoints a and b.
 
     q_*: [H, r, d] query head blocks, k_*: [G, r, d] key head blocks, in any
-    dtype (norm gains already folded). Differences are taken in
-    `compute_dtype`, never in the stored low precision. `grams_a`/`grams_b`
-    are the checkpoints' own `qk_grams`, passed in when a run reuses them.
+    dtype (norm gains already folded). Differences are taken without rounding
+    (see the module docstring), never in the stored low precision.
+    `grams_a`/`grams_b` are the checkpoints' own `qk_grams`, passed in when a
+    run reuses them; without `grams_b` its blocks are assembled from the
+    difference blocks (Q_bQ_bᵀ = QQᵀ + ΔQQᵀ + QΔQᵀ + ΔQΔQᵀ), which saves two
+    Gram products. `kv_index` [H] maps each query head to its row in k_*
+    when the heads are a selection (`--heads`) rather than all of them.
     """
     num_heads, r, d = q_a.shape
-    kv = kv_head_index(num_heads, k_a.shape[0])
+    num_kv = k_a.shape[0]
+    if q_b.shape != q_a.shape or k_b.shape != k_a.shape or tuple(k_a.shape[1:]) != (r, d):
+        raise ValueError(f"inconsistent head blocks: q {tuple(q_a.shape)}/{tuple(q_b.shape)}, "
+                         f"k {tuple(k_a.shape)}/{tuple(k_b.shape)}")
+    kv = kv_head_index(num_heads, num_kv) if kv_index is None else kv_index
     dq = _difference(q_b, q_a, compute_dtype)
     dk = _difference(k_b, k_a, compute_dtype)
-    q_a, k_a = q_a.to(compute_dtype), k_a.to(compute_dtype)
-    grams_a = grams_a or qk_grams(q_a, k_a, compute_dtype)
-    grams_b = grams_b or qk_grams(q_b, k_b, compute_dtype)
+    qa, ka = q_a.to(compute_dtype), k_a.to(compute_dtype)
+    if grams_a is None:
+        grams_a = qk_grams(qa, ka, compute_dtype)
+    qq_a, kk_a = grams_a.qq.to(_F64), grams_a.kk.to(_F64)
 
-    dqdq, dq_q = _gram(dq, dq), _gram(dq, q_a)  # ΔQΔQᵀ, ΔQ Q_aᵀ
-    dkdk, dk_k = _gram(dk, dk), _gram(dk, k_a)  # ΔKΔKᵀ, ΔK K_aᵀ
-    qq_a, kk_a, kk_b = grams_a.qq, grams_a.kk, grams_b.kk
+    dqdq, dq_q = _gram(dq, dq), _gram(dq, qa)  # ΔQΔQᵀ, ΔQ Q_aᵀ
+    dkdk, dk_k = _gram(dk, dk), _gram(dk, ka)  # ΔKΔKᵀ, ΔK K_aᵀ
+    if grams_b is None:
+        qq_b = qq_a + dq_q + dq_q.transpose(-1, -2) + dqdq
+        kk_b = kk_a + dk_k + dk_k.transpose(-1, -2) + dkdk
+    else:
+        qq_b, kk_b = grams_b.qq.to(_F64), grams_b.kk.to(_F64)
+
+    # Heads with non-finite inputs: solve on zeros, report NaN (LAPACK returns
+    # finite garbage for NaN input rather than failing). A non-finite entry of
+    # a factor shows on the diagonal of its Gram, and finite diagonals bound
+    # every other entry (Cauchy–Schwarz), so the traces are a complete check.
+    bad_q = ~torch.isfinite(_trace(dqdq) + _trace(qq_a) + _trace(qq_b))
+    bad_k = ~torch.isfinite(_trace(dkdk) + _trace(kk_a) + _trace(kk_b))
+    dqdq, dq_q, qq_a, qq_b = (_zero_where(bad_q, x) for x in (dqdq, dq_q, qq_a, qq_b))
+    dkdk, dk_k, kk_a, kk_b = (_zero_where(bad_k, x) for x in (dkdk, dk_k, kk_a, kk_b))
+    bad_h = bad_q | bad_k[kv]
 
     # Expand key-side blocks to query heads once: [G, …] -> [H, …].
-    dkdk_h, dk_k_h, kk_a_h, kk_b_h = dkdk[kv], dk_k[kv], kk_a[kv], kk_b[kv]
+    if kv_index is None and num_kv == num_heads:  # MHA: g = h
+        dkdk_h, dk_k_h, kk_a_h, kk_b_h = dkdk, dk_k, kk_a, kk_b
+    else:
+        dkdk_h, dk_k_h, kk_a_h, kk_b_h = dkdk[kv], dk_k[kv], kk_a[kv], kk_b[kv]
 
     # Balance the two blocks of each factor (monitors.md, "numerical trap"):
     # ‖ΔQ‖ can be 1e-6 of ‖Q‖, and an unbalanced Gram would bury the small
-    # block in rounding error. With A = [αΔQ; βQ], B = [K/α; ΔK/β] the
-    # product AᵀB is unchanged and each term's factors have equal norms.
+    # block in rounding error. A = [αΔQ; βQ_a], B = [K/α; ΔK/β] keeps AᵀB and
+    # gives each term's two factors equal norms: α = √(‖K‖/‖ΔQ‖),
+    # β = √(‖ΔK‖/‖Q‖). A term whose update is exactly zero is dropped exactly
+    # (its partner block set to 0) instead of being kept at an arbitrary scale.
     norm_dq, norm_q = _block_norm(dqdq), _block_norm(qq_a)
     norm_dk, norm_k = _block_norm(dkdk_h), _block_norm(kk_a_h)
     alpha = _balance(norm_k, norm_dq)
     beta = _balance(norm_dk, norm_q)
-    ab = (alpha * beta)[:, None, None]
-    a2, b2 = (alpha**2)[:, None, None], (beta**2)[:, None, None]
+    s_dq = alpha  # A block αΔQ (zero anyway when ΔQ = 0)
+    s_q = torch.where(norm_dk > 0, beta, torch.zeros_like(beta))  # A block βQ_a
+    s_k = torch.where(norm_dq > 0, 1 / alpha, torch.zeros_like(alpha))  # B block K/α
+    s_dk = 1 / beta  # B block ΔK/β
 
-    gram_a = _blocks(a2 * dqdq, ab * dq_q, b2 * qq_a)  # A = [αΔQ; βQ_a]
+    gram_a = _blocks(dqdq, dq_q, qq_a, s_dq, s_q)  # A = [αΔQ; βQ_a]
     # Δ2: B = [K_a/α; ΔK/β]. Δ1 = ΔQᵀK_b + Q_aᵀΔK: B = [K_b/α; ΔK/β], with
-    # K_b ΔKᵀ = K_aΔKᵀ + ΔKΔKᵀ from the same blocks.
+    # K_bΔKᵀ = K_aΔKᵀ + ΔKΔKᵀ from the same blocks.
     k_dk = dk_k_h.transpose(-1, -2)
-    gram_b2 = _blocks(kk_a_h / a2, k_dk / ab, dkdk_h / b2)
-    gram_b1 = _blocks(kk_b_h / a2, (k_dk + dkdk_h) / ab, dkdk_h / b2)
+    gram_b2 = _blocks(kk_a_h, k_dk, dkdk_h, s_k, s_dk)
+    gram_b1 = _blocks(kk_b_h, k_dk + dkdk_h, dkdk_h, s_k, s_dk)
 
     core_rank = min(2 * r, d)
-    factor_a = _gram_factor(gram_a)
     head_rank = min(r, d)
+    with single_threaded_lapack():
+        factor_a = _gram_factor(gram_a)
+        delta1 = _factored_product_sv(factor_a, gram_b1, core_rank)
+        delta2 = _factored_product_sv(factor_a, gram_b2, core_rank)
+        delta3 = product_singular_values(dqdq, dkdk_h, head_rank)
+        dwq = _gram_sv(dqdq, head_rank)
+        dwk = _gram_sv(dkdk, head_rank)
+        q_norm_b = _gram_sv(qq_b, 1)[:, 0]
+        q_norm_a = _gram_sv(qq_a, 1)[:, 0]
+        logit_bound = product_singular_values(qq_b, kk_b_h, 1)[:, 0]
+
+    nan = float("nan")
     return QKSpectra(
-        delta1=_factored_product_sv(factor_a, gram_b1, core_rank),
-        delta2=_factored_product_sv(factor_a, gram_b2, core_rank),
-        delta3=product_singular_values(dqdq, dkdk_h, head_rank),
-        dwq=_gram_sv(dqdq, head_rank),
-        dwk=_gram_sv(dkdk, head_rank),
-        dwq_rel_norm=_relative_norm(dqdq, qq_a),
-        dwk_rel_norm=_relative_norm(dkdk, kk_a),
-        q_spectral_norm=_gram_sv(grams_b.qq, 1)[:, 0],
-        q_spectral_norm_base=_gram_sv(qq_a, 1)[:, 0],
-        qk_logit_bound=product_singular_values(grams_b.qq, kk_b_h, 1)[:, 0],
+        delta1=_nan_where(bad_h, delta1),
+        delta2=_nan_where(bad_h, delta2),
+        delta3=_nan_where(bad_h, delta3),
+        dwq=_nan_where(bad_q, dwq),
+        dwk=_nan_where(bad_k, dwk),
+        dwq_rel_norm=nan if bool(bad_q.any()) else _relative_norm(dqdq, qq_a),
+        dwk_rel_norm=nan if bool(bad_k.any()) else _relative_norm(dkdk, kk_a),
+        q_spectral_norm=_nan_where(bad_q, q_norm_b),
+        q_spectral_norm_base=_nan_where(bad_q, q_norm_a),
+        qk_logit_bound=_nan_where(bad_h, logit_bound),
     )
 
 
@@ -160,10 +253,11 @@ def product_singular_values(gram_a: torch.Tensor, gram_b: torch.Tensor, rank: in
     σ(AᵀB)² = eig(G_A G_B) = eig(Lᵀ G_B L) for any factor G_A = L Lᵀ; the
     symmetric form keeps the eigenproblem well posed. Solved in float64.
     """
-    return _factored_product_sv(_gram_factor(gram_a), gram_b, rank)
+    return _factored_product_sv(_gram_factor(gram_a.to(_F64)), gram_b.to(_F64), rank)
 
 
 def _difference(new: torch.Tensor, old: torch.Tensor, compute_dtype: torch.dtype) -> torch.Tensor:
+    """new − old without rounding the operands: in a dtype that holds both."""
     wide = torch.promote_types(torch.promote_types(new.dtype, old.dtype), compute_dtype)
     return (new.to(wide) - old.to(wide)).to(compute_dtype)
 
@@ -172,11 +266,38 @@ def _gram(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (x @ y.transpose(-1, -2)).to(_F64)
 
 
-def _blocks(top_left: torch.Tensor, top_right: torch.Tensor, bottom_right: torch.Tensor) -> torch.Tensor:
-    """The symmetric 2×2 block matrix [[TL, TR], [TRᵀ, BR]]."""
-    top = torch.cat([top_left, top_right], dim=-1)
-    bottom = torch.cat([top_right.transpose(-1, -2), bottom_right], dim=-1)
-    return torch.cat([top, bottom], dim=-2)
+def _trace(gram: torch.Tensor) -> torch.Tensor:
+    return torch.diagonal(gram, dim1=-2, dim2=-1).sum(-1)
+
+
+def _zero_where(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return torch.where(mask[:, None, None], torch.zeros_like(x), x) if bool(mask.any()) else x
+
+
+def _nan_where(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    if not bool(mask.any()):
+        return x
+    shape = (-1,) + (1,) * (x.dim() - 1)
+    return torch.where(mask.reshape(shape), torch.full_like(x, float("nan")), x)
+
+
+def _blocks(
+    top_left: torch.Tensor,
+    top_right: torch.Tensor,
+    bottom_right: torch.Tensor,
+    scale_top: torch.Tensor,
+    scale_bottom: torch.Tensor,
+) -> torch.Tensor:
+    """Gram of the stacked factor [s_t·X; s_b·Y] from XXᵀ, XYᵀ, YYᵀ ([n, k, k]
+    blocks, per-batch scales [n]): [[s_t² XXᵀ, s_t s_b XYᵀ], [·ᵀ, s_b² YYᵀ]]."""
+    n, k, _ = top_left.shape
+    st, sb = scale_top[:, None, None], scale_bottom[:, None, None]
+    out = torch.empty(n, 2 * k, 2 * k, dtype=_F64, device=top_left.device)
+    torch.mul(top_left, st * st, out=out[:, :k, :k])
+    torch.mul(top_right, st * sb, out=out[:, :k, k:])
+    out[:, k:, :k] = out[:, :k, k:].transpose(-1, -2)
+    torch.mul(bottom_right, sb * sb, out=out[:, k:, k:])
+    return out
 
 
 def _block_norm(gram: torch.Tensor) -> torch.Tensor:

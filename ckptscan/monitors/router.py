@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ckptscan.monitors.spectral import SpectralStats, spectral_stats
+from ckptscan.monitors.spectral import SpectralStats, single_threaded_lapack, spectral_stats
 
 _F64 = torch.float64
 
@@ -26,6 +26,9 @@ class RouterMetrics:
     dwr_rel_norm: float
     bias_spread: float | None  # max − min of the router bias at b, if any
     bias_spread_base: float | None
+    dwr_singular_values: torch.Tensor | None = None  # σ(ΔW_r), float64, largest first
+    bias_std: float | None = None  # population std of the router bias at b, if any
+    bias_std_base: float | None = None
 
 
 def router_epsilon(weight: torch.Tensor) -> float:
@@ -65,20 +68,31 @@ def router_metrics(
 ) -> RouterMetrics:
     """State metrics at both checkpoints and the spectrum of ΔW_r (float64)."""
     w_a, w_b = weight_a.to(_F64), weight_b.to(_F64)
-    delta = w_b - w_a
+    delta = w_b - w_a  # exact for stored float32/bf16: float64 holds their difference
     rows, cols = delta.shape
-    # σ(ΔW_r) from the E×E Gram: E ≤ a few hundred, so this is tiny.
-    evals = torch.linalg.eigvalsh(delta @ delta.T).flip(-1)[: min(rows, cols)]
+    if bool(torch.isfinite(delta).all()):
+        # σ(ΔW_r) from the E×E Gram: E ≤ a few hundred, so this is tiny. Its
+        # float64 eigenvalues carry ~1e-16·σ_max² absolute error: every
+        # σ ≥ 1e-3·σ_max is exact to ~1e-10 relative.
+        gram = delta @ delta.T
+        with single_threaded_lapack():
+            evals = torch.linalg.eigvalsh(gram)
+        sv = evals.flip(-1)[: min(rows, cols)].clamp_min(0).sqrt()
+    else:
+        sv = torch.full((min(rows, cols),), float("nan"), dtype=_F64)
     base_norm = float(w_a.norm())
     return RouterMetrics(
         epsilon=router_epsilon(w_b),
         epsilon_base=router_epsilon(w_a),
         cosine_similarity=mean_pairwise_cosine(w_b),
         cosine_similarity_base=mean_pairwise_cosine(w_a),
-        dwr=spectral_stats(evals.clamp_min(0).sqrt()),
+        dwr=spectral_stats(sv),
         dwr_rel_norm=float(delta.norm()) / base_norm if base_norm > 0 else float("inf"),
         bias_spread=_spread(bias_b),
         bias_spread_base=_spread(bias_a),
+        dwr_singular_values=sv,
+        bias_std=_std(bias_b),
+        bias_std_base=_std(bias_a),
     )
 
 
@@ -87,3 +101,9 @@ def _spread(bias: torch.Tensor | None) -> float | None:
         return None
     b = bias.to(_F64)
     return float(b.max() - b.min())
+
+
+def _std(bias: torch.Tensor | None) -> float | None:
+    if bias is None:
+        return None
+    return float(bias.to(_F64).std(correction=0))

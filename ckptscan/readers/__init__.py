@@ -2,32 +2,29 @@
 
 Every format is exposed through the same tiny surface (`TensorSource`):
 `keys()`, `shape(name)`, `dtype(name)`, `get(name, rows=None)`. A
-`Checkpoint` bundles that with the checkpoint's path, step and config.
-Readers never write, and never execute code from a checkpoint.
+`Checkpoint` bundles that with the checkpoint's path, step, config and the
+training framework's metadata. `open_checkpoint` recognises safetensors
+(single, sharded), torch pickles (HF `.bin` and its index, nanoGPT,
+DeepSpeed, plain `.pt`/`.pth`), Megatron (legacy shards and `torch_dist`) and
+torch.distributed.checkpoint directories. Readers never write, and never
+execute code from a checkpoint.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from ckptscan.errors import CkptScanError
+from ckptscan.readers import dcp, fp8, megatron, torch_pickle
+from ckptscan.readers.base import Checkpoint, TensorSource
 from ckptscan.readers.safetensors import TensorEntry, read_header, read_tensor
 
-
-class TensorSource(Protocol):
-    def keys(self) -> list[str]: ...
-
-    def shape(self, name: str) -> tuple[int, ...]: ...
-
-    def dtype(self, name: str) -> str: ...
-
-    def get(self, name: str, rows: tuple[int, int] | None = None) -> torch.Tensor: ...
+__all__ = ["Checkpoint", "SafetensorsSource", "TensorSource", "open_checkpoint", "step_from_name"]
 
 
 class SafetensorsSource:
@@ -67,18 +64,6 @@ class SafetensorsSource:
         return read_tensor(self.entry(name), name, rows)
 
 
-@dataclass
-class Checkpoint:
-    """A checkpoint on disk: where it is, which step, its config, its tensors."""
-
-    path: Path
-    format: str
-    step: int | None
-    tensors: TensorSource
-    config: dict[str, Any] | None = None
-    files: list[Path] = field(default_factory=list)
-
-
 # Step numbers from the directory names training frameworks write
 # (checkpoint-layouts.md §7). Accelerate's checkpoint_{k} is a save counter,
 # not a step, and is deliberately absent.
@@ -88,6 +73,23 @@ STEP_PATTERNS = [
     re.compile(r"^iter_(\d+)$"),  # Megatron
     re.compile(r"^step-?(\d+)$"),  # torchtitan (step-N), OLMo-core (stepN)
 ]
+
+# A shard of a sharded safetensors checkpoint: model-00001-of-00004.safetensors.
+SHARD_NAME = re.compile(r"^(.*)-(\d+)-of-(\d+)\.safetensors$")
+
+# Model files of a torch-pickle checkpoint directory, by producer.
+TORCH_MODEL_FILES = ("pytorch_model.bin", "ckpt.pt", "model.pt", "model.pth", "consolidated.00.pth")
+DEEPSPEED_MODEL_FILE = "mp_rank_00_model_states.pt"
+# OLMo-core `train/checkpoint.py`: stepN/model_and_optim/ (DCP), stepN/train/rankR.pt,
+# and stepN/.metadata.json, written once everything else is saved.
+OLMO_CORE_MODEL_DIR = "model_and_optim"
+OLMO_CORE_DONE = ".metadata.json"
+# Where a step may be recorded inside a checkpoint, when its name carries none.
+META_STEPS = ("iteration", "iter_num", "global_steps", "global_step")
+
+EXPECTED = ("*.safetensors (+ *.safetensors.index.json), pytorch_model.bin (+ index), a .pt/.pth file "
+            "(nanoGPT ckpt.pt, ...), a DCP directory (.metadata + *.distcp), a Megatron iter_NNNNNNN directory "
+            "(mp_rank_XX/model_optim_rng.pt) or a DeepSpeed global_stepN directory (mp_rank_00_model_states.pt)")
 
 
 def step_from_name(name: str) -> int | None:
@@ -99,29 +101,141 @@ def step_from_name(name: str) -> int | None:
 
 
 def open_checkpoint(path: str | Path) -> Checkpoint:
-    """Open a checkpoint directory or file without reading any tensor data."""
+    """Open a checkpoint directory or file. Reads headers, indexes and pickle
+    structure (memory-mapped), never tensor data."""
     path = Path(path)
     if not path.exists():
         raise CkptScanError("no such file or directory", path=path)
     if path.is_file():
-        if path.suffix == ".safetensors":
-            config = _read_config(path.parent / "config.json")
-            return Checkpoint(path, "safetensors", step_from_name(path.parent.name), SafetensorsSource([path]),
-                              config, [path])
-        raise CkptScanError("unsupported checkpoint file (expected .safetensors)", path=path)
-    if not path.is_dir():
+        checkpoint = _open_file(path)
+    elif path.is_dir():
+        checkpoint = _open_dir(path)
+    else:
         raise CkptScanError("not a file or directory", path=path)
+    if checkpoint.step is None:
+        checkpoint.step = next((v for k in META_STEPS if isinstance(v := checkpoint.meta.get(k), int)
+                                and not isinstance(v, bool)), None)
+    if fp8.has_block_scaled_fp8(checkpoint.tensors):
+        checkpoint.tensors = fp8.BlockFp8Source(checkpoint.tensors, fp8.block_size(checkpoint.config), path)
+    return checkpoint
 
-    config = _read_config(path / "config.json")
-    step = step_from_name(path.name)
+
+def _open_file(path: Path) -> Checkpoint:
+    name, folder = path.name, path.parent
+    if name.endswith(".safetensors.index.json"):
+        source = _sharded_safetensors(path)
+        return Checkpoint(path, "safetensors-sharded", _step(folder), source, _read_config(folder / "config.json"),
+                          [path, *source.files])
+    if name.endswith(".bin.index.json"):
+        return _torch_index(path)
+    if name.endswith(".safetensors"):
+        return Checkpoint(path, "safetensors", _step(folder), SafetensorsSource([path]),
+                          _read_config(folder / "config.json"), [path])
+    if name == megatron.RANK_FILE and megatron.RANK_DIR.match(folder.name):
+        return _megatron_legacy(folder.parent)
+    if name == dcp.METADATA_FILE:
+        return _dcp(folder)
+    if path.suffix in (".bin", ".pt", ".pth", ".ckpt"):
+        return _torch_file(path)
+    raise CkptScanError(f"unsupported checkpoint file; expected {EXPECTED}", path=path)
+
+
+def _open_dir(path: Path) -> Checkpoint:
     indexes = sorted(path.glob("*.safetensors.index.json"))
     if indexes:
-        source = _sharded_safetensors(indexes[0])
-        return Checkpoint(path, "safetensors-sharded", step, source, config, [indexes[0], *source.files])
+        return _open_file(indexes[0])
     files = sorted(path.glob("*.safetensors"))
     if files:
-        return Checkpoint(path, "safetensors", step, SafetensorsSource(files), config, files)
-    raise CkptScanError("no checkpoint found here (no *.safetensors files or index)", path=path)
+        _require_every_shard(path, files)
+        return Checkpoint(path, "safetensors", _step(path), SafetensorsSource(files),
+                          _read_config(path / "config.json"), files)
+    bin_indexes = sorted(path.glob("*.bin.index.json"))
+    if bin_indexes:
+        return _torch_index(bin_indexes[0])
+    if (path / dcp.METADATA_FILE).is_file():
+        return _dcp(path)
+    if megatron.is_legacy_dir(path):
+        return _megatron_legacy(path)
+    if (path / DEEPSPEED_MODEL_FILE).is_file():
+        if (path / "mp_rank_01_model_states.pt").exists():
+            raise CkptScanError("DeepSpeed model-parallel checkpoint (mp_rank_01_model_states.pt): merging its "
+                                "shards is not supported", path=path)
+        return _torch_file(path / DEEPSPEED_MODEL_FILE)
+    for name in TORCH_MODEL_FILES:
+        if (path / name).is_file():
+            return _torch_file(path / name)
+    # The checkpoint one level down: OLMo-core `stepN/model_and_optim/`, HF FSDP
+    # `pytorch_model_fsdp_0/` (beside `optimizer_0/`), DeepSpeed `checkpoint-N/global_stepN/`.
+    inner = [d for d in sorted(path.iterdir()) if d.is_dir() and not d.name.startswith("optim") and
+             ((d / dcp.METADATA_FILE).is_file() or (d / DEEPSPEED_MODEL_FILE).is_file())]
+    if len(inner) == 1:
+        if inner[0].name == OLMO_CORE_MODEL_DIR and not (path / OLMO_CORE_DONE).is_file():
+            raise CkptScanError(f"OLMo-core checkpoint without {OLMO_CORE_DONE}, which is written last: still "
+                                "being written, or incomplete", path=path)
+        checkpoint = _open_dir(inner[0])
+        checkpoint.path, checkpoint.step = path, _step(path) if _step(path) is not None else checkpoint.step
+        if checkpoint.config is None:  # OLMo-core's ConfigSaverCallback writes stepN/config.json
+            checkpoint.config = _read_config(path / "config.json")
+        return checkpoint
+    if len(inner) > 1:
+        raise CkptScanError(f"several checkpoints inside ({', '.join(d.name for d in inner)}); open one of them",
+                            path=path)
+    raise CkptScanError(f"no checkpoint recognised here; expected {EXPECTED}", path=path)
+
+
+def _require_every_shard(folder: Path, files: list[Path]) -> None:
+    """Shards `name-0000i-of-0000n.safetensors` found without their index:
+    all n must be there, else this is a save in progress (the index is
+    written last), not a checkpoint with fewer tensors."""
+    present = {f.name for f in files}
+    for file in files:
+        match = SHARD_NAME.match(file.name)
+        if match:
+            prefix, index, total = match.groups()
+            missing = [n for i in range(1, int(total) + 1)
+                       if (n := f"{prefix}-{i:0{len(index)}d}-of-{total}.safetensors") not in present]
+            if missing:
+                raise CkptScanError(f"shard '{missing[0]}' and the index are missing (checkpoint still being "
+                                    "written, or incomplete)", path=folder)
+
+
+def _step(folder: Path) -> int | None:
+    return step_from_name(folder.name)
+
+
+def _torch_file(path: Path) -> Checkpoint:
+    source, meta, kind = torch_pickle.open_torch_file(path)
+    step = _step(path.parent)
+    if step is None and path.parent.name.startswith("mp_rank_"):
+        step = _step(path.parent.parent)
+    return Checkpoint(path, kind, step, source, _read_config(path.parent / "config.json"), [path], meta)
+
+
+def _torch_index(index_path: Path) -> Checkpoint:
+    index = _read_json(index_path)
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CkptScanError("index has no 'weight_map'", path=index_path)
+    _check_shard_names(index_path, weight_map)
+    source = torch_pickle.open_torch_index(index_path, {str(k): str(v) for k, v in weight_map.items()})
+    folder = index_path.parent
+    return Checkpoint(folder, "torch-sharded", _step(folder), source, _read_config(folder / "config.json"),
+                      [index_path, *sorted(set(source.shards.values()))])
+
+
+def _dcp(directory: Path) -> Checkpoint:
+    source, meta, files = dcp.open_dcp(directory)
+    step = _step(directory) if _step(directory) is not None else _step(directory.parent)
+    config = _read_config(directory / "config.json")
+    if megatron.is_torch_dist(directory):
+        stacked, megatron_meta = megatron.open_torch_dist(source)
+        return Checkpoint(directory, "megatron-torch_dist", step, stacked, config, files, {**meta, **megatron_meta})
+    return Checkpoint(directory, "dcp", step, source, config, files, meta)
+
+
+def _megatron_legacy(directory: Path) -> Checkpoint:
+    source, meta, files = megatron.open_legacy(directory)
+    return Checkpoint(directory, "megatron", _step(directory), source, None, files, meta)
 
 
 def _sharded_safetensors(index_path: Path) -> SafetensorsSource:
@@ -129,6 +243,7 @@ def _sharded_safetensors(index_path: Path) -> SafetensorsSource:
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise CkptScanError("index has no 'weight_map'", path=index_path)
+    _check_shard_names(index_path, weight_map)
     shards = sorted({str(s) for s in weight_map.values()})
     files = []
     for shard in shards:
@@ -138,6 +253,16 @@ def _sharded_safetensors(index_path: Path) -> SafetensorsSource:
                                 path=index_path)
         files.append(file)
     return SafetensorsSource(files, {str(k): str(v) for k, v in weight_map.items()}, index_path)
+
+
+def _check_shard_names(index_path: Path, weight_map: dict[str, Any]) -> None:
+    """An index names shards inside its own directory: an absolute path or
+    '..' would read another checkpoint's (or any file's) data as this one's."""
+    for name, shard in weight_map.items():
+        parts = Path(str(shard)).parts
+        if not isinstance(shard, str) or not parts or Path(shard).is_absolute() or ".." in parts:
+            raise CkptScanError(f"the index names shard {shard!r}, which is not a file in the index's directory",
+                                path=index_path, tensor=str(name))
 
 
 def _read_config(path: Path) -> dict[str, Any] | None:
@@ -154,5 +279,7 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise CkptScanError(f"cannot read: {e.strerror or e}", path=path) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, ValueError) as e:  # ValueError: JSONDecodeError, ints past the digit limit
         raise CkptScanError(f"invalid JSON ({e})", path=path) from None
+    except RecursionError:
+        raise CkptScanError("invalid JSON (nested too deeply)", path=path) from None

@@ -9,11 +9,15 @@ storage wants, and every error can name the file and the tensor.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
+import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -23,22 +27,28 @@ from ckptscan.errors import CkptScanError
 # corrupt or hostile file, refused before anything is allocated.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 
+# safetensors dtype -> torch attribute. Types this torch lacks (the unsigned
+# ones before 2.3) are left out, so reading them is a clear "unknown dtype"
+# error instead of an import failure.
+_DTYPE_NAMES = {
+    "BOOL": "bool",
+    "U8": "uint8",
+    "I8": "int8",
+    "I16": "int16",
+    "I32": "int32",
+    "I64": "int64",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F32": "float32",
+    "F64": "float64",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "U16": "uint16",
+    "U32": "uint32",
+    "U64": "uint64",
+}
 DTYPES: dict[str, torch.dtype] = {
-    "BOOL": torch.bool,
-    "U8": torch.uint8,
-    "I8": torch.int8,
-    "I16": torch.int16,
-    "I32": torch.int32,
-    "I64": torch.int64,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "F32": torch.float32,
-    "F64": torch.float64,
-    "F8_E4M3": torch.float8_e4m3fn,
-    "F8_E5M2": torch.float8_e5m2,
-    "U16": torch.uint16,
-    "U32": torch.uint32,
-    "U64": torch.uint64,
+    name: getattr(torch, attr) for name, attr in _DTYPE_NAMES.items() if hasattr(torch, attr)
 }
 
 
@@ -60,24 +70,31 @@ class TensorEntry:
 def read_header(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
     """Validate a safetensors header; return its tensors and `__metadata__`."""
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            prefix = f.read(8)
+        # O_NONBLOCK: a named pipe posing as a shard must not block open().
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise CkptScanError("not a regular file", path=path)
+            size = st.st_size
+            prefix = _pread_exactly(fd, 8, 0)
             if len(prefix) < 8:
                 raise CkptScanError("not a safetensors file (shorter than its 8-byte header length)", path=path)
             header_len = int.from_bytes(prefix, "little")
+            # Both checks come before any allocation: a length of 2**63 costs nothing.
             if header_len > MAX_HEADER_BYTES or 8 + header_len > size:
                 raise CkptScanError(
                     f"corrupt safetensors header: declares {header_len} header bytes but the file has {size} bytes",
                     path=path,
                 )
-            raw = f.read(header_len)
+            raw = _pread_exactly(fd, header_len, 8)
+        finally:
+            os.close(fd)
     except OSError as e:
         raise CkptScanError(f"cannot read: {e.strerror or e}", path=path) from None
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CkptScanError(f"corrupt safetensors header: invalid JSON ({e})", path=path) from None
+    if len(raw) < header_len:
+        raise CkptScanError("file ends inside its header (truncated while being read?)", path=path)
+    header = _parse_json(path, raw)
     if not isinstance(header, dict):
         raise CkptScanError("corrupt safetensors header: not a JSON object", path=path)
 
@@ -100,15 +117,23 @@ def read_tensor(entry: TensorEntry, name: str, rows: tuple[int, int] | None = No
             raise CkptScanError(f"rows {lo}:{hi} out of range for shape {list(shape)}", path=entry.file, tensor=name)
         row_bytes = math.prod(shape[1:]) * entry.itemsize
         start, nbytes, shape = start + lo * row_bytes, (hi - lo) * row_bytes, (hi - lo, *shape[1:])
+    if nbytes > physical_memory():
+        # A sparse file can declare a terabyte tensor at no cost; zero-filling
+        # the buffer would end in the OOM killer, not an error message.
+        raise CkptScanError(f"this tensor needs {nbytes / 2**30:.1f} GiB, more than this machine's memory "
+                            f"({physical_memory() / 2**30:.1f} GiB)", path=entry.file, tensor=name)
     buf = bytearray(nbytes)
     try:
-        fd = os.open(entry.file, os.O_RDONLY)
+        fd = os.open(entry.file, os.O_RDONLY | os.O_NONBLOCK)
         try:
             view, done = memoryview(buf), 0
             while done < nbytes:
                 got = os.preadv(fd, [view[done:]], start + done)
                 if got == 0:
-                    raise CkptScanError("file ends inside this tensor's data (truncated?)", path=entry.file, tensor=name)
+                    # The file shrank after its header was validated: never
+                    # hand back a tensor whose tail is zeros.
+                    raise CkptScanError("file ends inside this tensor's data (truncated?)",
+                                        path=entry.file, tensor=name)
                 done += got
         finally:
             os.close(fd)
@@ -119,6 +144,57 @@ def read_tensor(entry: TensorEntry, name: str, rows: tuple[int, int] | None = No
     return torch.frombuffer(buf, dtype=DTYPES[entry.dtype]).reshape(shape)
 
 
+@functools.cache
+def physical_memory() -> int:
+    """Bytes of RAM, or no limit where the platform does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return sys.maxsize
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing repeated keys: json.loads would silently keep
+    the last, hiding a tensor that a checker of the other copy would see."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _DuplicateKey(key)
+        seen.add(key)
+    return dict(pairs)
+
+
+def _parse_json(path: Path, raw: bytes) -> Any:
+    try:
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except _DuplicateKey as e:
+        raise CkptScanError(f"corrupt safetensors header: '{e.key}' is defined more than once", path=path) from None
+    except (UnicodeDecodeError, ValueError) as e:
+        # ValueError covers JSONDecodeError and integer literals past
+        # Python's digit limit.
+        raise CkptScanError(f"corrupt safetensors header: invalid JSON ({e})", path=path) from None
+    except RecursionError:
+        raise CkptScanError("corrupt safetensors header: JSON nested too deeply", path=path) from None
+
+
+def _pread_exactly(fd: int, size: int, offset: int) -> bytes:
+    """Up to `size` bytes at `offset`; fewer only where the file ends."""
+    chunks, done = [], 0
+    while done < size:
+        chunk = os.pread(fd, size - done, offset + done)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        done += len(chunk)
+    return b"".join(chunks)
+
+
 def _entry(path: Path, name: str, info: object, data_start: int, data_len: int) -> TensorEntry:
     def bad(why: str) -> CkptScanError:
         return CkptScanError(f"corrupt safetensors header: {why}", path=path, tensor=name)
@@ -126,7 +202,7 @@ def _entry(path: Path, name: str, info: object, data_start: int, data_len: int) 
     if not isinstance(info, dict):
         raise bad("entry is not an object")
     dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-    if dtype not in DTYPES:
+    if not isinstance(dtype, str) or dtype not in DTYPES:
         raise bad(f"unknown dtype {dtype!r}")
     if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
         raise bad(f"invalid shape {shape!r}")

@@ -18,6 +18,7 @@ def fmt(value: float | None) -> str:
 
 def pair_table(report: ScanReport, pair: PairResult) -> Table:
     has_router = any(layer.router is not None for layer in pair.layers)
+    has_routing = any(layer.router is not None and layer.router.routing_entropy is not None for layer in pair.layers)
     title = f"{_step(pair.from_step, pair.from_path)} → {_step(pair.to_step, pair.to_path)}"
     table = Table(title=title, title_justify="left", header_style="bold")
     # H: spectral entropy (nats), mean over heads; "min" is the worst head.
@@ -26,6 +27,10 @@ def pair_table(report: ScanReport, pair: PairResult) -> Table:
     if has_router:
         table.add_column("ε", justify="right", no_wrap=True)
         table.add_column("cos", justify="right", no_wrap=True)
+    if has_routing:
+        # Probe routing at the newer checkpoint: per-token H(p) mean and 5th percentile (nats).
+        for name in ["route H", "route p05", "load CV", "dead"]:
+            table.add_column(name, justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
     for layer in pair.layers:
         att = layer.attention
@@ -40,6 +45,12 @@ def pair_table(report: ScanReport, pair: PairResult) -> Table:
         if has_router:
             router = layer.router
             row += [fmt(router.epsilon), fmt(router.cosine_similarity)] if router else ["–", "–"]
+        if has_routing:
+            router = layer.router
+            row += [
+                fmt(router.routing_entropy), fmt(router.routing_entropy_p05), fmt(router.load_cv),
+                "–" if router.dead_experts is None else str(router.dead_experts),
+            ] if router else ["–"] * 4
         row.append(Text(layer.status, style=STATUS_STYLE.get(layer.status, "")))
         table.add_row(*row)
     return table
@@ -57,10 +68,16 @@ def print_pair(console: Console, report: ScanReport, pair: PairResult) -> None:
 def print_model(console: Console, report: ScanReport) -> None:
     m = report.model
     experts = f", {m.num_experts} experts" + (f" top-{m.top_k}" if m.top_k else "") if m.num_experts else ""
-    console.print(
-        f"[bold]{m.family}[/]: {m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads / "
-        f"{m.num_kv_heads} KV heads, head_dim {m.head_dim}{experts}"
-    )
+    console.print(Text.assemble(
+        (m.family, "bold"),
+        f": {m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads / "
+        f"{m.num_kv_heads} KV heads, head_dim {m.head_dim}{experts}",
+    ))
+    if report.probe is not None:
+        top_k = next((layer.router.routing_top_k for pair in report.pairs for layer in pair.layers
+                      if layer.router is not None and layer.router.routing_top_k), None)
+        assumed = f" (the config gives no top-k: expert load assumes top-{top_k})" if top_k and not m.top_k else ""
+        console.print(f"probe: {report.probe}{assumed}", highlight=False)
 
 
 def print_summary(console: Console, report: ScanReport) -> None:

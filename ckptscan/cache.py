@@ -1,0 +1,144 @@
+"""Incremental cache of per-pair metrics, so a nightly job over a growing run
+computes only the pairs it has not seen.
+
+One JSON file per pair under `<cache dir>/pairs/`, named by the SHA-256 of
+its key. The key holds:
+- each checkpoint's identity: resolved path, and for every file (weights,
+  index, config.json) its size, modification time (ns) and a hash of its
+  header bytes (the safetensors JSON header; small files whole);
+- the tool: its version and a hash of the source of the modules that compute
+  metrics (so a changed monitor never serves stale numbers);
+- the monitor settings: every `ScanOptions` field that can change a number
+  (precision, layers, heads, head overrides, device, probe file identity…).
+Only metrics are cached, never findings: detection always runs afresh, so
+changed thresholds apply to cached pairs too.
+
+The default location is the user cache directory (`$XDG_CACHE_HOME/ckptscan`,
+else `~/.cache/ckptscan`), never a checkpoint directory. Writes are atomic
+(temp file + rename); an unreadable or mismatched entry is recomputed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import ckptscan
+from ckptscan.readers import Checkpoint
+from ckptscan.report.json import write_atomic
+from ckptscan.results import LayerResult, from_dict
+
+CACHE_FORMAT = 1
+# ScanOptions fields that cannot change a metric: detection settings and scheduling.
+_NOT_IN_KEY = ("thresholds", "progress", "workers")
+# Modules whose code decides the numbers a pair's metrics hold.
+_METRIC_SOURCES = ("scan.py", "probe.py", "results.py", "monitors", "layouts", "readers")
+# Files up to this size are hashed whole (config.json, shard index); larger
+# non-safetensors files hash their first this-many bytes.
+_WHOLE_FILE_BYTES = 1 << 20
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME")
+    return (Path(base) if base else Path.home() / ".cache") / "ckptscan"
+
+
+class PairCache:
+    """Per-pair LayerResults on disk; counts hits and misses."""
+
+    def __init__(self, directory: str | Path, options: Any):
+        self.directory = Path(directory)
+        self.settings = settings_fingerprint(options)
+        self.hits = 0
+        self.misses = 0
+        self.write_error: str | None = None  # the cache is an optimisation: a failed write is reported, not fatal
+
+    def key(self, older: Checkpoint, newer: Checkpoint) -> dict[str, Any]:
+        return {"format": CACHE_FORMAT, "tool": tool_fingerprint(), "settings": self.settings,
+                "older": checkpoint_identity(older), "newer": checkpoint_identity(newer)}
+
+    def get(self, key: dict[str, Any]) -> list[LayerResult] | None:
+        path = self._path(key)
+        try:
+            entry = json.loads(path.read_text(encoding="utf-8"))
+            if entry.get("key") != key:
+                raise ValueError("key mismatch")
+            layers = [from_dict(LayerResult, layer) for layer in entry["layers"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            self.misses += 1
+            return None
+        self.hits += 1
+        return layers
+
+    def put(self, key: dict[str, Any], layers: list[LayerResult]) -> None:
+        # allow_nan: the cache must give back exactly what was computed.
+        text = json.dumps({"key": key, "layers": [metrics_dict(layer) for layer in layers]}, allow_nan=True)
+        try:
+            write_atomic(self._path(key), text)
+        except OSError as e:
+            self.write_error = f"{self.directory}: {e.strerror or e}"
+
+    def _path(self, key: dict[str, Any]) -> Path:
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+        return self.directory / "pairs" / f"{digest}.json"
+
+
+def metrics_dict(layer: LayerResult) -> dict[str, Any]:
+    """A layer's metrics without detection's findings and status."""
+    data = dataclasses.asdict(layer)
+    data.pop("findings")
+    data.pop("status")
+    return data
+
+
+def checkpoint_identity(ckpt: Checkpoint) -> dict[str, Any]:
+    files = sorted({*ckpt.files, *([ckpt.path / "config.json"] if ckpt.path.is_dir() else [])})
+    return {"path": str(Path(ckpt.path).resolve()),
+            "files": [_file_identity(f) for f in files if f.is_file()]}
+
+
+def settings_fingerprint(options: Any) -> dict[str, str]:
+    settings = {}
+    for f in dataclasses.fields(options):
+        if f.name in _NOT_IN_KEY:
+            continue
+        value = getattr(options, f.name)
+        path = getattr(value, "path", None)  # a probe: its file's identity, not its object
+        settings[f.name] = json.dumps(_file_identity(Path(path))) if path is not None else repr(value)
+    return settings
+
+
+@functools.cache
+def tool_fingerprint() -> str:
+    """ckptscan's version and a hash of the source that computes metrics."""
+    root = Path(ckptscan.__file__).parent
+    digest = hashlib.sha256()
+    for name in _METRIC_SOURCES:
+        target = root / name
+        for source in sorted(target.rglob("*.py")) if target.is_dir() else [target]:
+            digest.update(str(source.relative_to(root)).encode())
+            digest.update(source.read_bytes())
+    return f"{ckptscan.__version__}+{digest.hexdigest()[:16]} torch {torch.__version__}"
+
+
+def _file_identity(path: Path) -> dict[str, Any]:
+    st = path.stat()
+    return {"name": path.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "header_sha256": _header_hash(path)}
+
+
+def _header_hash(path: Path) -> str:
+    with path.open("rb") as f:
+        if path.suffix == ".safetensors":
+            prefix = f.read(8)
+            length = int.from_bytes(prefix, "little") if len(prefix) == 8 else 0
+            data = prefix + f.read(min(length, _WHOLE_FILE_BYTES * 100))
+        else:
+            data = f.read(_WHOLE_FILE_BYTES)
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,91 @@
+"""The monitored series: which number, which family, which side is bad, and
+how far each may be trusted on its own.
+
+Why these settings (measured on healthy and fault-injected runs of the
+experiments' trainer; the README's "How ckptscan decides" has the numbers):
+
+- Normalised entropies are scale-free, so learning-rate warm-up and decay do
+  not move them; in healthy runs the Δ2 and ΔW entropies rise after warm-up
+  and then stay flat. Their baseline never follows a falling trend, and a
+  frozen post-warm-up level is checked too (a slow fault is still a fault).
+- Routing entropy falls for hundreds of steps in healthy MoE runs as experts
+  specialise, and router ε keeps rising: their baselines follow the trend
+  (Theil–Sen slope) and only a departure from it counts.
+- Router ε and row cosine similarity move either way in router faults (rows
+  diverge in a stable-winner collapse; the paper's collapse makes them
+  alike), so both sides are judged. Cosine similarity drifts in early
+  healthy training and is then nearly constant.
+- Norms (the logit bound ‖Q_hᵀK_g‖₂) grow with the learning rate in healthy
+  runs: judged on a log scale, following the trend, upward only.
+- Router ε is a ratio over the mean router row, a near-cancellation: its
+  level differs by 20–30 % between seeds of one recipe, so it is never
+  compared with a reference run, only with its own history.
+- Not judged: update sizes (they follow the learning-rate schedule) and the
+  router update's entropy ΔWr (flat in router faults, moved by attention
+  faults: no information about the router's mechanism).
+- "alone": the most severe finding a monitor may raise by itself. The
+  specific monitors (Δ2 entropy for attention, routing entropy for the
+  router: they never came near their alarm levels in healthy runs or in the
+  other family's faults) may alert alone; the others may warn alone and reach
+  alert only when a specific monitor of the same family in the same layer is
+  at least at warn on the same pair. Without a probe the router family has
+  no specific monitor: weight-only router findings then warn, and only the
+  hard floors alert.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ckptscan.detection.series import SeriesSpec
+from ckptscan.results import LayerResult
+
+
+@dataclass(frozen=True)
+class Monitor:
+    name: str  # the field name in the JSON report
+    family: str  # "attention" | "router"
+    label: str  # short name for tables and messages
+    spec: SeriesSpec
+    alone: str  # "alert" | "warn"
+    read: Callable[[LayerResult], float | None]
+    # Is the level comparable between two runs of one recipe (a reference run)?
+    across_runs: bool = True
+
+
+def _attention(field: str) -> Callable[[LayerResult], float | None]:
+    return lambda layer: getattr(layer.attention, field) if layer.attention is not None else None
+
+
+def _router(field: str) -> Callable[[LayerResult], float | None]:
+    def read(layer: LayerResult) -> float | None:
+        value = getattr(layer.router, field) if layer.router is not None else None
+        return None if value is None else float(value)
+
+    return read
+
+
+MONITORS: tuple[Monitor, ...] = (
+    Monitor("delta2_entropy_norm", "attention", "Δ2 H/ln n",
+            SeriesSpec("low", min_scale=0.01), "alert", _attention("delta2_entropy_norm")),
+    Monitor("delta2_entropy_norm_min", "attention", "Δ2 H/ln n (worst head)",
+            SeriesSpec("low", min_scale=0.02), "warn", _attention("delta2_entropy_norm_min")),
+    Monitor("dwq_entropy_norm", "attention", "ΔWq H/ln r",
+            SeriesSpec("low", min_scale=0.01), "warn", _attention("dwq_entropy_norm")),
+    Monitor("dwk_entropy_norm", "attention", "ΔWk H/ln r",
+            SeriesSpec("low", min_scale=0.01), "warn", _attention("dwk_entropy_norm")),
+    Monitor("qk_logit_bound", "attention", "logit bound",
+            SeriesSpec("high", min_scale=0.05, follow_trend=True, log=True), "warn", _attention("qk_logit_bound")),
+    Monitor("routing_entropy_norm", "router", "routing H/ln E",
+            SeriesSpec("low", min_scale=0.01, follow_trend=True), "alert", _router("routing_entropy_norm")),
+    Monitor("load_cv", "router", "load CV",
+            SeriesSpec("high", min_scale=0.05, follow_trend=True), "warn", _router("load_cv")),
+    Monitor("cosine_similarity", "router", "router cos",
+            SeriesSpec("both", min_scale=0.01), "warn", _router("cosine_similarity")),
+    Monitor("epsilon", "router", "router ε",
+            SeriesSpec("both", min_scale=0.02, follow_trend=True, log=True), "warn", _router("epsilon"),
+            across_runs=False),
+)
+
+BY_NAME = {m.name: m for m in MONITORS}

@@ -1,0 +1,240 @@
+"""The self-baseline alarm on one (layer, monitor) series over a run.
+
+A healthy run is not stationary, so a value is judged against what the
+series' own healthy history predicts, not against a fixed number:
+
+- trend: a robust local baseline from the last `window` accepted (healthy)
+  points: their median level, plus their Theil–Sen slope when the monitor is
+  known to drift in healthy runs (routing entropy falls as experts
+  specialise). A slope away from a one-sided monitor's alarm side is never
+  extrapolated: a rising entropy that then plateaus must not look like a fall.
+- level: for monitors that do not drift in healthy runs, also the frozen
+  level of the first `window` accepted points after warm-up. It catches a
+  slow departure that the trailing baseline would absorb.
+- reference: an expected value and scale per point from a known-healthy run.
+
+The noise sigma comes from the successive differences of the healthy points
+(a slow trend shifts their median, not their spread), floored at the
+monitor's resolution `min_scale` and inflated while few points are known.
+A point's departure ("excess") is how many sigmas it lies beyond the
+expected value on the alarm side (one-sided; for "both", on the side it
+lies), the largest over the rules. A warning needs `consecutive` points in a
+row at ≥ `warn_sigma`, or one point at ≥ `alert_sigma`; an alert needs
+`consecutive` points in a row at ≥ `alert_sigma`. A point at ≥ `warn_sigma`
+is never accepted into the baseline: a fault must not teach the baseline.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+# MAD -> standard deviation for normal data.
+MAD_TO_SIGMA = 1.4826
+# The variance of a median of n normal values is about (π/2)·σ²/n.
+MEDIAN_VARIANCE = math.pi / 2
+# Noise is estimated from the last NOISE_WINDOWS baseline windows of healthy points.
+NOISE_WINDOWS = 4
+# Small-sample inflation of the noise estimate: × (1 + SMALL_SAMPLE / number of differences).
+SMALL_SAMPLE = 4.0
+
+
+@dataclass(frozen=True)
+class SeriesSpec:
+    bad: str  # "low" | "high" | "both": the alarm side
+    min_scale: float  # smallest sigma (in judged units): the resolution below which changes do not matter
+    follow_trend: bool = False  # healthy runs drift: extrapolate the drift (toward the alarm side only)
+    log: bool = False  # judge log(value): a positive, scale-dependent metric
+
+
+@dataclass(frozen=True)
+class SeriesSettings:
+    warn_sigma: float = 4.0
+    alert_sigma: float = 6.0
+    consecutive: int = 2
+    window: int = 8  # healthy points in a baseline
+    min_points: int = 5  # fewer healthy points than this: the self-baseline is not judged yet
+    start: int = 0  # index of the first point after warm-up
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """An externally given expected value and robust sigma, in judged units."""
+
+    center: float
+    scale: float
+
+
+@dataclass
+class Point:
+    """The verdict on one point. Values are in the monitor's own units."""
+
+    state: str  # "missing" | "warmup" | "baseline" | "ok" | "warn" | "alert"
+    value: float | None = None
+    expected: float | None = None
+    excess: float | None = None  # robust sigmas beyond `expected` on the alarm side
+    rule: str | None = None  # "trend" | "level" | "reference": the rule that saw the largest excess
+    warn_at: float | None = None  # value at which the point reaches warn_sigma
+    alert_at: float | None = None
+    onset: int | None = None  # index where the current run of departures began
+
+
+@dataclass
+class _Judgement:
+    excess: float
+    center: float
+    scale: float
+    rule: str
+    side: float  # +1: the alarm bound is above the center, -1: below
+
+
+def _judge(y: float, center: float, scale: float, rule: str, bad: str) -> _Judgement:
+    """One-sided departure toward the alarm side (for "both", toward the side y is on)."""
+    side = -1.0 if bad == "low" or (bad == "both" and y < center) else 1.0
+    return _Judgement(side * (y - center) / scale, center, scale, rule, side)
+
+
+def robust_center_scale(values: Sequence[float], min_scale: float) -> tuple[float, float]:
+    """Median and MAD-based sigma, the sigma floored at `min_scale`."""
+    center = statistics.median(values)
+    mad = statistics.median(abs(v - center) for v in values)
+    return center, max(MAD_TO_SIGMA * mad, min_scale)
+
+
+def difference_scale(values: Sequence[float], min_scale: float) -> float:
+    """Noise sigma from successive differences: a slow trend moves their
+    median, not their spread, so drift does not pass for noise."""
+    diffs = [b - a for a, b in zip(values, values[1:])]
+    if not diffs:
+        return min_scale
+    center = statistics.median(diffs)
+    mad = statistics.median(abs(d - center) for d in diffs)
+    return max(MAD_TO_SIGMA * mad / math.sqrt(2), min_scale)
+
+
+def theil_sen_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Median of the pairwise slopes: a line fit that ignores outliers."""
+    slopes = [
+        (ys[j] - ys[i]) / (xs[j] - xs[i])
+        for i in range(len(xs))
+        for j in range(i + 1, len(xs))
+        if xs[j] != xs[i]
+    ]
+    return statistics.median(slopes) if slopes else 0.0
+
+
+def track(
+    steps: Sequence[float],
+    values: Sequence[float | None],
+    spec: SeriesSpec,
+    settings: SeriesSettings,
+    reference: Sequence[Expectation | None] | None = None,
+) -> list[Point]:
+    """Judge every point of a series in step order, as a nightly job would have
+    seen it (each verdict uses only earlier points)."""
+    points: list[Point] = []
+    accepted: list[int] = []
+    judged: list[float] = []  # judged (possibly log) values by index; nan = missing
+    excess: dict[int, float] = {}
+    streak: list[int] = []  # indices of the current run of points at ≥ warn_sigma
+    for i, (step, raw) in enumerate(zip(steps, values)):
+        y = _judged_value(raw, spec.log)
+        judged.append(y)
+        if math.isnan(y):
+            points.append(Point("missing", raw))
+            continue
+        if i < settings.start:
+            points.append(Point("warmup", raw))
+            continue
+        external = reference[i] if reference is not None else None
+        if len(accepted) < settings.min_points and external is None:
+            accepted.append(i)
+            points.append(Point("baseline", raw))
+            continue
+        judgements = []
+        if len(accepted) >= settings.min_points:
+            noise = _noise([judged[j] for j in accepted[-NOISE_WINDOWS * settings.window:]], spec.min_scale)
+            window = accepted[-settings.window:]
+            judgements.append(_trend([steps[j] for j in window], [judged[j] for j in window], step, y, noise, spec))
+            if not spec.follow_trend:
+                judgements.append(_level([judged[j] for j in accepted[: settings.window]], y, noise, spec))
+        if external is not None:
+            judgements.append(_judge(y, external.center, external.scale, "reference", spec.bad))
+        worst = max(judgements, key=lambda j: j.excess)
+        excess[i] = worst.excess
+        if worst.excess >= settings.warn_sigma:
+            streak.append(i)
+        else:
+            streak = []
+            accepted.append(i)
+        state = "ok"
+        if len(streak) >= settings.consecutive:
+            recent = streak[-settings.consecutive:]
+            state = "alert" if all(excess[j] >= settings.alert_sigma for j in recent) else "warn"
+        elif worst.excess >= settings.alert_sigma:
+            state = "warn"  # a large departure is worth a warning at once; an alert needs it confirmed
+        points.append(Point(
+            state=state,
+            value=raw,
+            expected=_unjudged(worst.center, spec.log),
+            excess=worst.excess,
+            rule=worst.rule,
+            warn_at=_unjudged(worst.center + worst.side * settings.warn_sigma * worst.scale, spec.log),
+            alert_at=_unjudged(worst.center + worst.side * settings.alert_sigma * worst.scale, spec.log),
+            onset=streak[0] if streak else None,
+        ))
+    return points
+
+
+def _noise(values: list[float], min_scale: float) -> float:
+    """Noise sigma of the healthy points, inflated while there are few of them
+    (a spread estimated from 3 differences can be far too small)."""
+    return difference_scale(values, min_scale) * (1 + SMALL_SAMPLE / (len(values) - 1))
+
+
+def _trend(xs: list[float], ys: list[float], x: float, y: float, noise: float, spec: SeriesSpec) -> _Judgement:
+    """Departure from the local robust baseline of the last healthy points."""
+    n = len(ys)
+    slope = theil_sen_slope(xs, ys) if spec.follow_trend else 0.0
+    # Only a drift toward the alarm side is extrapolated.
+    if spec.bad == "low" and slope > 0 or spec.bad == "high" and slope < 0:
+        slope = 0.0
+    if slope == 0:
+        center = statistics.median(ys)
+        widen = math.sqrt(1 + MEDIAN_VARIANCE / n)
+    else:
+        intercept = statistics.median(yj - slope * xj for xj, yj in zip(xs, ys))
+        center = intercept + slope * x
+        # Prediction interval of a fitted line: extrapolating further is less certain.
+        mean_x = sum(xs) / n
+        spread = sum((xj - mean_x) ** 2 for xj in xs)
+        widen = math.sqrt(1 + MEDIAN_VARIANCE / n + ((x - mean_x) ** 2 / spread if spread > 0 else 0.0))
+    return _judge(y, center, noise * widen, "trend", spec.bad)
+
+
+def _level(ys: list[float], y: float, noise: float, spec: SeriesSpec) -> _Judgement:
+    """Departure from the frozen level of the first healthy points after warm-up."""
+    return _judge(y, statistics.median(ys), noise * math.sqrt(1 + MEDIAN_VARIANCE / len(ys)), "level", spec.bad)
+
+
+def _judged_value(raw: float | None, log: bool) -> float:
+    if raw is None or not math.isfinite(raw):
+        return math.nan
+    if log:
+        return math.log(raw) if raw > 0 else math.nan
+    return float(raw)
+
+
+def _unjudged(value: float, log: bool) -> float:
+    return math.exp(value) if log else value
+
+
+def first_judged(from_steps: Sequence[int | None], warmup_pairs: int, warmup_steps: int) -> int:
+    """Index of the first pair after warm-up: at least `warmup_pairs` pairs,
+    and every pair whose older checkpoint is before `warmup_steps`."""
+    start = min(warmup_pairs, len(from_steps))
+    while start < len(from_steps) and (from_steps[start] or 0) < warmup_steps:
+        start += 1
+    return start

@@ -1,0 +1,115 @@
+"""What ckptscan sees in a checkpoint or a run directory, as plain data.
+
+For a checkpoint: its format, step and files, the model family and head
+geometry with where each number came from, and per layer the exact tensors a
+scan reads, with their roles, shapes and stored dtypes. For a run directory:
+the checkpoints in step order, what was skipped and why, and the newest
+checkpoint described as above. When no layout fits, the description still
+holds the format and the checkpoint's tensor-name patterns (layer numbers as
+N), which is what a `--tensor-map` is written from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any, Sequence
+
+from ckptscan.discovery import NESTED, discover_run
+from ckptscan.errors import CkptScanError
+from ckptscan.layouts import HeadOverrides, TensorMap, resolve_layout
+from ckptscan.readers import Checkpoint, open_checkpoint, step_from_name
+
+# Metadata worth showing; `args` and the like are too large to print whole.
+SHOWN_META = ("key_prefix", "checkpoint_version", "tensor_parallel", "pipeline_parallel", "expert_parallel",
+              "stacked_layers", "sharded_backend", "iteration", "iter_num")
+_LAYER_NUMBER = re.compile(r"(?<=\.)\d+(?=\.)|^\d+(?=\.)")
+
+
+def inspect_path(
+    path: str | Path,
+    overrides: HeadOverrides = HeadOverrides(),
+    tensor_map: TensorMap | None = None,
+    layers: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """Describe a checkpoint, or a run directory of checkpoints.
+
+    A path that opens as a checkpoint is one; otherwise a directory with
+    step-named entries is a run. `layers` limits the per-layer listing.
+    """
+    path = Path(path)
+    try:
+        checkpoint = open_checkpoint(path)
+    except CkptScanError:
+        if not _looks_like_run(path):
+            raise
+        run = discover_run(path)
+        return {
+            "path": str(path),
+            "kind": "run",
+            "run": {
+                "checkpoints": [{"step": c.step, "path": str(c.path), "format": c.format} for c in run.checkpoints],
+                "skipped": run.skipped,
+            },
+            "checkpoint": describe_checkpoint(run.checkpoints[-1], overrides, tensor_map, layers),
+        }
+    return {"path": str(path), "kind": "checkpoint",
+            "checkpoint": describe_checkpoint(checkpoint, overrides, tensor_map, layers)}
+
+
+def describe_checkpoint(
+    checkpoint: Checkpoint,
+    overrides: HeadOverrides = HeadOverrides(),
+    tensor_map: TensorMap | None = None,
+    layers: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    tensors = checkpoint.tensors
+    out: dict[str, Any] = {
+        "path": str(checkpoint.path),
+        "format": checkpoint.format,
+        "step": checkpoint.step,
+        "files": [str(f) for f in checkpoint.files],
+        "num_tensors": len(tensors.keys()),
+        "meta": {k: checkpoint.meta[k] for k in SHOWN_META if isinstance(checkpoint.meta.get(k), (int, float, str))},
+        "config_model_type": (checkpoint.config or {}).get("model_type"),
+    }
+    if checkpoint.meta.get("omitted"):
+        out["meta"]["omitted_tensors"] = len(checkpoint.meta["omitted"])
+    try:
+        layout = resolve_layout(checkpoint, overrides, tensor_map)
+    except CkptScanError as e:
+        out["error"] = str(e)
+        out["name_patterns"] = name_patterns(tensors.keys())
+        return out
+    wanted = set(layers) if layers is not None else None
+    out["model"] = dataclasses.asdict(layout.info)
+    out["notes"] = list(layout.notes)
+    out["layers"] = [
+        {
+            "layer": plan.layer,
+            "tensors": [
+                {"name": name, "role": plan.roles.get(name, ""), "shape": list(tensors.shape(name)),
+                 "dtype": tensors.dtype(name)}
+                for name in plan.tensors
+            ],
+        }
+        for plan in layout.layers
+        if wanted is None or plan.layer in wanted
+    ]
+    return out
+
+
+def name_patterns(keys: Sequence[str]) -> list[dict[str, Any]]:
+    """Tensor names with layer numbers replaced by N, and how many names each covers."""
+    counts = Counter(_LAYER_NUMBER.sub("N", key) for key in keys)
+    return [{"pattern": pattern, "count": count} for pattern, count in sorted(counts.items())]
+
+
+def _looks_like_run(path: Path) -> bool:
+    if not path.is_dir():
+        return False
+    entries = list(path.iterdir())
+    return any(step_from_name(e.name) is not None for e in entries) or any(
+        e.name in NESTED and e.is_dir() for e in entries)

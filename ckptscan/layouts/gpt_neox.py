@@ -1,0 +1,40 @@
+"""GPT-NeoX / Pythia: fused `query_key_value` interleaved per head.
+
+`{prefix}layers.{i}.attention.query_key_value.weight` [3D, D] views as
+(H, 3d): head h is rows h·3d + [0:d] = q, [d:2d] = k, [2d:3d] = v (TF
+`gpt_neox/modeling_gpt_neox.py`), i.e. the grouped layout with G = H.
+Multi-head; head_size = hidden_size / num_attention_heads.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ckptscan.errors import CkptScanError
+from ckptscan.layouts.base import HeadOverrides, ModelInfo, ModelLayout, config_entry, find_layers
+from ckptscan.layouts.geometry import fused_geometry, mha_hints
+from ckptscan.layouts.plan import QKTensors, layer_plan
+from ckptscan.readers.base import Checkpoint
+
+MODEL_TYPES = {"gpt_neox"}
+
+_QKV = re.compile(r"(?P<prefix>.*?)layers\.(?P<layer>\d+)\.attention\.query_key_value\.weight")
+
+
+def matches(ckpt: Checkpoint, keys: set[str]) -> bool:
+    return any(k.endswith(".attention.query_key_value.weight") and _QKV.fullmatch(k) for k in keys)
+
+
+def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> ModelLayout:
+    path = ckpt.path
+    layers = find_layers(keys, _QKV, path)
+    if not layers:
+        raise CkptScanError("no '*layers.N.attention.query_key_value.weight' tensors found", path=path)
+    shape = ckpt.tensors.shape
+    first = layers[min(layers)]
+    rows, hidden = shape(first)
+    hints = mha_hints(overrides, config_entry(ckpt.config, "num_attention_heads"), "GPT-NeoX", path)
+    geometry = fused_geometry(hints, first, rows, hidden, "grouped", path)
+    plans = [layer_plan(i, geometry, QKTensors(layers[i], fused="grouped"), None, shape, path) for i in sorted(layers)]
+    info = ModelInfo("gpt_neox", len(plans), hidden, geometry.num_heads, geometry.num_kv_heads, geometry.head_dim)
+    return ModelLayout(info, plans, list(geometry.notes))

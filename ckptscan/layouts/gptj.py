@@ -1,0 +1,41 @@
+"""GPT-J: separate `q_proj`/`k_proj` [D, D] without bias, multi-head.
+
+`{prefix}h.{i}.attn.q_proj.weight` / `k_proj.weight` (TF
+`gptj/modeling_gptj.py`); head_dim = n_embd / n_head. Rotary over the first
+`rotary_dim` dims of each head does not change the head split.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ckptscan.errors import CkptScanError
+from ckptscan.layouts.base import HeadOverrides, ModelInfo, ModelLayout, config_entry, find_layers
+from ckptscan.layouts.geometry import mha_hints, separate_geometry
+from ckptscan.layouts.plan import QKTensors, layer_plan
+from ckptscan.readers.base import Checkpoint
+
+MODEL_TYPES = {"gptj"}
+
+_Q = re.compile(r"(?P<prefix>.*?)h\.(?P<layer>\d+)\.attn\.q_proj\.weight")
+
+
+def matches(ckpt: Checkpoint, keys: set[str]) -> bool:
+    return any(k.endswith("attn.q_proj.weight") and _Q.fullmatch(k) for k in keys)
+
+
+def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> ModelLayout:
+    path = ckpt.path
+    layers = find_layers(keys, _Q, path)
+    if not layers:
+        raise CkptScanError("no '*h.N.attn.q_proj.weight' tensors found", path=path)
+    shape = ckpt.tensors.shape
+    qk = {i: QKTensors(q, q.replace(".q_proj.", ".k_proj.")) for i, q in layers.items()}
+    first = qk[min(qk)]
+    hints = mha_hints(overrides, config_entry(ckpt.config, "n_head", "num_attention_heads"), "GPT-J", path)
+    geometry = separate_geometry(hints, (first.q, shape(first.q)), (first.k, shape(first.k)), path,
+                                 looked="no config.json with n_head")
+    plans = [layer_plan(i, geometry, qk[i], None, shape, path) for i in sorted(qk)]
+    info = ModelInfo("gptj", len(plans), geometry.hidden_size, geometry.num_heads, geometry.num_kv_heads,
+                     geometry.head_dim)
+    return ModelLayout(info, plans, list(geometry.notes))

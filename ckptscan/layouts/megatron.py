@@ -1,0 +1,165 @@
+"""Megatron-Core GPT: fused `linear_qkv` grouped per KV group, routers, torch_dist stacking.
+
+Per layer `{prefix}decoder.layers.{i}.self_attention.linear_qkv.weight`
+[(H + 2G)·d, D] views as [G, (H/G + 2)·d]: group g holds its H/G query heads,
+then k_g, then v_g ("q1 q2 k1 v1 | q3 q4 k2 v2", NVIDIA/Megatron-LM
+`megatron/core/transformer/attention.py` `get_query_key_value_tensors`);
+with `attention_output_gate` each group is [q, gate, k, v]. Optional QK norms
+`self_attention.{q,k}_layernorm.weight` [d], scaled by 1 + w under
+`--apply-layernorm-1p` (layernorm_zero_centered_gamma). `linear_qkv.
+layer_norm_weight` is the fused input norm, not a QK norm, and is not read.
+Routers: `mlp.router.weight` [E, D] and the selection-only
+`mlp.router.expert_bias` [E] (`moe/router.py`).
+
+torch_dist checkpoints of homogeneous models stack the layers on disk
+(`decoder.layers.self_attention.linear_qkv.weight` [L, out, in]); the reader
+shows them per layer under the names above, reading one layer at a time.
+
+Head counts come from the checkpoint's `args` (num_attention_heads,
+num_query_groups when group_query_attention, kv_channels defaulting to
+hidden/H, attention_output_gate), exposed by the reader as metadata, or from
+the CLI flags. Without args the gate and the norm convention are unknown:
+the flags must make the split unambiguous, and QK norms are refused.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any, Mapping
+
+from ckptscan.errors import CkptScanError
+from ckptscan.layouts.base import HeadOverrides, ModelInfo, ModelLayout, as_mapping, find_layers
+from ckptscan.layouts.geometry import Geometry, HeadHints, fused_geometry
+from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan
+from ckptscan.readers.base import Checkpoint
+
+MODEL_TYPES: set[str] = set()
+
+_QKV = re.compile(r"(?P<prefix>.*?)decoder\.layers\.(?P<layer>\d+)\.self_attention\.linear_qkv\.weight")
+
+
+def matches(ckpt: Checkpoint, keys: set[str]) -> bool:
+    return any(k.endswith("self_attention.linear_qkv.weight") for k in keys) or any(
+        k.endswith("self_attention.linear_kv_down_proj.weight") for k in keys
+    )
+
+
+def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> ModelLayout:
+    path = ckpt.path
+    shape = ckpt.tensors.shape
+    args = as_mapping(ckpt.meta.get("args"))
+    names = find_layers(keys, _QKV, path)
+    if not names:
+        if any(k.endswith("linear_kv_down_proj.weight") for k in keys):
+            raise CkptScanError("Megatron multi-latent attention (linear_q_down_proj/linear_kv_down_proj) is not "
+                                "supported yet: its per-head ordering is unconfirmed", path=path)
+        raise CkptScanError("no '*decoder.layers.N.self_attention.linear_qkv.weight' tensors found", path=path)
+    first = names[min(names)]
+    rows, hidden = shape(first)
+
+    def sibling(qkv_name: str, suffix: str) -> str:
+        """The name of another tensor of the same layer."""
+        return qkv_name[: -len("self_attention.linear_qkv.weight")] + suffix
+
+    q_norm = sibling(first, "self_attention.q_layernorm.weight")
+    layout, geometry = _geometry(args, overrides, first, rows, hidden, shape(q_norm) if q_norm in keys else None,
+                                 path)
+    offset = _gain_offset(args, q_norm in keys, path, q_norm)
+    # Megatron's default score function is softmax; without args it is unknown.
+    scoring = (args.get("moe_router_score_function") or "softmax") if args else None
+
+    plans = []
+    for layer in sorted(names):
+        qkv = names[layer]
+        qk = QKTensors(
+            qkv,
+            fused=layout,
+            q_norm=_present(keys, sibling(qkv, "self_attention.q_layernorm.weight")),
+            k_norm=_present(keys, sibling(qkv, "self_attention.k_layernorm.weight")),
+            gain_offset=offset,
+        )
+        router = None
+        if sibling(qkv, "mlp.router.weight") in keys:
+            router = RouterTensors(sibling(qkv, "mlp.router.weight"),
+                                   _present(keys, sibling(qkv, "mlp.router.expert_bias")))
+        plans.append(layer_plan(layer, geometry, qk, router, shape, path,
+                                num_experts=args.get("num_experts") if router else None,
+                                router_scoring=scoring))
+    num_layers = args.get("num_layers")
+    notes = list(geometry.notes)
+    notes.append(f"fused layout: {layout}" + (" (args 'attention_output_gate')" if args else " (from the shape)"))
+    if isinstance(num_layers, int) and num_layers != len(names):
+        notes.append(f"args 'num_layers' is {num_layers} but {len(names)} layers were found (pipeline stage?)")
+    routed = [p for p in plans if "router" in p.roles.values()]
+    info = ModelInfo(
+        family="megatron",
+        num_layers=len(plans),
+        hidden_size=hidden,
+        num_heads=geometry.num_heads,
+        num_kv_heads=geometry.num_kv_heads,
+        head_dim=geometry.head_dim,
+        num_experts=args.get("num_experts") if routed else None,
+        top_k=args.get("moe_router_topk") if routed else None,
+        router_scoring=scoring if routed else None,
+    )
+    if routed and info.num_experts is None:
+        router_name = next(n for n, r in routed[0].roles.items() if r == "router")
+        info = replace(info, num_experts=shape(router_name)[-2])
+    return ModelLayout(info, plans, notes)
+
+
+def _geometry(args: Mapping[str, Any], overrides: HeadOverrides, name: str, rows: int, hidden: int,
+              q_norm_shape: tuple[int, ...] | None, path: Any) -> tuple[str, Geometry]:
+    heads = args.get("num_attention_heads")
+    kv = None
+    if args:
+        kv = args.get("num_query_groups") if args.get("group_query_attention") else heads
+    head_dim = args.get("kv_channels")
+    if head_dim is None and heads and args.get("hidden_size"):
+        head_dim = args["hidden_size"] // heads  # Megatron's default kv_channels
+    if head_dim is None and q_norm_shape is not None and len(q_norm_shape) == 1:
+        head_dim = q_norm_shape[-1]
+    hints = HeadHints.gather(
+        overrides,
+        num_heads=(heads, "args 'num_attention_heads'") if heads else None,
+        num_kv_heads=(kv, "args 'num_query_groups'" if args.get("group_query_attention") else
+                      "args (no group_query_attention: KV heads = heads)") if kv else None,
+        head_dim=(head_dim, "args 'kv_channels' (default hidden_size / heads)" if args else
+                  "q_layernorm size") if head_dim else None,
+    )
+    looked = "no args in the checkpoint"
+    if args:
+        layout = "grouped_gated" if args.get("attention_output_gate") else "grouped"
+        return layout, fused_geometry(hints, name, rows, hidden, layout, path, looked=looked)
+    # Without args the output gate is unknown: accept the split only if exactly
+    # one of the two layouts fits the flags and the shape.
+    fits = {}
+    errors = []
+    for layout in ("grouped", "grouped_gated"):
+        try:
+            fits[layout] = fused_geometry(hints, name, rows, hidden, layout, path, looked=looked)
+        except CkptScanError as e:
+            errors.append(e)
+    if len(fits) == 1:
+        return next(iter(fits.items()))
+    if not fits:
+        raise errors[0]
+    raise CkptScanError(f"{rows} rows fit both a plain and an output-gated linear_qkv with these head counts; pass "
+                        "--num-heads, --num-kv-heads and --head-dim together", path=path, tensor=name)
+
+
+def _gain_offset(args: Mapping[str, Any], has_norm: bool, path: Any, name: str) -> float:
+    if not has_norm:
+        return 0.0
+    if not args:
+        raise CkptScanError("QK layernorm gains without args: whether they are zero-centred (--apply-layernorm-1p, "
+                            "scale 1 + w) is unknown; describe it with --tensor-map (norm_offset)", path=path,
+                            tensor=name)
+    one_p = args.get("layernorm_zero_centered_gamma", args.get("apply_layernorm_1p"))
+    return 1.0 if one_p else 0.0
+
+
+def _present(keys: set[str], name: str) -> str | None:
+    return name if name in keys else None
+

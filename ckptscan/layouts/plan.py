@@ -1,0 +1,134 @@
+"""One layer's plan from where its Q/K and router tensors are: shapes
+checked against the geometry, roles named, and the build function that turns
+the raw tensors into per-head blocks (fused layouts split, transposes undone,
+QK-norm gains folded) and a router [E, D]."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import torch
+
+from ckptscan.errors import CkptScanError
+from ckptscan.layouts.base import Builder, LayerPlan, LayerWeights, head_blocks, require_shape
+from ckptscan.layouts.geometry import Geometry, split_qkv
+from ckptscan.monitors.attention import fold_head_gains
+
+
+@dataclass(frozen=True)
+class QKTensors:
+    """Where one layer's query and key weights are and how they are stored."""
+
+    q: str  # W_q, or the fused QKV weight when `fused` is set
+    k: str | None = None
+    fused: str | None = None  # one of FUSED_LAYOUTS
+    transposed: bool = False  # stored [in, out] (GPT-2 Conv1D)
+    q_norm: str | None = None  # QK-norm gains, per head [d] or flat [n·d]
+    k_norm: str | None = None
+    gain_offset: float = 0.0  # 1.0 where the norm scales by (1 + w) (Gemma)
+
+
+@dataclass(frozen=True)
+class RouterTensors:
+    weight: str  # [E, D], or flat [E·D] when `flat`
+    bias: str | None = None  # selection bias [E] (expert_bias, e_score_correction_bias)
+    flat: bool = False  # OLMo-core stores the router flat and views it (E, D)
+
+
+def layer_plan(
+    layer: int,
+    geometry: Geometry,
+    qk: QKTensors | None,
+    router: RouterTensors | None,
+    shape: Callable[[str], tuple[int, ...]],
+    path: Any,
+    *,
+    num_experts: int | None = None,
+    router_scoring: str | None = None,
+) -> LayerPlan:
+    """Validate one layer's tensor shapes against the geometry and return its plan."""
+    h, g, d, hidden = geometry.num_heads, geometry.num_kv_heads, geometry.head_dim, geometry.hidden_size
+    roles: dict[str, str] = {}
+
+    def check(name: str, expected: tuple[int, ...], why: str) -> None:
+        require_shape(tuple(shape(name)), expected, tensor=name, path=path, why=why)
+
+    def check_gain(name: str, heads: int) -> None:
+        actual = tuple(shape(name))
+        if actual not in ((d,), (heads * d,), (heads, d)):
+            raise CkptScanError(f"norm gain of shape {list(actual)} fits neither head_dim {d} nor {heads} heads x {d}",
+                                path=path, tensor=name)
+
+    if qk is not None:
+        if qk.fused is not None:
+            rows = (h * (2 if qk.fused == "grouped_gated" else 1) + 2 * g) * d
+            check(qk.q, (hidden, rows) if qk.transposed else (rows, hidden),
+                  f"{h} heads, {g} KV heads of {d} rows ({qk.fused}{', transposed' if qk.transposed else ''})")
+            roles[qk.q] = "W_qkv"
+        else:
+            if qk.k is None:
+                raise CkptScanError("a key projection is required unless q is fused", path=path, tensor=qk.q)
+            # Transposed weights get their own role: their rows are not heads.
+            for name, heads, role in ((qk.q, h, "W_q"), (qk.k, g, "W_k")):
+                check(name, (hidden, heads * d) if qk.transposed else (heads * d, hidden), f"{heads} heads x {d} rows")
+                roles[name] = f"{role}^T" if qk.transposed else role
+        for name, heads, role in ((qk.q_norm, h, "q_norm"), (qk.k_norm, g, "k_norm")):
+            if name is not None:
+                check_gain(name, heads)
+                roles[name] = role
+    if router is not None:
+        experts = num_experts or tuple(shape(router.weight))[0]
+        if router.flat:
+            check(router.weight, (experts * hidden,), f"{experts} experts x hidden {hidden}, flat")
+        else:
+            check(router.weight, (experts, hidden), f"{experts} experts x hidden {hidden}")
+        roles[router.weight] = "router"
+        if router.bias is not None:
+            check(router.bias, (experts,), f"{experts} experts")
+            roles[router.bias] = "router_bias"
+        num_experts = experts
+
+    build = _standard_builder(geometry, qk, router, num_experts, router_scoring)
+    return LayerPlan(layer, tuple(roles), build, roles)
+
+
+def _standard_builder(
+    geometry: Geometry,
+    qk: QKTensors | None,
+    router: RouterTensors | None,
+    num_experts: int | None,
+    router_scoring: str | None,
+) -> Builder:
+    h, g, d = geometry.num_heads, geometry.num_kv_heads, geometry.head_dim
+
+    def build(raw: Mapping[str, torch.Tensor], dtype: torch.dtype) -> LayerWeights:
+        weights = LayerWeights() if router_scoring is None else LayerWeights(router_scoring=router_scoring)
+        if qk is not None:
+            # Blocks stay in the stored dtype until a gain is folded in:
+            # fold_head_gains multiplies without rounding to it.
+            if qk.fused is not None:
+                fused = raw[qk.q]
+                q, k = split_qkv(fused.T if qk.transposed else fused, qk.fused, geometry)
+            else:
+                q_weight, k_weight = raw[qk.q], raw[qk.k]
+                if qk.transposed:
+                    q_weight, k_weight = q_weight.T, k_weight.T
+                q = head_blocks(q_weight, h, d, tensor=qk.q)
+                k = head_blocks(k_weight, g, d, tensor=qk.k)
+            weights.q = _folded(q, raw[qk.q_norm] if qk.q_norm else None, qk.gain_offset, dtype)
+            weights.k = _folded(k, raw[qk.k_norm] if qk.k_norm else None, qk.gain_offset, dtype)
+        if router is not None:
+            weights.router = raw[router.weight].to(dtype).reshape(num_experts, -1)
+            weights.router_bias = raw[router.bias].to(dtype) if router.bias is not None else None
+        return weights
+
+    return build
+
+
+def _folded(blocks: torch.Tensor, gain: torch.Tensor | None, offset: float, dtype: torch.dtype) -> torch.Tensor:
+    """Head blocks with their norm gain folded in (exactly, see fold_head_gains),
+    or upcast to the compute dtype when there is no gain."""
+    if gain is None:
+        return blocks.to(dtype)
+    return fold_head_gains(blocks, gain, offset=offset)

@@ -1,0 +1,264 @@
+"""torch.distributed.checkpoint (DCP) directories: `.metadata` + `*.distcp`.
+
+Written by torchtitan (`step-N/`), OLMo-core (`stepN/model_and_optim/`),
+Megatron `torch_dist` and HF/Accelerate FSDP. We read them in one process
+with no process group, through DCP's own storage reader: keys, shapes and
+dtypes come from `.metadata`; a tensor (or a block of its rows) is read by
+asking `FileSystemReader.read_data` for exactly the saved chunks that
+overlap it (`create_read_items_for_chunk_list`, DCP's resharding planner).
+
+`.metadata` is a pickle, and torch 2.13's `FileSystemReader.read_metadata`
+reads it with plain `pickle.load`, which would run any code the file names.
+We unpickle it ourselves with an allow-list of DCP's metadata dataclasses and
+torch dtypes/sizes instead. The chunk data itself is read by DCP with
+`torch.load(weights_only=True)`. Byte entries (pickled objects) are never
+loaded by DCP's planner; the one we need (Megatron's common state) goes
+through our safe torch unpickler.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import pathlib
+import pickle
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.metadata import (
+    ChunkStorageMetadata,
+    Metadata,
+    MetadataIndex,
+    TensorStorageMetadata,
+)
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
+from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
+
+from ckptscan.errors import CkptScanError
+from ckptscan.readers.base import dtype_name
+from ckptscan.readers.torch_pickle import clean_key
+
+METADATA_FILE = ".metadata"
+
+# Top-level namespaces of training state that are not model weights
+# (torchtitan, OLMo-core, Megatron torch_dist, HF FSDP).
+NOT_MODEL = {"optimizer", "optim", "lr_scheduler", "dataloader", "train_state", "rng_state", "rng_states",
+             "rerun_state_machine_state", "common_state", "scheduler"}
+
+# Everything a DCP `.metadata` pickle may construct (torch 2.0-2.13 names).
+_METADATA_CLASSES = {
+    ("torch.distributed.checkpoint.metadata", name)
+    for name in ("Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata",
+                 "TensorProperties", "_MEM_FORMAT_ENCODING", "MetadataIndex", "StorageMeta")
+} | {
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch.distributed._shard.sharded_tensor.metadata", "TensorProperties"),
+    ("torch.distributed._shard.sharded_tensor.metadata", "MEM_FORMAT_ENCODING"),
+    ("torch", "Size"),
+    ("torch.serialization", "_get_layout"),
+    ("collections", "OrderedDict"),
+    ("builtins", "set"),
+    ("builtins", "frozenset"),
+    ("pathlib", "PosixPath"),
+    ("pathlib", "PurePosixPath"),
+}
+# The same class under another module name (Python 3.13 moved pathlib's classes).
+_METADATA_ALIASES = {("pathlib._local", "PosixPath"): pathlib.PosixPath,
+                     ("pathlib._local", "PurePosixPath"): pathlib.PurePosixPath}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _METADATA_ALIASES:
+            return _METADATA_ALIASES[(module, name)]
+        if (module, name) in _METADATA_CLASSES:
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), (torch.dtype, torch.layout,
+                                                                         torch.memory_format)):
+            return getattr(torch, name)
+        raise pickle.UnpicklingError(f"'{module}.{name}' is not a DCP metadata type")
+
+
+def read_metadata(directory: Path) -> Metadata:
+    path = directory / METADATA_FILE
+    try:
+        with open(path, "rb") as f:
+            metadata = _MetadataUnpickler(f).load()
+    except OSError as e:
+        raise CkptScanError(f"cannot read: {e.strerror or e}", path=path) from None
+    except pickle.UnpicklingError as e:
+        raise CkptScanError(f"refusing to unpickle DCP metadata: {e}", path=path) from None
+    except Exception as e:  # truncated or corrupt pickle
+        raise CkptScanError(f"corrupt DCP metadata ({type(e).__name__}: {e})", path=path) from None
+    if not isinstance(metadata, Metadata) or not isinstance(metadata.state_dict_metadata, dict):
+        raise CkptScanError("not DCP metadata", path=path)
+    return metadata
+
+
+class _KnownMetadataReader(FileSystemReader):
+    """DCP's file reader, given metadata we already unpickled safely."""
+
+    def __init__(self, directory: Path, metadata: Metadata):
+        super().__init__(directory)
+        self._metadata = metadata
+        self.set_up_storage_reader(metadata, True)
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        return self._metadata
+
+
+class _IntoTensor:
+    """The two planner callbacks `read_data` makes for tensor items: where each
+    overlap lands in `out`; byte items are kept as raw bytes, never unpickled."""
+
+    def __init__(self, out: torch.Tensor | None = None):
+        self.out = out
+        self.filled = 0
+        self.raw = b""
+
+    def resolve_tensor(self, item: ReadItem) -> torch.Tensor:
+        view = self.out
+        for dim, (offset, length) in enumerate(zip(item.dest_offsets, item.lengths)):
+            view = view.narrow(dim, offset, length)
+        return view
+
+    def commit_tensor(self, item: ReadItem, tensor: torch.Tensor) -> None:
+        self.filled += math.prod(item.lengths)
+
+    def load_bytes(self, item: ReadItem, value: io.BytesIO) -> None:
+        self.raw = value.getvalue()
+
+
+class DcpSource:
+    """Tensors of a DCP checkpoint. `names` maps the names we expose to the
+    stored keys (wrapper prefixes removed)."""
+
+    def __init__(self, directory: Path, metadata: Metadata, names: dict[str, str]):
+        self.directory = directory
+        self.metadata = metadata
+        self.names = names
+        self._reader = _KnownMetadataReader(directory, metadata)
+
+    def keys(self) -> list[str]:
+        return list(self.names)
+
+    def _entry(self, name: str) -> tuple[str, TensorStorageMetadata]:
+        key = self.names.get(name)
+        if key is None:
+            raise CkptScanError("no such tensor in this checkpoint", path=self.directory, tensor=name)
+        return key, self.metadata.state_dict_metadata[key]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._entry(name)[1].size)
+
+    def dtype(self, name: str) -> str:
+        return dtype_name(self._entry(name)[1].properties.dtype)
+
+    def get(self, name: str, rows: tuple[int, int] | None = None) -> torch.Tensor:
+        shape = self.shape(name)
+        if rows is None:
+            return self.read_box(name, (0,) * len(shape), shape)
+        lo, hi = rows
+        if not shape or not 0 <= lo <= hi <= shape[0]:
+            raise CkptScanError(f"rows {lo}:{hi} out of range for shape {list(shape)}", path=self.directory,
+                                tensor=name)
+        return self.read_box(name, (lo,) + (0,) * (len(shape) - 1), (hi - lo, *shape[1:]))
+
+    def read_box(self, name: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> torch.Tensor:
+        """The block `[offsets, offsets + sizes)` of a tensor, reading only the
+        saved chunks that overlap it."""
+        key, entry = self._entry(name)
+        out = torch.empty(sizes, dtype=entry.properties.dtype)
+        if out.numel() == 0:
+            return out
+        wanted = ChunkStorageMetadata(offsets=torch.Size(offsets), sizes=torch.Size(sizes))
+        items = create_read_items_for_chunk_list(key, entry, [wanted])
+        target = _IntoTensor(out)
+        self._read(items, target, name)
+        if target.filled != out.numel():
+            raise CkptScanError(f"the saved chunks cover only {target.filled} of the {out.numel()} values read "
+                                "(incomplete checkpoint?)", path=self.directory, tensor=name)
+        return out
+
+    def read_bytes(self, key: str) -> bytes:
+        """The raw bytes of a byte entry (a pickled object: unpickle it safely)."""
+        item = ReadItem(type=LoadItemType.BYTE_IO, dest_index=MetadataIndex(key), dest_offsets=torch.Size((0,)),
+                        storage_index=MetadataIndex(key), storage_offsets=torch.Size((0,)),
+                        lengths=torch.Size((0,)))
+        target = _IntoTensor()
+        self._read([item], target, key)
+        return target.raw
+
+    def _read(self, items: list[ReadItem], target: _IntoTensor, name: str) -> None:
+        try:
+            self._reader.read_data(LoadPlan(items), target).wait()
+        except CkptScanError:
+            raise
+        except Exception as e:  # missing/truncated .distcp file, corrupt chunk
+            raise CkptScanError(f"cannot read from the DCP files ({type(e).__name__}: {e})", path=self.directory,
+                                tensor=name) from None
+
+
+def model_names(metadata: Metadata, directory: Path) -> tuple[dict[str, str], str]:
+    """Model tensor names -> stored keys, and the wrapper prefix removed.
+
+    Training state (optimizer, dataloader, ...) is left out. OLMo-core and HF
+    FSDP store the model under `model.`: that prefix is removed when every model
+    key has it and either other top-level state sits beside it (OLMo-core's
+    `optim.`) or keys inside start with `model.` again (HF FSDP's
+    `model.model.layers...` beside `model.lm_head.weight`). A lone `model.` that may be the model's own
+    name (an HF `model.layers...` saved directly) is kept.
+    """
+    tensors = [k for k, md in metadata.state_dict_metadata.items() if isinstance(md, TensorStorageMetadata)]
+    model = [k for k in tensors if k.split(".", 1)[0] not in NOT_MODEL]
+    if not model:
+        raise CkptScanError("no model tensors in this DCP checkpoint (only optimizer or training state)",
+                            path=directory)
+    prefix = ""
+    if all(k.startswith("model.") for k in model):
+        has_other_state = len(model) < len(metadata.state_dict_metadata)
+        if has_other_state or any(k.startswith("model.model.") for k in model):
+            prefix = "model."
+    names: dict[str, str] = {}
+    for key in model:
+        name = clean_key(key[len(prefix):])
+        if name in names:
+            raise CkptScanError("two tensors have this name once wrapper prefixes are removed", path=directory,
+                                tensor=name)
+        names[name] = key
+    return names, prefix
+
+
+def check_files(metadata: Metadata, directory: Path) -> list[Path]:
+    """Every `.distcp` file the metadata points at exists and is long enough."""
+    ends: dict[str, int] = {}
+    for info in (metadata.storage_data or {}).values():
+        if not all(isinstance(getattr(info, a, None), t) for a, t in (("relative_path", str), ("offset", int),
+                                                                     ("length", int))):
+            raise CkptScanError("DCP metadata without file locations (not written by FileSystemWriter?)",
+                                path=directory / METADATA_FILE)
+        if Path(info.relative_path).is_absolute() or ".." in Path(info.relative_path).parts:
+            raise CkptScanError(f"DCP metadata points outside the checkpoint ('{info.relative_path}')",
+                                path=directory / METADATA_FILE)
+        ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
+    files = []
+    for relative, end in sorted(ends.items()):
+        file = directory / relative
+        if not file.is_file():
+            raise CkptScanError(f"the DCP metadata names '{relative}', which does not exist (incomplete "
+                                "checkpoint?)", path=directory)
+        if file.stat().st_size < end:
+            raise CkptScanError(f"'{relative}' is {file.stat().st_size} bytes but the metadata needs {end} "
+                                "(truncated?)", path=directory)
+        files.append(file)
+    return files
+
+
+def open_dcp(directory: Path) -> tuple[DcpSource, dict[str, Any], list[Path]]:
+    metadata = read_metadata(directory)
+    files = check_files(metadata, directory)
+    names, prefix = model_names(metadata, directory)
+    meta = {"key_prefix": prefix} if prefix else {}
+    return DcpSource(directory, metadata, names), meta, [directory / METADATA_FILE, *files]

@@ -1,0 +1,242 @@
+"""One self-contained HTML page of a report, for people deciding on a rollback.
+
+Sections, in order: the verdict (rollback candidate, first alert per family,
+loss divergence and lead time), the timeline figure, a heatmap per monitor,
+the layers table, the flagged layers' first findings, the effective
+thresholds, and the model and run facts.
+
+Self-contained: inline CSS, PNG figures as base64 data URIs, no script, no
+link, no font or address to fetch, so the file works offline and as a chat
+attachment. No timestamp: the same report gives the same bytes, whether it
+comes from `ckptscan trend --html` or from `ckptscan report REPORT.json`.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import Any, Iterable
+
+from ckptscan.detection.catalog import BY_NAME
+from ckptscan.errors import CkptScanError
+from ckptscan.report.figures import Figure, run_figures
+from ckptscan.report.json import write_atomic
+from ckptscan.report.load import as_json_values, report_from_dict
+from ckptscan.report.table import fmt
+from ckptscan.report.trend_table import first_alert_text, first_findings, router_monitor
+from ckptscan.results import ScanReport
+
+SECTIONS = ("verdict", "timeline", "monitors", "layers", "findings", "thresholds", "run")
+
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2rem auto; max-width: 72rem;
+       padding: 0 1rem; color: #1a1a1a; line-height: 1.45; }
+h1 { font-size: 1.5rem; margin-bottom: 0.2rem; }
+h2 { font-size: 1.15rem; margin-top: 2.2rem; border-bottom: 1px solid #ddd; padding-bottom: 0.2rem; }
+.where { color: #555; margin-top: 0; word-break: break-all; }
+.message { font-size: 1.05rem; padding: 0.7rem 0.9rem; border-left: 6px solid #999; background: #f6f6f6; }
+.message.alert { border-color: #b2182b; } .message.warn { border-color: #e08214; }
+.message.ok { border-color: #1a9850; }
+.badge { display: inline-block; padding: 0.05rem 0.5rem; border-radius: 0.3rem; color: #fff; background: #777;
+         font-weight: 600; font-size: 0.9em; }
+.badge.alert { background: #b2182b; } .badge.warn { background: #b35806; } .badge.ok { background: #1a7f45; }
+dl { display: grid; grid-template-columns: max-content 1fr; gap: 0.25rem 1.2rem; }
+dt { font-weight: 600; } dd { margin: 0; word-break: break-all; }
+table { border-collapse: collapse; font-size: 0.9rem; }
+th, td { border-bottom: 1px solid #e3e3e3; padding: 0.2rem 0.6rem; text-align: right; }
+th { background: #f3f3f3; } td.text, th.text { text-align: left; }
+figure { margin: 1rem 0 1.6rem; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figcaption { color: #444; font-size: 0.88rem; max-width: 60rem; }
+footer { margin-top: 3rem; color: #777; font-size: 0.85rem; }
+"""
+
+
+def write_report_files(data: dict[str, Any], html_path: str | Path | None = None,
+                       png_dir: str | Path | None = None) -> list[Path]:
+    """Render a report dict (`report_dict(report)`, or a JSON report file's
+    contents) to an HTML page and/or PNG figures; returns the files written.
+
+    The dict goes through a JSON round trip first, so a report rendered
+    straight after a scan and one read back from its JSON file are the same.
+    """
+    data = as_json_values(data)
+    report = report_from_dict(data)
+    figures = run_figures(report)
+    written = []
+    try:
+        if html_path is not None:
+            write_atomic(Path(html_path), html_page(report, data, figures))
+            written.append(Path(html_path))
+        if png_dir is not None:
+            directory = Path(png_dir)
+            directory.mkdir(parents=True, exist_ok=True)
+            for figure in figures:
+                path = directory / f"{figure.name}.png"
+                path.write_bytes(figure.png)
+                written.append(path)
+    except OSError as e:
+        raise CkptScanError(f"cannot write the report: {e.strerror or e}", path=e.filename) from None
+    return written
+
+
+def html_page(report: ScanReport, data: dict[str, Any], figures: list[Figure]) -> str:
+    s = report.summary
+    where = report.settings.get("run") or (report.pairs[0].to_path if report.pairs else "")
+    title = f"ckptscan {report.command}: {Path(str(where)).name or where} — {s.status.upper()}"
+    timeline = [f for f in figures if f.name == "timeline"]
+    heatmaps = [f for f in figures if f.name != "timeline"]
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_e(title)}</title>",
+        f"<style>{CSS}</style>",
+        "</head>",
+        "<body>",
+        "<header>",
+        f'<h1>ckptscan {_e(report.command)} <span class="badge {_e(s.status)}">{_e(s.status.upper())}</span></h1>',
+        f'<p class="where">{_e(where)}</p>',
+        f'<p class="message {_e(s.status)}">{_e(s.message or s.status)}</p>',
+        "</header>",
+        _section("verdict", "Verdict", _verdict(report)),
+        _section("timeline", "When it went wrong: flagged layers, loss and lead time", _figures(timeline)),
+        _section("monitors", "Monitors over the run (layers × steps)",
+                 _figures(heatmaps) or "<p>No monitor values in this report.</p>"),
+        _section("layers", "Layers", _layers_table(report)),
+        _section("findings", "First findings of the flagged layers", _findings(report)),
+        _section("thresholds", "Effective thresholds", _thresholds(report)),
+        _section("run", "Model and run", _run_facts(report)),
+        f"<footer>ckptscan {_e(data.get('tool', {}).get('version', '?'))}, JSON report schema "
+        f"{_e(data.get('schema_version'))}.</footer>",
+        "</body>",
+        "</html>",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _section(anchor: str, heading: str, body: str) -> str:
+    return f'<section id="{anchor}">\n<h2>{_e(heading)}</h2>\n{body}\n</section>'
+
+
+def _dl(items: Iterable[tuple[str, object]]) -> str:
+    rows = "\n".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in items)
+    return f"<dl>\n{rows}\n</dl>"
+
+
+def _table(header: list[str], rows: list[list[object]], text_columns: int = 1) -> str:
+    def cell(tag: str, k: int, value: object) -> str:
+        css = ' class="text"' if k < text_columns else ""
+        return f"<{tag}{css}>{_e(value)}</{tag}>"
+
+    head = "<tr>" + "".join(cell("th", k, h) for k, h in enumerate(header)) + "</tr>"
+    body = "\n".join("<tr>" + "".join(cell("td", k, v) for k, v in enumerate(row)) + "</tr>" for row in rows)
+    return f"<table>\n<thead>{head}</thead>\n<tbody>\n{body}\n</tbody>\n</table>"
+
+
+def _figures(figures: list[Figure]) -> str:
+    return "\n".join(
+        f'<figure id="figure-{_e(f.name)}">\n'
+        f'<img alt="{_e(f.title)}" src="data:image/png;base64,{base64.b64encode(f.png).decode("ascii")}">\n'
+        f"<figcaption><strong>{_e(f.title)}.</strong> {_e(f.caption)}</figcaption>\n</figure>"
+        for f in figures
+    )
+
+
+def _per_family(steps: dict[str, int | None]) -> str:
+    return " · ".join(f"{family} {step if step is not None else '–'}" for family, step in steps.items()) or "–"
+
+
+def _verdict(report: ScanReport) -> str:
+    s = report.summary
+    rollback = (f"{s.rollback_candidate.path} (step {s.rollback_candidate.step})" if s.rollback_candidate is not None
+                else "none: no alert")
+    if s.loss_divergence_step is not None:
+        loss = f"diverged at step {s.loss_divergence_step}"
+    elif "loss_log" in report.settings:
+        loss = "did not diverge"
+    else:
+        loss = "no loss log in the report"
+    items = [
+        ("verdict", s.status.upper()),
+        ("first family to fire", s.first_family or "–"),
+        ("first alert per family", _per_family(s.first_alert_step)),
+        ("first warning per family", _per_family(s.first_warn_step)),
+        ("departure began at step", s.first_alert_onset_step if s.first_alert_onset_step is not None else "–"),
+        ("rollback candidate", rollback),
+        ("loss", loss),
+    ]
+    if s.lead_steps is not None:
+        items.append(("lead time", f"{s.lead_steps} steps: the first alert came before the loss diverged"
+                      if s.lead_steps >= 0 else f"{-s.lead_steps} steps after the loss diverged"))
+    items.append(("flagged layers", ", ".join(map(str, s.flagged_layers)) or "none"))
+    return _dl(items)
+
+
+def _layers_table(report: ScanReport) -> str:
+    monitors = [BY_NAME["delta2_entropy_norm"]]
+    router = router_monitor(report)
+    if router is not None:
+        monitors.append(router)
+    header = ["layer", "status", "first alert", "first warning"]
+    for m in monitors:
+        header += [f"{m.label} now", "baseline"]
+    rows = []
+    for summary in report.summary.layers:
+        row: list[object] = [summary.layer, summary.status, first_alert_text(summary),
+                             summary.first_warn_step if summary.first_warn_step is not None else "–"]
+        for m in monitors:
+            row += [fmt(summary.current.get(m.name)), fmt(summary.baseline.get(m.name))]
+        rows.append(row)
+    if not rows:
+        return "<p>No per-layer summary in this report.</p>"
+    return _table(header, rows, text_columns=0)
+
+
+def _findings(report: ScanReport) -> str:
+    items = []
+    for summary in report.summary.layers:
+        if summary.status not in ("warn", "alert"):
+            continue
+        for step, f in first_findings(report, summary.layer):
+            items.append(f"<li>layer {_e(summary.layer)}, step {_e(step)}, {_e(f.family)} "
+                         f'<span class="badge {_e(f.severity)}">{_e(f.severity)}</span> {_e(f.message)}</li>')
+    return f"<ul>\n{chr(10).join(items)}\n</ul>" if items else "<p>No layer was flagged.</p>"
+
+
+def _thresholds(report: ScanReport) -> str:
+    if not report.thresholds:
+        return "<p>The report carries no thresholds.</p>"
+    rows = [[name, _value(value)] for name, value in report.thresholds.items()]
+    return _table(["setting", "value"], rows, text_columns=2)
+
+
+def _value(value: object) -> str:
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "–"
+    return "–" if value is None else str(value)
+
+
+def _run_facts(report: ScanReport) -> str:
+    m = report.model
+    model = [("family", m.family), ("layers", m.num_layers), ("hidden size", m.hidden_size),
+             ("query heads / KV heads", f"{m.num_heads} / {m.num_kv_heads}"), ("head dim", m.head_dim)]
+    if m.num_experts:
+        model.append(("experts", f"{m.num_experts}" + (f", top-{m.top_k}" if m.top_k else "")))
+    steps = [c.step for c in report.checkpoints if c.step is not None]
+    run = [("checkpoints", f"{len(report.checkpoints)}" + (f", steps {min(steps)}–{max(steps)}" if steps else "")),
+           ("pairs", len(report.pairs))]
+    run += [(key.replace("_", " "), _value(value)) for key, value in report.settings.items()]
+    if report.probe is not None:
+        run.append(("probe", report.probe))
+    parts = ["<h3>Model</h3>", _dl(model), "<h3>Run</h3>", _dl(run)]
+    if report.skipped:
+        rows = [[item.get("path", ""), item.get("reason", "")] for item in report.skipped]
+        parts += ["<h3>Skipped checkpoints</h3>", _table(["path", "reason"], rows, text_columns=2)]
+    return "\n".join(parts)

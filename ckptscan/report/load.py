@@ -1,0 +1,58 @@
+"""A saved JSON report, read back for rendering without the checkpoints.
+
+`ckptscan report REPORT.json --html` and `ckptscan trend --html` render the
+same thing: the dict that the JSON file holds. `trend` passes its
+`report_dict(report)` through a JSON round trip first, so a value reaches
+the renderer exactly as a reader of the file would see it, and both paths
+give the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ckptscan.errors import CkptScanError
+from ckptscan.results import SCHEMA_VERSION, ScanReport, from_dict
+
+REQUIRED = ("command", "model", "checkpoints", "pairs", "summary")
+
+
+def read_report(path: str | Path) -> dict[str, Any]:
+    """The dict of a ckptscan JSON report file (`--json` of diff or trend)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise CkptScanError(f"cannot read the report: {e.strerror or e}", path=path) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CkptScanError(f"the report is not valid JSON ({e})", path=path) from None
+    check_report(data, path)
+    return data
+
+
+def as_json_values(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` as a JSON file gives it back (lists for tuples, str keys)."""
+    return json.loads(json.dumps(data, allow_nan=False))
+
+
+def check_report(data: Any, path: str | Path | None = None) -> None:
+    if not isinstance(data, dict) or any(key not in data for key in REQUIRED):
+        raise CkptScanError(f"not a ckptscan JSON report (needs the keys {list(REQUIRED)})", path=path)
+    version = data.get("schema_version")
+    if not isinstance(version, int) or version < 1:
+        raise CkptScanError(f"not a ckptscan JSON report (schema_version {version!r})", path=path)
+    if version > SCHEMA_VERSION:
+        raise CkptScanError(f"the report has schema version {version}, newer than this ckptscan reads "
+                            f"({SCHEMA_VERSION}): upgrade ckptscan", path=path)
+
+
+def report_from_dict(data: dict[str, Any], path: str | Path | None = None) -> ScanReport:
+    """Rebuild the result objects (`results.py` is the schema); keys this
+    version does not know are ignored, missing optional ones take defaults."""
+    check_report(data, path)
+    try:
+        return from_dict(ScanReport, data)
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        raise CkptScanError(f"the report's contents cannot be read ({e})", path=path) from None

@@ -1,0 +1,165 @@
+"""Terminal rendering of a run (`ckptscan trend`): one row per layer.
+
+Each row: a sparkline of the normalised Δ2 entropy and of the router's
+headline monitor (routing entropy with a probe, else ε) over the run, cells
+coloured by the worst status of their pairs; the newest value against its
+baseline; the layer's first alert (step, family, monitor); its worst status.
+Below: the loss, the verdict, first alert per family, rollback candidate and
+lead time, then each flagged layer's first findings.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ckptscan.detection.catalog import BY_NAME, Monitor
+from ckptscan.detection.summary import worst
+from ckptscan.report.sparkline import cell_statuses, sparkline
+from ckptscan.report.table import STATUS_STYLE, fmt, print_model
+from ckptscan.results import Finding, LayerResult, LayerSummary, ScanReport
+
+SPARK_WIDTH = 30  # at most this many cells per sparkline
+MIN_SPARK_WIDTH = 6
+# Terminal columns taken by everything but the sparklines: layer, first
+# alert and status (with padding), and per sparkline its two numbers.
+OTHER_COLUMNS_WIDTH = 29
+NUMBER_COLUMNS_WIDTH = 18
+FINDINGS_PER_LAYER = 3
+
+
+def series(report: ScanReport, layer: int, read: Callable[[LayerResult], float | None]) -> list[float | None]:
+    """One layer's values over the run's pairs."""
+    return [next((read(r) for r in pair.layers if r.layer == layer), None) for pair in report.pairs]
+
+
+def family_statuses(report: ScanReport, layer: int, family: str) -> list[str]:
+    """Per pair, the worst severity of the layer's findings of one family."""
+    return [worst([f.severity for r in pair.layers if r.layer == layer for f in r.findings if f.family == family])
+            for pair in report.pairs]
+
+
+def router_monitor(report: ScanReport) -> Monitor | None:
+    """Routing entropy when a probe gave it, else router ε; None without routers."""
+    for name in ("routing_entropy_norm", "epsilon"):
+        monitor = BY_NAME[name]
+        if any(monitor.read(layer) is not None for pair in report.pairs for layer in pair.layers):
+            return monitor
+    return None
+
+
+def first_findings(report: ScanReport, layer: int, count: int = FINDINGS_PER_LAYER) -> list[tuple[int | None, Finding]]:
+    """The layer's first warn/alert findings: the first alert of each monitor
+    (or its first warning when it never alerted), in step order."""
+    seen: dict[str, tuple[int | None, Finding]] = {}
+    for pair in report.pairs:
+        for result in pair.layers:
+            if result.layer != layer:
+                continue
+            for f in result.findings:
+                if f.severity not in ("warn", "alert"):
+                    continue
+                held = seen.get(f.monitor)
+                if held is None or (held[1].severity == "warn" and f.severity == "alert"):
+                    seen[f.monitor] = (pair.to_step, f)
+    return sorted(seen.values(), key=lambda sf: (sf[0] is None, sf[0] or 0))[:count]
+
+
+def first_alert_text(summary: LayerSummary) -> str:
+    """'1700 attention', or '–' (the findings below name the monitor)."""
+    if summary.first_alert_step is None:
+        return "–"
+    return f"{summary.first_alert_step} {summary.first_alert_family}"
+
+
+def trend_table(report: ScanReport, width: int = 160) -> Table:
+    """The per-layer table; sparklines take what `width` columns leave."""
+    router = router_monitor(report)
+    sparks = 2 if router is not None else 1
+    room = width - OTHER_COLUMNS_WIDTH - NUMBER_COLUMNS_WIDTH * sparks
+    spark_width = max(MIN_SPARK_WIDTH, min(SPARK_WIDTH, room // sparks - 2))
+    table = Table(title=_title(report), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
+                  pad_edge=False)
+    table.add_column("layer", justify="right", no_wrap=True)
+    monitors = [BY_NAME["delta2_entropy_norm"]] + ([router] if router is not None else [])
+    for monitor in monitors:
+        table.add_column(monitor.label, no_wrap=True, min_width=spark_width)
+        table.add_column("now", justify="right", no_wrap=True, min_width=5)
+        table.add_column("base", justify="right", no_wrap=True, min_width=5)
+    table.add_column("first alert", no_wrap=True, min_width=11)
+    table.add_column("status", no_wrap=True, min_width=6)
+    for summary in report.summary.layers:
+        row: list[Text | str] = [str(summary.layer)]
+        for monitor in monitors:
+            row += _spark_cells(report, summary.layer, monitor, summary.current, summary.baseline, spark_width)
+        row += [first_alert_text(summary), Text(summary.status, style=STATUS_STYLE.get(summary.status, ""))]
+        table.add_row(*row)
+    return table
+
+
+def print_trend(console: Console, report: ScanReport) -> None:
+    print_model(console, report)
+    console.print(trend_table(report, console.width))
+    _print_loss(console, report)
+    _print_summary(console, report)
+
+
+def _spark_cells(report: ScanReport, layer: int, monitor: Monitor, current: dict, baseline: dict, width: int
+                 ) -> list[Text | str]:
+    values = series(report, layer, monitor.read)
+    line = sparkline(values, width)
+    text = Text()
+    for char, status in zip(line, cell_statuses(family_statuses(report, layer, monitor.family), width)):
+        text.append(char, style=STATUS_STYLE.get(status, "") if status in ("warn", "alert") else "")
+    newest = next((v for v in reversed(values) if v is not None), None)
+    return [text, fmt(current.get(monitor.name, newest)), fmt(baseline.get(monitor.name))]
+
+
+def _title(report: ScanReport) -> str:
+    s = report.settings
+    pairs = report.pairs
+    steps = f"steps {pairs[0].from_step}–{pairs[-1].to_step}" if pairs else ""
+    how = "each against the first" if s.get("pairing") == "first" else "consecutive"
+    stride = f", stride {s['stride']}" if s.get("stride", 1) != 1 else ""
+    return f"{s.get('run', '')}: {len(pairs)} pairs ({how}{stride}), {steps}"
+
+
+def _print_loss(console: Console, report: ScanReport) -> None:
+    if "loss_log" not in report.settings:
+        return
+    losses = [p.loss for p in report.pairs]
+    known = [v for v in losses if v is not None]
+    span = f"{fmt(known[0])} → {fmt(known[-1])}" if known else "no finite loss"
+    divergence = report.summary.loss_divergence_step
+    diverged = f"diverged at step {divergence}" if divergence is not None else "did not diverge"
+    console.print(f"loss      {sparkline(losses, SPARK_WIDTH)}  {span}; {diverged} ({report.settings['loss_log']})",
+                  highlight=False)
+
+
+def _print_summary(console: Console, report: ScanReport) -> None:
+    s = report.summary
+    console.print(Text(s.message or s.status, style=STATUS_STYLE.get(s.status, "")))
+    if s.rollback_candidate is not None:
+        console.print(f"rollback candidate: {s.rollback_candidate.path} (step {s.rollback_candidate.step}), the last "
+                      f"checkpoint before the departure that raised the first alert began", highlight=False)
+    if s.lead_steps is not None:
+        console.print(f"lead: the first alert came {s.lead_steps} steps before the loss diverged"
+                      if s.lead_steps >= 0 else
+                      f"lead: none, the loss diverged {-s.lead_steps} steps before the first alert", highlight=False)
+    for summary in s.layers:
+        if summary.status not in ("warn", "alert"):
+            continue
+        for step, f in first_findings(report, summary.layer):
+            style = STATUS_STYLE[f.severity]
+            console.print(Text(f"  layer {summary.layer} step {step} [{f.family}] {f.severity}: {f.message}",
+                               style=style))
+    for skipped in report.skipped:
+        console.print(f"skipped {skipped['path']}: {skipped['reason']}", highlight=False, style="dim")
+    pending = report.settings.get("pending_steps")
+    if pending:
+        console.print(f"newer checkpoints not on the stride yet (not scanned): steps {pending}", highlight=False,
+                      style="dim")

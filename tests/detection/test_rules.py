@@ -1,0 +1,144 @@
+"""assess_report on synthetic runs: rules, families, corroboration, summary."""
+
+import dataclasses
+import math
+
+import pytest
+
+from ckptscan.detection.rules import Thresholds, assess_report
+from ckptscan.errors import CkptScanError
+from ckptscan.results import PairResult, ScanReport, Summary
+
+from detection.helpers import MODEL, alerts, layer_result, run_report
+
+
+def test_healthy_run_with_an_lr_schedule_is_healthy():
+    # Norm-like metrics follow a warm-up + cosine schedule (x10); entropies are flat with noise.
+    def logit(i, n):
+        return 2.0 + 2.0 * (1 - math.exp(-i / 5))
+
+    def eps(i, n):
+        return 3.0 + 3.0 * (1 - math.exp(-i / 4))
+
+    report = run_report(40, logit=logit, eps=eps, routing=lambda i, n: 0.9 - 0.004 * i)
+    assess_report(report, Thresholds())
+    assert report.summary.status == "ok"
+    assert report.summary.rollback_candidate is None
+    assert report.summary.message.startswith("HEALTHY")
+
+
+def test_attention_collapse_names_the_attention_family_and_rollback():
+    report = run_report(30, d2n=lambda i, n: 0.55 if n == 0 or i < 15 else 0.25)
+    assess_report(report, Thresholds(), loss_divergence_step=2300)
+    s = report.summary
+    assert s.status == "alert" and s.first_family == "attention"
+    assert s.first_alert_step == {"attention": 1700, "router": None, "numeric": None}
+    assert s.first_alert_onset_step == 1600  # the pair 1500 -> 1600 departed first
+    assert s.rollback_candidate.step == 1500 and s.rollback_candidate.path == "run/checkpoint-1500"
+    assert s.lead_steps == 2300 - 1700
+    assert s.flagged_layers == [1]
+    layer1 = s.layers[1]
+    assert (layer1.first_alert_step, layer1.first_alert_family) == (1700, "attention")
+    assert layer1.current["delta2_entropy_norm"] == pytest.approx(report.pairs[-1].layers[1].attention
+                                                                   .delta2_entropy_norm)
+    assert layer1.baseline["delta2_entropy_norm"] == pytest.approx(0.55, abs=0.02)
+    finding = next(f for _, layer, f in alerts(report) if layer == 1 and f.rule in ("trend", "level"))
+    assert finding.monitor == "delta2_entropy_norm" and finding.score >= 6
+    assert finding.value < finding.threshold < finding.baseline
+
+
+def test_router_collapse_names_the_router_family_even_when_attention_follows():
+    report = run_report(
+        30,
+        routing=lambda i, n: 0.8 if i < 12 else 0.4,
+        d2n=lambda i, n: 0.55 if i < 20 else 0.25,  # the coupled, later attention change
+    )
+    assess_report(report, Thresholds())
+    s = report.summary
+    assert s.first_family == "router"
+    assert s.first_alert_step["router"] == 1400
+    assert s.first_alert_step["attention"] == 2200
+
+
+def test_a_secondary_monitor_alone_only_warns():
+    report = run_report(30, dwq=lambda i, n: 0.8 if i < 15 else 0.4)
+    assess_report(report, Thresholds())
+    assert report.summary.status == "warn"
+    findings = [f for p in report.pairs for layer in p.layers for f in layer.findings]
+    assert {f.monitor for f in findings} == {"dwq_entropy_norm"}
+    assert any("not corroborated" in f.message for f in findings)
+
+
+def test_a_secondary_monitor_corroborated_by_a_specific_one_alerts():
+    report = run_report(30, dwq=lambda i, n: 0.8 if i < 15 else 0.4, d2n=lambda i, n: 0.55 if i < 15 else 0.35)
+    assess_report(report, Thresholds())
+    assert {f.monitor for _, _, f in alerts(report)} >= {"dwq_entropy_norm", "delta2_entropy_norm"}
+
+
+def test_nonfinite_is_always_an_alert_even_in_warm_up():
+    report = run_report(10, nonfinite=lambda i, n: {"W_q": 3} if (i, n) == (0, 1) else None)
+    assess_report(report, Thresholds())
+    s = report.summary
+    assert s.status == "alert" and s.first_family == "numeric"
+    assert s.first_alert_step["numeric"] == 100
+    assert s.rollback_candidate.step == 0
+
+
+def test_floors_wait_for_warm_up_in_a_run_but_not_in_a_single_pair():
+    report = run_report(10, d2n=lambda i, n: 0.1 if (i, n) == (0, 1) else 0.55)
+    assess_report(report, Thresholds())
+    assert report.summary.status == "ok"  # the low value is in warm-up
+    single = ScanReport("diff", MODEL, [], [report.pairs[0]], Summary("ok", [], {}))
+    assess_report(single, Thresholds())
+    assert [(layer, f.rule) for _, layer, f in alerts(single)] == [(1, "floor")]
+
+
+def test_router_floors():
+    report = run_report(10, routing=lambda i, n: 0.05, eps=lambda i, n: 0.05)
+    assess_report(report, Thresholds())
+    monitors = {f.monitor for _, _, f in alerts(report) if f.rule == "floor"}
+    assert monitors == {"routing_entropy_norm", "epsilon"}
+    assert report.summary.first_family == "router"
+
+
+def test_cross_layer_rule_in_a_single_pair():
+    layers = [layer_result(n, d2n=0.55 + 0.005 * n) for n in range(8)]
+    layers[5] = layer_result(5, d2n=0.3)
+    report = ScanReport("diff", MODEL, [], [PairResult(0, 100, layers)], Summary("ok", [], {}))
+    assess_report(report, Thresholds())
+    assert [(layer, f.rule) for _, layer, f in alerts(report)] == [(5, "cross_layer")]
+
+
+def test_disabled_monitors_are_not_judged():
+    report = run_report(30, d2n=lambda i, n: 0.55 if i < 15 else 0.35)
+    assess_report(report, Thresholds(disabled_monitors=("delta2_entropy_norm", "delta2_entropy_norm_min")))
+    assert report.summary.status == "ok"
+
+
+def test_assess_report_is_repeatable_and_records_thresholds():
+    report = run_report(30, d2n=lambda i, n: 0.55 if i < 15 else 0.25)
+    thresholds = Thresholds(alert_sigma=7.0)
+    assess_report(report, thresholds)
+    first = dataclasses.asdict(report)
+    assess_report(report, thresholds)
+    assert dataclasses.asdict(report) == first
+    assert report.thresholds["alert_sigma"] == 7.0
+    assert report.settings["warmup_end_step"] == 200
+
+
+def test_warmup_steps_delay_judging():
+    report = run_report(30, d2n=lambda i, n: 0.25 if i < 9 else 0.55)
+    assess_report(report, Thresholds(warmup_steps=900))
+    assert report.summary.status == "ok"
+    assert report.settings["warmup_end_step"] == 900
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"warn_sigma": 5.0, "alert_sigma": 4.0},
+    {"consecutive": 0},
+    {"min_baseline_pairs": 1},
+    {"disabled_monitors": ("no_such_monitor",)},
+])
+def test_invalid_thresholds_are_user_errors(kwargs):
+    with pytest.raises(CkptScanError, match="invalid thresholds"):
+        Thresholds(**kwargs)

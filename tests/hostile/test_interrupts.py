@@ -1,0 +1,151 @@
+"""Ctrl-C exits promptly with a message and code 130; paths that are missing,
+unreadable, empty or hold no checkpoint give one clear line and code 2."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from factories import llama_config, llama_tensors, write_hf_checkpoint
+from hostile.helpers import assert_one_line_error, run_cli, write_pair
+
+import ckptscan.cli
+import ckptscan.scan
+from ckptscan.readers import SafetensorsSource
+
+TREND = hasattr(ckptscan.cli, "trend")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_keyboard_interrupt_mid_scan(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                     monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+    """Ctrl-C raised while a tensor is read (on a worker thread when there
+    are several) ends the command with 130 and a message, no traceback."""
+    a, b = write_pair(tmp_path, layers=4)
+    calls = []
+
+    def interrupted(self, name, rows=None):
+        calls.append(name)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SafetensorsSource, "get", interrupted)
+    monkeypatch.setattr(ckptscan.scan, "plan_threads", lambda tasks, chosen=None: (min(workers, tasks), 1))
+    result = run_cli(capsys, "diff", a, b, "--json", tmp_path / "report.json")
+    assert calls
+    assert result.code == 130
+    assert "interrupted" in result.stderr.lower() and "Traceback" not in result.stderr
+    assert not (tmp_path / "report.json").exists()
+
+
+# Runs `ckptscan diff` with reads slowed to 0.2 s each (a slow shared
+# filesystem), announcing its first read on stderr so the test knows the scan
+# has started before it sends SIGINT.
+SLOW_READS = """
+import sys, time
+from ckptscan.readers import SafetensorsSource
+real_get = SafetensorsSource.get
+started = []
+def slow_get(self, name, rows=None):
+    if not started:
+        started.append(1)
+        print("READING", file=sys.stderr, flush=True)
+    time.sleep(0.2)
+    return real_get(self, name, rows)
+SafetensorsSource.get = slow_get
+sys.argv = ["ckptscan", "diff", *sys.argv[1:]]
+from ckptscan.cli import main
+main()
+"""
+
+
+def test_sigint_to_a_running_diff_exits_promptly(tmp_path: Path) -> None:
+    a, b = write_pair(tmp_path, layers=24, experts=None)  # ~15 s of slowed reads
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_READS, str(a), str(b), "--json", str(tmp_path / "r.json")],
+                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr.readline().strip() == "READING"
+        time.sleep(0.3)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=30)
+        elapsed = time.monotonic() - sent
+        stderr = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert code == 130, stderr
+    assert "interrupted" in stderr.lower() and "Traceback" not in stderr
+    assert elapsed < 5, elapsed
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_missing_path(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    a, _ = write_pair(tmp_path)
+    assert_one_line_error(run_cli(capsys, "diff", a, tmp_path / "nope"), str(tmp_path / "nope"), "no such")
+
+
+def test_unreadable_file(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Permission denied on a shard (simulated: tests may run as root, whom
+    chmod does not stop)."""
+    a, b = write_pair(tmp_path)
+    shard = str(b / "model.safetensors")
+    real_open = os.open
+
+    def guarded_open(path, flags, *args, **kwargs):
+        if str(path) == shard:
+            raise PermissionError(13, "Permission denied", shard)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", guarded_open)
+    assert_one_line_error(run_cli(capsys, "diff", a, b), shard, "Permission denied")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads through chmod 000")
+def test_unreadable_directory_for_real(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    a, b = write_pair(tmp_path)
+    b.chmod(0)
+    try:
+        assert_one_line_error(run_cli(capsys, "diff", a, b), str(b))
+    finally:
+        b.chmod(0o755)
+
+
+def test_directory_without_checkpoints(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    a, _ = write_pair(tmp_path)
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "notes.txt").write_text("hello")
+    (junk / "data.json").write_text("{}")
+    assert_one_line_error(run_cli(capsys, "diff", a, junk), str(junk))
+
+
+def test_missing_argument(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    a, _ = write_pair(tmp_path)
+    result = run_cli(capsys, "diff", a)
+    assert result.code == 2 and "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(not TREND, reason="ckptscan trend is not there yet")
+@pytest.mark.parametrize("layout", ["missing", "empty", "junk", "file", "one-checkpoint"])
+def test_trend_on_a_run_it_cannot_use(tmp_path: Path, capsys: pytest.CaptureFixture, layout: str) -> None:
+    run = tmp_path / "run"
+    if layout == "empty":
+        run.mkdir()
+    elif layout == "junk":
+        run.mkdir()
+        (run / "readme.md").write_text("# run")
+        (run / "logs").mkdir()
+    elif layout == "file":
+        run.write_text("not a directory")
+    elif layout == "one-checkpoint":
+        config = llama_config()
+        write_hf_checkpoint(run / "checkpoint-100", llama_tensors(config, seed=1), config)
+    assert_one_line_error(run_cli(capsys, "trend", run, "--no-cache"), str(run))

@@ -1,0 +1,114 @@
+"""The incremental per-pair cache: identical results, only new pairs computed,
+only needed checkpoints read, invalidation by identity and settings."""
+
+import os
+import shutil
+
+import pytest
+import torch
+
+from ckptscan.cache import PairCache, default_cache_dir
+from ckptscan.readers import SafetensorsSource
+from ckptscan.report.json import report_json
+from ckptscan.scan import ScanOptions
+from ckptscan.trend import scan_run
+
+from run_factory import write_run
+
+
+@pytest.fixture(scope="module")
+def run_source(tmp_path_factory):
+    return write_run(tmp_path_factory.mktemp("runs") / "run", count=12, collapse_layer=1, collapse_from=800)
+
+
+@pytest.fixture
+def run(run_source, tmp_path):
+    return shutil.copytree(run_source, tmp_path / "run", copy_function=shutil.copy2)
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """Checkpoint directories whose tensors were read."""
+    seen = []
+    original = SafetensorsSource.get
+
+    def get(self, name, rows=None):
+        seen.append(self.files[0].parent.name)
+        return original(self, name, rows)
+
+    monkeypatch.setattr(SafetensorsSource, "get", get)
+    return seen
+
+
+def test_results_with_and_without_cache_are_identical(run, tmp_path):
+    options = ScanOptions()
+    fresh = report_json(scan_run(run, options))
+    cache = PairCache(tmp_path / "cache", options)
+    first = report_json(scan_run(run, options, cache=cache))
+    assert (cache.hits, cache.misses) == (0, 11)
+    cache = PairCache(tmp_path / "cache", options)
+    second = report_json(scan_run(run, options, cache=cache))
+    assert (cache.hits, cache.misses) == (11, 0)
+    assert fresh == first == second
+    assert '"status": "alert"' in second  # the planted collapse is judged from cached metrics too
+
+
+def test_a_grown_run_computes_only_new_pairs_reading_only_what_they_need(run, tmp_path, reads):
+    options = ScanOptions()
+    shutil.move(run / "checkpoint-1100", tmp_path / "later")
+    scan_run(run, options, cache=PairCache(tmp_path / "cache", options))
+    shutil.move(tmp_path / "later", run / "checkpoint-1100")
+    reads.clear()
+    cache = PairCache(tmp_path / "cache", options)
+    grown = scan_run(run, options, cache=cache)
+    assert (cache.hits, cache.misses) == (10, 1)
+    assert set(reads) == {"checkpoint-1000", "checkpoint-1100"}
+    assert report_json(grown) == report_json(scan_run(run, options))
+
+
+def test_a_changed_checkpoint_invalidates_its_pairs_only(run, tmp_path):
+    options = ScanOptions()
+    scan_run(run, options, cache=PairCache(tmp_path / "cache", options))
+    shard = run / "checkpoint-500" / "model.safetensors"
+    stat = shard.stat()
+    os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    cache = PairCache(tmp_path / "cache", options)
+    scan_run(run, options, cache=cache)
+    assert (cache.hits, cache.misses) == (9, 2)  # 400 -> 500 and 500 -> 600
+
+
+def test_monitor_settings_are_part_of_the_key(run, tmp_path):
+    scan_run(run, ScanOptions(), cache=PairCache(tmp_path / "cache", ScanOptions()))
+    for options in (ScanOptions(compute_dtype=torch.float64), ScanOptions(layers=[1])):
+        cache = PairCache(tmp_path / "cache", options)
+        scan_run(run, options, cache=cache)
+        assert cache.hits == 0
+
+
+def test_a_corrupt_entry_is_recomputed(run, tmp_path):
+    options = ScanOptions()
+    directory = tmp_path / "cache"
+    expected = report_json(scan_run(run, options, cache=PairCache(directory, options)))
+    entries = sorted((directory / "pairs").iterdir())
+    assert len(entries) == 11 and not [p for p in directory.rglob("*.tmp")]
+    entries[0].write_text("{ truncated")
+    cache = PairCache(directory, options)
+    assert report_json(scan_run(run, options, cache=cache)) == expected
+    assert (cache.hits, cache.misses) == (10, 1)
+
+
+def test_an_unwritable_cache_is_reported_not_fatal(run, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    cache = PairCache(blocker / "cache", ScanOptions())
+    report = scan_run(run, ScanOptions(), cache=cache)
+    assert report.summary.status == "alert"
+    assert cache.write_error is not None
+
+
+def test_default_location_is_the_user_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "ckptscan"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_cache_dir() == tmp_path / "home" / ".cache" / "ckptscan"

@@ -1,0 +1,114 @@
+"""Run directories: checkpoints found per framework, ordered by step; pointers,
+temporary and incomplete checkpoints skipped with a reason."""
+
+import json
+
+import pytest
+import torch
+from factories import llama_config, llama_tensors, write_hf_checkpoint
+from format_writers import megatron_args, write_deepspeed, write_dcp, write_megatron_legacy, write_nanogpt
+
+from ckptscan.discovery import discover_run
+from ckptscan.errors import CkptScanError
+
+CONFIG = llama_config(layers=1)
+
+
+def hf(directory, seed=1, shards=1):
+    return write_hf_checkpoint(directory, llama_tensors(CONFIG, seed), CONFIG, shards=shards)
+
+
+def steps(run):
+    return [c.step for c in run.checkpoints]
+
+
+def skipped(run):
+    return {s["path"].rsplit("/", 1)[-1]: s["reason"] for s in run.skipped}
+
+
+def test_hf_trainer_run(tmp_path):
+    for step in (100, 20, 3):
+        hf(tmp_path / f"checkpoint-{step}", seed=step)
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    hf(tmp_path / "tmp-checkpoint-120")  # Trainer's staging directory
+    hf(tmp_path / "checkpoint-140", shards=2)
+    (tmp_path / "checkpoint-140" / "model-00002-of-00002.safetensors").unlink()  # a shard never written
+    (tmp_path / "checkpoint-160").mkdir()  # no model files yet
+    (tmp_path / "runs").mkdir()  # tensorboard
+    (tmp_path / "train_log.jsonl").write_text("{}\n")
+    run = discover_run(tmp_path)
+    assert steps(run) == [3, 20, 100]  # numeric, not lexical, order
+    assert [c.path.name for c in run.checkpoints] == ["checkpoint-3", "checkpoint-20", "checkpoint-100"]
+    reasons = skipped(run)
+    assert set(reasons) == {"tmp-checkpoint-120", "checkpoint-140", "checkpoint-160"}
+    assert "temporary" in reasons["tmp-checkpoint-120"]
+    assert "model-00002-of-00002.safetensors" in reasons["checkpoint-140"]
+    assert "no checkpoint recognised" in reasons["checkpoint-160"]
+
+
+def test_deepspeed_run_ignores_latest_and_skips_a_save_in_progress(tmp_path):
+    tensors = {k: v.float() for k, v in llama_tensors(CONFIG, 1).items()}
+    for step in (10, 5, 15):
+        write_deepspeed(tmp_path, step, tensors)
+    (tmp_path / "latest").write_text("global_step10")  # 15 is still being written
+    run = discover_run(tmp_path)
+    assert steps(run) == [5, 10] and run.checkpoints[0].format == "deepspeed"
+    assert "still being written" in skipped(run)["global_step15"]
+
+
+def megatron_iteration(save_dir, iteration):
+    model = {"decoder.layers.0.self_attention.linear_qkv.weight": torch.randn(16, 8)}
+    write_megatron_legacy(save_dir, iteration, {(0, 0): {"model": model}}, megatron_args(1, 8, 2, 1, None))
+
+
+def test_megatron_run(tmp_path):
+    for iteration in (2000, 1000):
+        megatron_iteration(tmp_path, iteration)
+    (tmp_path / "iter_0003000" / "mp_rank_00").mkdir(parents=True)  # crashed mid-save; tracker still says 2000
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("2000")
+    run = discover_run(tmp_path)
+    assert steps(run) == [1000, 2000] and run.checkpoints[1].meta["iteration"] == 2000
+    assert set(skipped(run)) == {"iter_0003000"}
+
+
+def test_torchtitan_run_under_dump_checkpoint(tmp_path):
+    folder = tmp_path / "checkpoint"
+    for step in (10, 5):
+        write_dcp(folder / f"step-{step}", {"layers.0.attention.wq.weight": torch.randn(8, 8),
+                                            "train_state.step": torch.tensor(step)})
+    write_dcp(folder / "step-15", {"layers.0.attention.wq.weight": torch.randn(8, 8)})
+    (folder / "step-15" / ".metadata").unlink()  # DCP writes .metadata last
+    run = discover_run(tmp_path)  # the user names `dump/`; checkpoints are in dump/checkpoint/
+    assert steps(run) == [5, 10]
+    assert "no checkpoint recognised" in skipped(run)["step-15"]
+
+
+def test_olmo_core_run(tmp_path):
+    for step in (200, 100):
+        write_dcp(tmp_path / f"step{step}" / "model_and_optim", {"model": {"blocks.0.attention.w_q.weight":
+                                                                           torch.randn(8, 8)},
+                                                                 "optim": {"step": torch.tensor(step)}})
+        (tmp_path / f"step{step}" / ".metadata.json").write_text("{}")
+    write_dcp(tmp_path / "step300-tmp" / "model_and_optim", {"model": {"w": torch.randn(2)}})
+    run = discover_run(tmp_path)
+    assert steps(run) == [100, 200] and run.checkpoints[0].tensors.keys() == ["blocks.0.attention.w_q.weight"]
+    assert "temporary" in skipped(run)["step300-tmp"]
+
+
+def test_accelerate_save_counters_are_not_steps(tmp_path):
+    for k in (0, 1):
+        hf(tmp_path / "checkpoints" / f"checkpoint_{k}")
+    with pytest.raises(CkptScanError, match="checkpoint_0: Accelerate checkpoint_K: K counts saves"):
+        discover_run(tmp_path)
+
+
+def test_a_single_nanogpt_checkpoint_is_not_a_run(tmp_path):
+    write_nanogpt(tmp_path / "out", {"transformer.h.0.attn.c_attn.weight": torch.randn(12, 4)},
+                  {"n_layer": 1, "n_head": 1, "n_embd": 4}, iter_num=5)
+    with pytest.raises(CkptScanError, match="single checkpoint, not a run directory"):
+        discover_run(tmp_path / "out")
+
+
+def test_empty_directory_is_not_a_run(tmp_path):
+    with pytest.raises(CkptScanError, match="no checkpoint directories"):
+        discover_run(tmp_path)
