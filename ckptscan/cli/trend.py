@@ -23,7 +23,6 @@ from ckptscan.cli.app import (
     NumHeads,
     NumKvHeads,
     Precision,
-    Probe,
     Quiet,
     SetThreshold,
     TensorMapFile,
@@ -73,7 +72,9 @@ def trend(
     head_dim: Optional[int] = HeadDim,
     layers: Optional[str] = Layers,
     precision: str = Precision,
-    probe: Optional[Path] = Probe,
+    probe: Optional[Path] = typer.Option(None, "--probe", help="Router inputs (safetensors, keys "
+                                         "layers.{i}.router_input [T, d]) for routing entropy and expert load "
+                                         f"(default: RUN_DIR/{DEFAULT_PROBE} when present)."),
     device: str = Device,
     heads: Optional[str] = Heads,
     full_spectrum: bool = FullSpectrum,
@@ -84,9 +85,22 @@ def trend(
         if not run_dir.is_dir():
             raise CkptScanError("not a run directory", path=run_dir)
         check_figure_outputs(html, png)
-        probe = probe if probe is not None else _present(run_dir / DEFAULT_PROBE, "probe", quiet)
-        options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, probe, device, heads,
-                               full_spectrum, tensor_map)
+        found_probe = probe is None and (run_dir / DEFAULT_PROBE).is_file()
+        try:
+            options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers,
+                                   run_dir / DEFAULT_PROBE if found_probe else probe, device, heads, full_spectrum,
+                                   tensor_map)
+        except CkptScanError as e:
+            if not found_probe:
+                raise
+            # The run's own probe was not asked for: an unusable one is skipped, not fatal.
+            if not quiet:
+                err.print(f"ignoring the run's probe: {e}", highlight=False, style="yellow")
+            found_probe = False
+            options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, None, device, heads,
+                                   full_spectrum, tensor_map)
+        if found_probe and not quiet:
+            err.print(f"using the run's probe: {run_dir / DEFAULT_PROBE}", highlight=False, style="dim")
         settings = load_settings(config, set_)
         options.thresholds = settings.thresholds
         if loss_log is None:
@@ -113,14 +127,6 @@ def _progress(quiet: bool) -> Progress:
                     console=err, transient=True, disable=quiet or not err.is_terminal)
 
 
-def _present(path: Path, what: str, quiet: bool) -> Path | None:
-    if not path.is_file():
-        return None
-    if not quiet:
-        err.print(f"using the run's {what}: {path}", highlight=False, style="dim")
-    return path
-
-
 def _usable_loss_log(path: Path, quiet: bool) -> Path | None:
     """The run's own loss log when present and readable; an unreadable one is
     skipped with a note (it was not asked for), unlike an explicit --loss-log."""
@@ -132,4 +138,6 @@ def _usable_loss_log(path: Path, quiet: bool) -> Path | None:
         if not quiet:
             err.print(f"ignoring the run's loss log: {e}", highlight=False, style="yellow")
         return None
-    return _present(path, "loss log", quiet)
+    if not quiet:
+        err.print(f"using the run's loss log: {path}", highlight=False, style="dim")
+    return path

@@ -99,6 +99,10 @@ def run_figures(report: ScanReport) -> list[Figure]:
     """Every figure of a report, in the order the HTML shows them."""
     require_matplotlib()
     grid = Grid.of(report)
+    if len(report.pairs) == 1:
+        # One update (ckptscan diff): no time axis; the layers side by side say it all.
+        fig, caption = draw_layer_profile(report, grid)
+        return [Figure("layers", "Monitors per layer", caption, _png(fig))]
     fig, caption = draw_timeline(report, grid)
     figures = [Figure("timeline", "Flagged layers, loss and lead time", caption, _png(fig))]
     for name in HEATMAPS:
@@ -284,6 +288,41 @@ def _row_label(layers: list[int], rows: range) -> str:
     return str(first) if first == last else f"{first}–{last}"
 
 
+# ---------------------------------------------------------------- one pair
+
+def draw_layer_profile(report: ScanReport, grid: Grid) -> tuple[MplFigure, str]:
+    """A single pair: each headline monitor against the layer, findings marked."""
+    mpl = _matplotlib()
+    monitors = _headline_monitors(grid) or [BY_NAME["delta2_entropy_norm"]]
+    fig = mpl.Figure(figsize=(WIDTH, 1.0 + 2.2 * len(monitors)), layout="constrained")
+    axes = fig.subplots(len(monitors), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, monitor in zip(axes, monitors):
+        values = grid.values(monitor.read)[:, 0]
+        ax.plot(grid.layers, values, color="#2166ac", marker="o", markersize=3.5, linewidth=1.2, zorder=3,
+                label="value")
+        if np.isfinite(values).any():
+            ax.axhline(float(np.nanmedian(values)), color="black", linestyle="--", linewidth=1.0, zorder=2,
+                       label="median over layers")
+        for severity, shape, size in (("warn", "o", 7), ("alert", "X", 9)):
+            hits = [(layer, f.value) for layer in grid.layers for _, f in grid.findings(layer, monitor.name)
+                    if f.severity == severity and f.value is not None]
+            if hits:
+                ax.scatter(*zip(*hits), marker=shape, s=size ** 2, facecolors="white" if severity == "warn"
+                           else ALARM_COLOR, edgecolors=ALARM_COLOR, linewidths=1.2, zorder=4, label=severity)
+        ax.set_title(f"{monitor.label} ({monitor.family})", loc="left", fontsize=9)
+        ax.set_ylabel(_unit(monitor), fontsize=9)
+        ax.grid(True, color="#e6e6e6", linewidth=0.6)
+        ax.legend(loc="best", fontsize=8, frameon=False)
+    axes[-1].set_xlabel("layer")
+    axes[-1].xaxis.get_major_locator().set_params(integer=True)
+    pair = report.pairs[0]
+    fig.suptitle(f"{report.command}: {report.summary.status.upper()}, step {pair.from_step} → {pair.to_step}",
+                 x=0.01, ha="left", fontsize=11)
+    caption = ("One pair of checkpoints: each monitor per layer; dashed: the median over layers (the cross-layer "
+               "rule compares each layer with the others); markers: ○ warn, ✕ alert findings of that monitor.")
+    return fig, caption
+
+
 # ---------------------------------------------------------------- timeline
 
 def draw_timeline(report: ScanReport, grid: Grid) -> tuple[MplFigure, str]:
@@ -358,7 +397,7 @@ def draw_timeline(report: ScanReport, grid: Grid) -> tuple[MplFigure, str]:
 
 
 LEGEND_ORDER = ("flagged layer", "median over", "range over", "median of the other", "baseline ±", "baseline",
-                "alert level", "warn", "alert", "mean loss", "warm-up", "rollback", "first alert", "loss divergence")
+                "alert level", "warn", "alert", "non-finite", "mean loss", "warm-up", "rollback", "first alert", "loss divergence")
 
 
 def _legend_rank(label: str) -> int:
@@ -431,7 +470,7 @@ def _layer_panel(ax: Axes, report: ScanReport, grid: Grid, layer: int, threshold
     if points is not None:
         _draw_band(ax, grid.steps, points, monitor, thresholds)
     else:
-        notes.append("No band: the report carries no series thresholds, or has a single pair.")
+        notes.append("No band: the report carries no thresholds to recompute it with.")
     dense = len(grid.steps) > 60  # smaller markers, so that many do not merge into a blot
     ax.plot(grid.steps, series, color="#2166ac", marker="o", markersize=2.5 if dense else 3.5, linewidth=1.3,
             zorder=4, label="flagged layer")
@@ -442,7 +481,16 @@ def _layer_panel(ax: Axes, report: ScanReport, grid: Grid, layer: int, threshold
             ax.scatter(*zip(*hits), marker=shape, s=size ** 2, facecolors="white" if severity == "warn" else
                        ALARM_COLOR, edgecolors=ALARM_COLOR, linewidths=0.8 if dense else 1.2, zorder=5,
                        label=severity)
-    ax.set_title(f"layer {layer}: {monitor.label} ({monitor.family})", loc="left", fontsize=9)
+    title = f"layer {layer}: {monitor.label} ({monitor.family})"
+    # Non-finite weights leave the monitors without a value: shade those pairs instead.
+    nonfinite = [j for j, by_layer in enumerate(grid.results)
+                 if layer in by_layer and any(f.monitor == "nonfinite" for f in by_layer[layer].findings)]
+    for j in nonfinite:
+        ax.axvspan(grid.edges[j], grid.edges[j + 1], facecolor="#f4c7c3", edgecolor=ALARM_COLOR, hatch="xx",
+                   linewidth=0, zorder=1, label="non-finite weights (numeric alert)")
+    if nonfinite:
+        title += f"; non-finite weights from step {grid.steps[nonfinite[0]]:g}"
+    ax.set_title(title, loc="left", fontsize=9)
     ax.set_ylabel(_unit(monitor), fontsize=9)
     return notes
 

@@ -84,8 +84,9 @@ def html_page(report: ScanReport, data: dict[str, Any], figures: list[Figure]) -
     s = report.summary
     where = report.settings.get("run") or (report.pairs[0].to_path if report.pairs else "")
     title = f"ckptscan {report.command}: {Path(str(where)).name or where} — {s.status.upper()}"
-    timeline = [f for f in figures if f.name == "timeline"]
-    heatmaps = [f for f in figures if f.name != "timeline"]
+    heatmaps = [f for f in figures if f.name.startswith("heatmap_")]
+    timeline = [f for f in figures if f not in heatmaps]
+    single = len(report.pairs) == 1
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -102,9 +103,11 @@ def html_page(report: ScanReport, data: dict[str, Any], figures: list[Figure]) -
         f'<p class="message {_e(s.status)}">{_e(s.message or s.status)}</p>',
         "</header>",
         _section("verdict", "Verdict", _verdict(report)),
-        _section("timeline", "When it went wrong: flagged layers, loss and lead time", _figures(timeline)),
-        _section("monitors", "Monitors over the run (layers × steps)",
-                 _figures(heatmaps) or "<p>No monitor values in this report.</p>"),
+        _section("timeline", "The layers of this update" if single else
+                 "When it went wrong: flagged layers, loss and lead time", _figures(timeline)),
+        _section("monitors", "Monitors over the run (layers × steps)", _figures(heatmaps) or (
+            "<p>One pair of checkpoints: no time axis (see the figure above).</p>" if single
+            else "<p>No monitor values in this report.</p>")),
         _section("layers", "Layers", _layers_table(report)),
         _section("findings", "First findings of the flagged layers", _findings(report)),
         _section("thresholds", "Effective thresholds", _thresholds(report)),

@@ -4,6 +4,8 @@ import json
 import math
 
 import pytest
+import torch
+from safetensors.torch import save_file
 from typer.testing import CliRunner
 
 from ckptscan.cli import app
@@ -143,3 +145,22 @@ def test_explicit_loss_log_errors_but_a_broken_run_log_is_skipped(runs, tmp_path
     (run / "train_log.jsonl").write_text("not json\n")
     result = invoke(run)
     assert result.exit_code == 0 and "ignoring the run's loss log" in result.stderr
+
+
+def test_the_runs_probe_is_used_and_an_unusable_one_skipped(runs, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    for ckpt in sorted(runs["healthy"].iterdir())[:8]:
+        (run / ckpt.name).symlink_to(ckpt)
+    inputs = {f"layers.{i}.router_input": torch.randn(32, 64, generator=torch.Generator().manual_seed(i))
+              for i in range(2)}
+    save_file(inputs, run / "probe.safetensors")
+    result = invoke(run, "--format", "json")
+    assert "using the run's probe" in result.stderr
+    report = json.loads(result.stdout)
+    assert report["probe"] == str(run / "probe.safetensors")
+    assert report["pairs"][0]["layers"][0]["router"]["routing_entropy_norm"] is not None
+    (run / "probe.safetensors").write_bytes(b"garbage")
+    result = invoke(run)
+    assert result.exit_code == 0 and "ignoring the run's probe" in result.stderr
+    assert invoke(run, "--probe", run / "probe.safetensors").exit_code == 2

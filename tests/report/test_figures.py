@@ -3,6 +3,7 @@ drawn for runs with and without a loss log."""
 
 import io
 import math
+import shutil
 
 import pytest
 
@@ -54,9 +55,9 @@ def test_loss_panel_draws_each_pairs_mean_loss_over_its_steps(reports):
     report = reports["loss"]
     fig, _ = draw_timeline(report, Grid.of(report))
     (stairs,) = [p for p in fig.axes[1].patches if p.get_label() == "mean loss over each pair"]
-    values, edges = stairs.get_data()
-    assert list(values) == pytest.approx([p.loss for p in report.pairs])
-    assert list(edges) == [report.pairs[0].from_step] + [p.to_step for p in report.pairs]
+    data = stairs.get_data()
+    assert list(data.values) == pytest.approx([p.loss for p in report.pairs])
+    assert list(data.edges) == [report.pairs[0].from_step] + [p.to_step for p in report.pairs]
 
 
 def test_band_agrees_with_the_findings_in_the_report(reports):
@@ -79,7 +80,7 @@ def test_band_agrees_with_the_findings_in_the_report(reports):
         elif not findings:
             assert values[k] > alert_level[k]
             checked["quiet"] += 1
-    assert checked["alert"] >= 2 and checked["quiet"] >= 2
+    assert checked["alert"] >= 2 and checked["quiet"] >= 1
     assert all(math.isnan(a) for a, s in zip(alert_level, steps) if s <= report.settings["warmup_end_step"])
 
 
@@ -152,9 +153,11 @@ def test_folded_columns_and_rows_keep_the_alarm_side_extreme(reports, monkeypatc
     cells = mesh.get_array()
     assert cells.shape == (2, 4)
     x_edges = mesh.get_coordinates()[0, :, 0]
-    y_edges = mesh.get_coordinates()[:, 0, 1]
-    for r in range(2):
-        layers = [n for n in range(3) if y_edges[r] < n < y_edges[r + 1]]
+    labels = [t.get_text() for t in ax.get_yticklabels()]  # "0", "1–2": the layers of each row
+    assert len(labels) == 2
+    for r, label in enumerate(labels):
+        first, _, last = label.partition("–")
+        layers = range(int(first), int(last or first) + 1)
         for c in range(4):
             pairs = [p for p in report.pairs if x_edges[c] < p.to_step <= x_edges[c + 1]]
             lowest = min(layer.attention.delta2_entropy_norm for p in pairs for layer in p.layers
@@ -190,3 +193,30 @@ def test_timeline_panels_are_capped_for_many_flagged_layers():
     titles = [ax.get_title(loc="left") for ax in fig.axes if ax.get_title(loc="left")]
     assert [t.split(":")[0] for t in titles] == ["layer 0", "layer 2", "layer 4", "layer 6"]  # the earliest
     assert "4 of 6, the earliest to fire" in caption
+
+
+def test_non_finite_weights_are_shaded_on_the_timeline_and_marked_on_the_heatmap(runs, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from ckptscan.trend import scan_run
+
+    run = shutil.copytree(runs["healthy"], tmp_path / "nan-run")
+    (shard,) = (run / "checkpoint-600").glob("*.safetensors")
+    tensors = load_file(shard)
+    tensors["model.layers.1.self_attn.q_proj.weight"][0, :3] = float("nan")
+    save_file(tensors, shard)
+    report = scan_run(run)
+    assert report.summary.first_alert_step["numeric"] == 600
+    grid = Grid.of(report)
+    fig, _ = draw_timeline(report, grid)
+    ax = fig.axes[0]
+    assert ax.get_title(loc="left") == "layer 1: Δ2 H/ln n (attention); non-finite weights from step 600"
+    shaded = [p.get_x() for p in ax.patches if p.get_label().startswith("non-finite")]
+    shaded += [p.get_x() + p.get_width() for p in ax.patches if p.get_label().startswith("non-finite")]
+    assert (min(shaded), max(shaded)) == (500, 700)  # the two pairs that read checkpoint-600
+    heat, _ = draw_heatmap(grid, "delta2_entropy_norm")
+    (mesh,) = [c for c in heat.axes[0].collections if isinstance(c, QuadMesh)]
+    masked = [report.pairs[j].to_step for j in range(len(report.pairs)) if mesh.get_array().mask[1, j]]
+    assert masked == [600, 700]
+    (markers,) = [c for c in heat.axes[0].collections if isinstance(c, PathCollection)]
+    assert sorted(x for x, _ in markers.get_offsets()) == [550, 650]
