@@ -12,9 +12,11 @@ minimum of S up to t. The divergence step is the first logged step t with
     S(s) > m(t) + margin   for every logged step s ≥ t,
 
 i.e. the smoothed loss has risen `margin` nats above the best it had
-reached and never comes back. A spike that recovers is not a divergence; a
-run with no such step has not diverged (None). The experiments' trainer
-uses the same definition (window 50, margin 0.5 nats).
+reached and never comes back. Only steps followed by at least `window` more
+logged steps qualify, so the last steps of a log cannot "stay above" by
+default. A spike that recovers is not a divergence; a run with no such step
+has not diverged (None). The experiments' trainer uses the same definition
+(window 50, margin 0.5 nats).
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ def divergence_step(log: LossLog, window: int = 50, margin: float = 0.5) -> int 
     for i in range(len(smoothed) - 2, -1, -1):
         suffix_min[i] = min(smoothed[i], suffix_min[i + 1])
     running_min = math.inf
-    for step, s, later in zip(log.steps, smoothed, suffix_min):
+    qualified = len(log.steps) - window
+    for step, s, later in zip(log.steps[:max(qualified, 0)], smoothed, suffix_min):
         running_min = min(running_min, s)
         if later > running_min + margin:
             return step

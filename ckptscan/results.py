@@ -104,7 +104,7 @@ class RouterResult:
     routing_entropy_norm: float | None = None  # mean H(p) / ln E
     routing_entropy_change: float | None = None
     routing_entropy_p05_change: float | None = None
-    low_entropy_share: float | None = None  # share of probe tokens with H(p)/ln E < low_entropy_floor
+    low_entropy_share: float | None = None  # share of probe tokens with H(p)/ln E < 0.3 (monitors/routing.py)
     low_entropy_share_change: float | None = None
     load_cv_change: float | None = None
     expert_load: list[float] | None = None  # share of the T·k top-k selections per expert

@@ -56,9 +56,15 @@ def test_divergence_is_a_lasting_rise_above_the_best_smoothed_loss():
     step = divergence_step(log_of(steps), window=5, margin=0.5)
     # Brute force: the first t whose smoothed loss, and every later one, exceeds the running best + margin.
     smoothed = [sum(steps[max(0, i - 4): i + 1]) / len(steps[max(0, i - 4): i + 1]) for i in range(len(steps))]
-    expected = next(t for t in range(len(steps))
+    expected = next(t for t in range(len(steps) - 5)
                     if all(s > min(smoothed[: t + 1]) + 0.5 for s in smoothed[t:]))
     assert step == expected and 100 < step < 130
+
+
+def test_the_last_window_of_a_log_cannot_diverge():
+    losses = [2.0] * 100 + [5.0] * 4  # a rise in the last 4 logged steps: not yet "for good"
+    assert divergence_step(log_of(losses), window=5, margin=0.5) is None
+    assert divergence_step(log_of(losses + [5.0] * 5), window=5, margin=0.5) == 100
 
 
 def test_a_spike_that_recovers_is_not_a_divergence():
@@ -67,7 +73,7 @@ def test_a_spike_that_recovers_is_not_a_divergence():
 
 
 def test_a_nan_loss_diverges_for_good():
-    losses = [2.0] * 50 + [None] * 10
+    losses = [2.0] * 50 + [None] * 20
     assert divergence_step(log_of(losses), window=5, margin=0.5) == 50
 
 

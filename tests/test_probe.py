@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from factories import llama_config, llama_tensors, random_weights, write_hf_checkpoint
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from torch import nn
 from typer.testing import CliRunner
 
@@ -18,6 +19,7 @@ import ckptscan
 from ckptscan.cli import app
 from ckptscan.errors import CkptScanError
 from ckptscan.probe import capture_probe, load_probe
+from ckptscan.readers import open_checkpoint
 
 runner = CliRunner()
 
@@ -330,3 +332,72 @@ def test_layers_flag_lets_a_partial_probe_through(moe_run, tmp_path):
     probe = write_probe(tmp_path / "partial.safetensors", random_inputs([0, 2]))
     result = runner.invoke(app, ["diff", str(pa), str(pb), "--probe", str(probe), "--layers", "0,2"])
     assert result.exit_code in (0, 1), result.output
+
+
+def test_deepseek_v3_sigmoid_router_with_selection_bias_in_a_scan(tmp_path):
+    """DeepSeek-V3: p = σ(Wx)/Σσ(Wx) for the entropy, top-k of σ(Wx) + bias for the load."""
+    d, heads, experts, nope, rope, v, q_rank, kv_rank = 32, 2, 8, 8, 4, 8, 12, 10
+    config = {"model_type": "deepseek_v3", "hidden_size": d, "num_attention_heads": heads, "num_key_value_heads": heads,
+              "num_hidden_layers": 2, "first_k_dense_replace": 0, "n_routed_experts": experts,
+              "num_experts_per_tok": 3, "q_lora_rank": q_rank, "kv_lora_rank": kv_rank, "qk_nope_head_dim": nope,
+              "qk_rope_head_dim": rope, "v_head_dim": v, "num_nextn_predict_layers": 0}
+    shapes = {
+        "self_attn.q_a_proj.weight": (q_rank, d), "self_attn.q_b_proj.weight": (heads * (nope + rope), q_rank),
+        "self_attn.kv_a_proj_with_mqa.weight": (kv_rank + rope, d),
+        "self_attn.kv_b_proj.weight": (heads * (nope + v), kv_rank),
+        "self_attn.o_proj.weight": (d, heads * v), "mlp.gate.weight": (experts, d),
+        "mlp.gate.e_score_correction_bias": (experts,),
+    }
+    paths = []
+    for side in range(2):
+        tensors = {}
+        for i in range(2):
+            p = f"model.layers.{i}."
+            tensors.update({p + name: random_weights(shape, 100 * side + 10 * i + j, 0.3)
+                            for j, (name, shape) in enumerate(shapes.items())})
+            tensors[p + "self_attn.q_a_layernorm.weight"] = torch.ones(q_rank, dtype=torch.float64)
+            tensors[p + "self_attn.kv_a_layernorm.weight"] = torch.ones(kv_rank, dtype=torch.float64)
+        paths.append(write_hf_checkpoint(tmp_path / f"checkpoint-{side + 1}", tensors, config))
+    probe = load_probe(write_probe(tmp_path / "probe.safetensors", random_inputs([0, 1], dim=d)))
+    report = ckptscan.scan_pair(*paths, ckptscan.ScanOptions(compute_dtype=torch.float64, probe=probe))
+    stored = load_file(paths[1] / "model.safetensors")
+    for layer in report.pairs[0].layers:
+        x = probe.router_input(layer.layer).double().numpy()
+        w = stored[f"model.layers.{layer.layer}.mlp.gate.weight"].double().numpy()
+        bias = stored[f"model.layers.{layer.layer}.mlp.gate.e_score_correction_bias"].double().numpy()
+        s = 1 / (1 + np.exp(-(x @ w.T)))
+        p = s / s.sum(axis=1, keepdims=True)
+        counts = np.bincount(np.argsort(-(s + bias), axis=1)[:, :3].reshape(-1), minlength=experts)
+        router = layer.router
+        assert router.routing_entropy == pytest.approx((-(p * np.log(p)).sum(axis=1)).mean(), rel=1e-12)
+        np.testing.assert_allclose(router.expert_load, counts / counts.sum(), atol=1e-15)
+        assert router.routing_top_k == 3
+
+
+# --- the sample runs (experiments/), when they are present ---------------------------------
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_checkpoints"
+
+
+@pytest.mark.skipif(not (SAMPLES / "router_fault" / "probe.safetensors").is_file(), reason="sample runs not generated")
+def test_sample_router_fault_collapses_routing_and_healthy_does_not():
+    """Router fault from step 1000: the probe's routing entropy collapses by the
+    next checkpoint in both layers; the healthy run's barely moves. The scan's
+    value at checkpoint 1100 is checked against numpy on the raw tensors."""
+    changes = {}
+    for run in ("healthy", "router_fault"):
+        folder = SAMPLES / run
+        checkpoints = [open_checkpoint(folder / f"checkpoint-{step}") for step in (1000, 1100)]
+        probe = load_probe(folder / "probe.safetensors")
+        report = ckptscan.scan_checkpoints("trend", checkpoints, ckptscan.ScanOptions(probe=probe))
+        layers = report.pairs[0].layers
+        changes[run] = [layer.router.routing_entropy_change for layer in layers]
+        weights = load_file(folder / "checkpoint-1100" / "model.safetensors")
+        for layer in layers:
+            x = probe.router_input(layer.layer).double().numpy()
+            w = weights[f"model.layers.{layer.layer}.block_sparse_moe.gate.weight"].double().numpy()
+            expected = numpy_routing(x @ w.T, top_k=2)
+            assert layer.router.routing_entropy == pytest.approx(expected["entropy"], rel=1e-5)
+            assert layer.router.load_cv == pytest.approx(expected["load_cv"], rel=1e-6)
+    assert all(change < -0.5 for change in changes["router_fault"]), changes
+    assert all(abs(change) < 0.05 for change in changes["healthy"]), changes

@@ -6,11 +6,13 @@ import json
 import math
 
 import pytest
+from safetensors.torch import load_file
 
 from ckptscan.errors import CkptScanError
 from ckptscan.report.json import write_json
 from ckptscan.trend import TrendOptions, plan_pairs, scan_run
 
+from factories import write_hf_checkpoint
 from run_factory import write_run
 
 COLLAPSE = 1200
@@ -114,3 +116,22 @@ def test_too_few_checkpoints(tmp_path):
         scan_run(tmp_path / "one")
     with pytest.raises(CkptScanError, match="leaves no pair"):
         scan_run(write_run(tmp_path / "three", count=3), trend=TrendOptions(stride=5))
+
+
+def test_non_finite_weights_alert_in_the_numeric_family(runs, tmp_path):
+    run = tmp_path / "nan"
+    run.mkdir()
+    for ckpt in sorted(runs["healthy_short"].iterdir(), key=lambda p: int(p.name.split("-")[1]))[:10]:
+        (run / ckpt.name).symlink_to(ckpt)
+    broken = load_file(runs["healthy_short"] / "checkpoint-900" / "model.safetensors")
+    broken["model.layers.0.self_attn.q_proj.weight"][3, 5] = float("nan")
+    (run / "checkpoint-900").unlink()
+    config = json.loads((runs["healthy_short"] / "checkpoint-900" / "config.json").read_text())
+    write_hf_checkpoint(run / "checkpoint-900", broken, config)
+    report = scan_run(run)
+    s = report.summary
+    assert s.status == "alert" and s.first_family == "numeric"
+    assert s.first_alert_step["numeric"] == 900
+    assert s.rollback_candidate.step == 800
+    finding = next(f for f in report.pairs[8].layers[0].findings if f.family == "numeric")
+    assert finding.value == 1.0 and "W_q" in finding.message

@@ -16,8 +16,9 @@ from ckptscan.report.json import report_dict
 from ckptscan.report.load import read_report
 from ckptscan.results import ScanReport
 
+# No "[report]" in help texts: rich would take it for markup and drop it.
 HtmlOut = typer.Option(None, "--html", help="Write a self-contained HTML report with figures here "
-                       "(needs matplotlib: pip install 'ckptscan[report]').")
+                       "(needs matplotlib, ckptscan's 'report' extra).")
 PngDir = typer.Option(None, "--png", help="Write the report's figures as PNG files into this directory.")
 
 

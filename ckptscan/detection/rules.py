@@ -12,6 +12,8 @@ the same report (findings are rebuilt from the metrics each time).
   known-healthy reference run (`detection/reference.py`).
 - cross_layer: for a single pair (`diff`), or before a run has a baseline, a
   layer far below the model's other layers.
+- precision (`detection/numerics.py`): an update mostly below the stored
+  dtype's resolution (numeric warn).
 
 Warm-up pairs (the first `warmup_pairs`, and those starting before
 `warmup_steps`) are judged by the numeric rule only: early updates are
@@ -175,10 +177,11 @@ def numeric_findings(layer: LayerResult) -> list[Finding]:
 def floor_findings(layer: LayerResult, t: Thresholds) -> list[Finding]:
     findings = []
     att = layer.attention
-    if att is not None and att.delta2_entropy_norm is not None and att.delta2_entropy_norm < t.delta2_entropy_norm_floor:
+    delta2 = att.delta2_entropy_norm if att is not None else None
+    if delta2 is not None and delta2 < t.delta2_entropy_norm_floor:
         findings.append(Finding(
-            "delta2_entropy_norm", "attention", "alert", att.delta2_entropy_norm,
-            f"normalised Δ2 entropy {att.delta2_entropy_norm:.3f} below the floor {t.delta2_entropy_norm_floor}: "
+            "delta2_entropy_norm", "attention", "alert", delta2,
+            f"normalised Δ2 entropy {delta2:.3f} below the floor {t.delta2_entropy_norm_floor}: "
             "the QK update has collapsed onto a few directions",
             threshold=t.delta2_entropy_norm_floor, rule="floor",
         ))

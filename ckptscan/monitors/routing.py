@@ -74,7 +74,9 @@ def routing_log_probs(
     if scoring not in SCORINGS:
         raise ValueError(f"router scoring must be one of {SCORINGS}, not {scoring!r}")
     if inputs.ndim != 2 or weight.ndim != 2 or inputs.shape[1] != weight.shape[1]:
-        raise ValueError(f"probe inputs {list(inputs.shape)} do not match router {list(weight.shape)} ([T, d] vs [E, d])")
+        raise ValueError(
+            f"probe inputs {list(inputs.shape)} do not match router {list(weight.shape)} ([T, d] vs [E, d])"
+        )
     logits = (inputs.to(compute_dtype) @ weight.to(compute_dtype).T).to(_F64)
     log_scores = logits if scoring == "softmax" else torch.nn.functional.logsigmoid(logits)
     return logits, log_scores - torch.logsumexp(log_scores, dim=-1, keepdim=True)
@@ -99,10 +101,11 @@ def token_entropy(log_p: torch.Tensor) -> torch.Tensor:
     return -(log_p.exp() * log_p).sum(-1)
 
 
-def topk_load(selection_scores: torch.Tensor, top_k: int) -> torch.Tensor:
-    """Share of the T·k selections each expert receives: [E] float64, sums to 1."""
-    tokens, num_experts = selection_scores.shape
-    chosen = selection_scores.topk(top_k, dim=-1).indices
+def topk_load(scores: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Share of the T·k selections each expert receives when every token picks
+    its `top_k` largest `scores` [T, E]: [E] float64, sums to 1."""
+    tokens, num_experts = scores.shape
+    chosen = scores.topk(top_k, dim=-1).indices
     counts = torch.bincount(chosen.reshape(-1), minlength=num_experts).to(_F64)
     return counts / (tokens * top_k)
 

@@ -122,7 +122,8 @@ class Grid:
     results: list[dict[int, LayerResult]]  # per pair: layer -> its result
     steps: list[float]  # x of each pair: its newer step (or its index when steps are unknown)
     edges: list[float]  # x edges of each pair's cell: len(steps) + 1
-    step_label: str
+    step_label: str  # "step", or "pair" when the checkpoints' steps are unknown
+    consecutive: bool  # each pair starts where the previous one ended: a cell spans its pair's updates
 
     @classmethod
     def of(cls, report: ScanReport) -> Grid:
@@ -131,18 +132,18 @@ class Grid:
         to_steps = [p.to_step for p in report.pairs]
         if not to_steps or any(s is None for s in to_steps):
             index = [float(i) for i in range(len(to_steps))]
-            return cls(layers, results, index, [i - 0.5 for i in range(len(to_steps) + 1)], "pair")
+            return cls(layers, results, index, [i - 0.5 for i in range(len(to_steps) + 1)], "pair", False)
         steps = [float(s) for s in to_steps]
         froms = [p.from_step for p in report.pairs]
-        if froms[0] is not None and all(a == b for a, b in zip(to_steps, froms[1:])):
-            # Consecutive pairs: each cell spans its pair's updates, older → newer step.
+        consecutive = froms[0] is not None and all(a == b for a, b in zip(to_steps, froms[1:]))
+        if consecutive:
             edges = [float(froms[0])] + steps
         else:
             middles = [(a + b) / 2 for a, b in zip(steps, steps[1:])]
             first = steps[0] - (middles[0] - steps[0] if middles else 0.5)
             last = steps[-1] + (steps[-1] - middles[-1] if middles else 0.5)
             edges = [first] + middles + [last]
-        return cls(layers, results, steps, edges, "step")
+        return cls(layers, results, steps, edges, "step", consecutive)
 
     def values(self, read: Callable[[LayerResult], float | None]) -> np.ndarray:
         """[layers, pairs], nan where there is no value."""
@@ -229,14 +230,15 @@ def draw_heatmap(grid: Grid, name: str) -> tuple[MplFigure, str] | None:
     ax.set_ylabel("layer")
     ax.set_title(heat.title, loc="left", fontsize=10)
 
-    notes = [f"Rows: layers; columns: pairs of checkpoints, each drawn over its {grid.step_label} interval "
-             f"(older → newer checkpoint). Colour: {unit} (viridis: dark is low, reads in greyscale); "
-             "hatched: no value (weights not changed, not finite, or not present)."]
+    where = ("drawn over its steps, older → newer checkpoint" if grid.consecutive
+             else f"centred on its newer checkpoint's {grid.step_label}")
+    notes = [f"Rows: layers; columns: pairs of checkpoints, each {where}. Colour: {unit} (viridis: dark is "
+             "low, reads in greyscale); hatched: no value (weights not changed, not finite, or not present)."]
     if marks.any():
         notes.append("Markers: ○ warn, ✕ alert, from this monitor's findings or non-finite weights.")
     else:
         notes.append("No finding of this monitor.")
-    side = {"low": "lowest", "high": "highest", "both": "farthest from the row's median"}[monitor.spec.bad]
+    side = {"low": "lowest", "high": "highest", "both": "farthest from the median"}[monitor.spec.bad]
     if len(cols) < len(grid.steps):
         notes.append(f"{len(grid.steps)} pairs folded into {len(cols)} columns of up to {max(map(len, cols))} "
                      f"pairs, each showing the {side} value (the alarm side) and its worst finding.")
@@ -262,7 +264,7 @@ def _fold(values: np.ndarray, groups: list[range], bad: str, axis: int) -> np.nd
         elif bad == "high":
             folded.append(_nan_reduce(np.nanmax, block))
         else:
-            centre = np.nanmedian(moved, axis=0) if not np.isnan(moved).all() else 0.0
+            centre = _nan_reduce(np.nanmedian, moved)
             distance = np.where(np.isnan(block), -np.inf, np.abs(block - centre))
             pick = np.take_along_axis(block, distance.argmax(axis=0)[None], axis=0)[0]
             folded.append(pick)
@@ -270,6 +272,7 @@ def _fold(values: np.ndarray, groups: list[range], bad: str, axis: int) -> np.nd
 
 
 def _nan_reduce(reduce: Callable[..., np.ndarray], block: np.ndarray) -> np.ndarray:
+    """`reduce` over axis 0 ignoring nan; nan where a column has no value (and no warning)."""
     out = np.full(block.shape[1:], np.nan)
     present = ~np.isnan(block).all(axis=0)
     out[present] = reduce(block[:, present], axis=0)
@@ -349,7 +352,7 @@ def draw_timeline(report: ScanReport, grid: Grid) -> tuple[MplFigure, str]:
         elif kind == "all":
             _all_layers_panel(ax, grid, what)
         else:
-            _loss_panel(ax, report, grid, losses)
+            _loss_panel(ax, grid, losses)
     if not panels:
         axes[0].text(0.5, 0.5, "no monitor values in this report", ha="center", va="center",
                      transform=axes[0].transAxes)
@@ -378,10 +381,10 @@ def draw_timeline(report: ScanReport, grid: Grid) -> tuple[MplFigure, str]:
 
     if shown:
         which = f"{len(shown)} of {len(flagged)}, the earliest to fire" if len(flagged) > len(shown) else "all"
-        caption = [f"Flagged layers ({which}), each with the monitor that fired first in it, at the newer step of "
-                   "each pair. Dashed: the baseline the series rule judged each pair against; shaded: baseline ± "
+        caption = [f"Flagged layers ({which}), each with the monitor of its first alert (else its first warning), "
+                   "at the newer step of each pair. Dash-dot: the hard floor, where it is in range. Dashed: the baseline the series rule judged each pair against; shaded: baseline ± "
                    "the warn level; dotted: the alert level on the alarm side; markers: ○ warn, ✕ alert "
-                   "findings. Thin grey: median of the other layers."]
+                   "findings. Thin grey: the same monitor in the other layers (their median)."]
     else:
         caption = ["No layer flagged: the median over all layers, with the range between the lowest and "
                    "highest layer shaded."]
@@ -396,8 +399,10 @@ def draw_timeline(report: ScanReport, grid: Grid) -> tuple[MplFigure, str]:
     return fig, " ".join(caption)
 
 
-LEGEND_ORDER = ("flagged layer", "median over", "range over", "median of the other", "baseline ±", "baseline",
-                "alert level", "warn", "alert", "non-finite", "mean loss", "warm-up", "rollback", "first alert", "loss divergence")
+# Legend entries by label prefix: the data, the band, the findings, then the events.
+LEGEND_ORDER = ("flagged layer", "median over", "range over", "median of the other", "the other", "baseline ±",
+                "baseline", "alert level", "hard floor", "warn", "alert", "non-finite", "mean loss", "warm-up", "rollback",
+                "first alert", "loss divergence")
 
 
 def _legend_rank(label: str) -> int:
@@ -414,6 +419,8 @@ def _headline(report: ScanReport) -> str:
         text += f"; the loss diverged at step {s.loss_divergence_step}"
         if s.lead_steps is not None:
             text += f" ({_lead_text(s.lead_steps)})"
+    elif "loss_log" in report.settings:
+        text += "; the loss did not diverge"
     return text
 
 
@@ -463,9 +470,8 @@ def _layer_panel(ax: Axes, report: ScanReport, grid: Grid, layer: int, threshold
     notes = []
     if len(grid.layers) > 1:
         others = np.delete(values, row, axis=0)
-        with np.errstate(all="ignore"):
-            ax.plot(grid.steps, _nanmedian_columns(others), color="#9a9a9a", linewidth=0.9, zorder=2,
-                    label="median of the other layers")
+        ax.plot(grid.steps, _nan_reduce(np.nanmedian, others), color="#9a9a9a", linewidth=0.9, zorder=2,
+                label="the other layer" if len(others) == 1 else "median of the other layers")
     points = _band_points(report, grid, layer, monitor, thresholds)
     if points is not None:
         _draw_band(ax, grid.steps, points, monitor, thresholds)
@@ -481,6 +487,10 @@ def _layer_panel(ax: Axes, report: ScanReport, grid: Grid, layer: int, threshold
             ax.scatter(*zip(*hits), marker=shape, s=size ** 2, facecolors="white" if severity == "warn" else
                        ALARM_COLOR, edgecolors=ALARM_COLOR, linewidths=0.8 if dense else 1.2, zorder=5,
                        label=severity)
+    floor = getattr(thresholds, f"{monitor.name}_floor", None) if thresholds is not None else None
+    low, high = ax.get_ylim()
+    if floor is not None and low <= floor <= high:  # never stretch the axis to show a far-away floor
+        ax.axhline(floor, color=ALARM_COLOR, linestyle="-.", linewidth=0.9, zorder=3, label="hard floor (alert)")
     title = f"layer {layer}: {monitor.label} ({monitor.family})"
     # Non-finite weights leave the monitors without a value: shade those pairs instead.
     nonfinite = [j for j, by_layer in enumerate(grid.results)
@@ -497,13 +507,6 @@ def _layer_panel(ax: Axes, report: ScanReport, grid: Grid, layer: int, threshold
 
 def _unit(monitor: Monitor) -> str:
     return HEATMAPS[monitor.name].unit if monitor.name in HEATMAPS else monitor.label
-
-
-def _nanmedian_columns(values: np.ndarray) -> np.ndarray:
-    out = np.full(values.shape[1], np.nan)
-    present = ~np.isnan(values).all(axis=0)
-    out[present] = np.nanmedian(values[:, present], axis=0)
-    return out
 
 
 def _thresholds(report: ScanReport) -> Thresholds | None:
@@ -560,20 +563,18 @@ def _draw_band(ax: Axes, steps: list[float], points: list[Point], monitor: Monit
 
 def _all_layers_panel(ax: Axes, grid: Grid, monitor: Monitor) -> None:
     values = grid.values(monitor.read)
-    present = ~np.isnan(values).all(axis=0)
-    lo, hi = np.full(values.shape[1], np.nan), np.full(values.shape[1], np.nan)
-    lo[present], hi[present] = np.nanmin(values[:, present], axis=0), np.nanmax(values[:, present], axis=0)
-    ax.fill_between(grid.steps, lo, hi, where=present, color="#bdbdbd", alpha=0.55, linewidth=0, zorder=2,
+    lo, hi = _nan_reduce(np.nanmin, values), _nan_reduce(np.nanmax, values)
+    ax.fill_between(grid.steps, lo, hi, where=np.isfinite(lo), color="#bdbdbd", alpha=0.55, linewidth=0, zorder=2,
                     label="range over layers")
-    ax.plot(grid.steps, _nanmedian_columns(values), color="#2166ac", marker="o",
+    ax.plot(grid.steps, _nan_reduce(np.nanmedian, values), color="#2166ac", marker="o",
             markersize=2.5 if len(grid.steps) > 100 else 3.5, linewidth=1.3, zorder=4, label="median over layers")
     ax.set_title(f"all {len(grid.layers)} layers: {monitor.label} ({monitor.family})", loc="left", fontsize=9)
     ax.set_ylabel(_unit(monitor), fontsize=9)
 
 
-def _loss_panel(ax: Axes, report: ScanReport, grid: Grid, losses: list[float | None]) -> None:
+def _loss_panel(ax: Axes, grid: Grid, losses: list[float | None]) -> None:
     y = np.array([v if v is not None else np.nan for v in losses], dtype=float)
-    if grid.step_label == "step" and len(grid.edges) == len(y) + 1:
+    if grid.consecutive:
         # Each pair's mean loss covers its interval of updates.
         ax.stairs(y, grid.edges, color="#4d4d4d", linewidth=1.4, baseline=None, zorder=4,
                   label="mean loss over each pair")
@@ -606,7 +607,8 @@ def _lead_arrow(ax: Axes, report: ScanReport) -> None:
     ax.annotate("", xy=(s.loss_divergence_step, 0.82), xytext=(first, 0.82), xycoords=transform,
                 arrowprops=dict(arrowstyle="<->", color=ALARM_COLOR, linewidth=1.4, shrinkA=0, shrinkB=0))
     ax.text((first + s.loss_divergence_step) / 2, 0.86, _lead_text(s.lead_steps), transform=transform,
-            ha="center", va="bottom", fontsize=9, color=ALARM_COLOR, fontweight="bold")
+            ha="center", va="bottom", fontsize=9, color=ALARM_COLOR, fontweight="bold", zorder=6,
+            bbox=dict(facecolor="white", edgecolor="none", pad=1.0))
 
 
 # ---------------------------------------------------------------- matplotlib

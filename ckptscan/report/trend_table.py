@@ -1,11 +1,11 @@
 """Terminal rendering of a run (`ckptscan trend`): one row per layer.
 
 Each row: a sparkline of the normalised Δ2 entropy and of the router's
-headline monitor (routing entropy with a probe, else ε) over the run, cells
-coloured by the worst status of their pairs; the newest value against its
-baseline; the layer's first alert (step, family, monitor); its worst status.
-Below: the loss, the verdict, first alert per family, rollback candidate and
-lead time, then each flagged layer's first findings.
+headline monitor (routing entropy with a probe, else ε) over the run, each
+cell coloured by the worst finding of that monitor's family in its pairs;
+the newest value against its baseline; the layer's first alert (step and
+family); its worst status. Below: the loss, the verdict, rollback candidate
+and lead time, then each flagged layer's first findings.
 """
 
 from __future__ import annotations

@@ -48,6 +48,7 @@ def test_timeline_marks_first_alert_and_loss_divergence_with_the_lead(reports):
         assert lines[f"loss divergence (step {divergence})"] == divergence
         assert lines[f"rollback candidate (step {s.rollback_candidate.step})"] == s.rollback_candidate.step
     assert [t.get_text() for t in loss.texts if t.get_text()] == [f"lead {s.lead_steps} steps"]
+    assert line(flagged, "hard floor").get_ydata()[0] == report.thresholds["delta2_entropy_norm_floor"]
     assert "mean training loss" in caption
 
 

@@ -1,0 +1,81 @@
+"""End to end on the shipped fault-injection runs (sample_checkpoints/):
+healthy raises nothing; each fault alerts in its own family first, before
+the loss diverges; the silent fault alerts although the loss never diverges."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ckptscan.probe import load_probe
+from ckptscan.scan import ScanOptions
+from ckptscan.trend import TrendOptions, scan_run
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_checkpoints"
+# run -> the families that count as its own mechanism
+RUNS = {
+    "healthy": set(),
+    "attention_fault": {"attention"},
+    "router_fault": {"router"},
+    "both_faults": {"attention", "router"},
+    "silent_fault": {"attention"},
+}
+
+pytestmark = pytest.mark.skipif(not all((SAMPLES / run).is_dir() for run in RUNS),
+                                reason="sample_checkpoints/ not present")
+
+
+@pytest.fixture(scope="module")
+def reports():
+    def scan(run):
+        directory = SAMPLES / run
+        options = ScanOptions(probe=load_probe(directory / "probe.safetensors"))
+        return scan_run(directory, options, TrendOptions(loss_log=directory / "train_log.jsonl"))
+
+    return {run: scan(run) for run in RUNS}
+
+
+def trainer_divergence(run):
+    """The divergence step the trainer recorded (its own implementation of the same definition)."""
+    return json.loads((SAMPLES / run / "run.json").read_text())["divergence"]["step"]
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_loss_divergence_agrees_with_the_trainer(reports, run):
+    assert reports[run].summary.loss_divergence_step == trainer_divergence(run)
+
+
+def test_healthy_run_raises_nothing(reports):
+    s = reports["healthy"].summary
+    assert s.status == "ok", s.message
+    assert s.loss_divergence_step is None
+
+
+@pytest.mark.parametrize("run", ["attention_fault", "router_fault", "both_faults", "silent_fault"])
+def test_each_fault_alerts_in_its_own_family_first_and_before_divergence(reports, run):
+    s = reports[run].summary
+    assert s.status == "alert", s.message
+    assert s.first_family in RUNS[run], s.message
+    first = s.first_alert_step[s.first_family]
+    others = [step for family, step in s.first_alert_step.items() if family not in RUNS[run] and step is not None]
+    assert all(step > first for step in others), s.message
+    if s.loss_divergence_step is not None:
+        assert first < s.loss_divergence_step and s.lead_steps > 0
+
+
+def test_attention_fault_leaves_the_router_quiet_and_router_fault_the_attention(reports):
+    assert reports["attention_fault"].summary.first_alert_step["router"] is None
+    assert reports["router_fault"].summary.first_alert_step["attention"] is None
+
+
+def test_router_fault_is_caught_right_after_it_starts(reports):
+    s = reports["router_fault"].summary
+    assert s.rollback_candidate.step == 1000  # the fault is switched on at step 1000
+    assert s.first_alert_step["router"] <= 1200
+
+
+def test_silent_fault_alerts_although_the_loss_never_diverges(reports):
+    s = reports["silent_fault"].summary
+    assert s.loss_divergence_step is None
+    assert s.first_alert_step["attention"] is not None
+    assert s.flagged_layers == [0]  # the fault is confined to layer 0
