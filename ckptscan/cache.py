@@ -31,9 +31,10 @@ from typing import Any
 import torch
 
 import ckptscan
+from ckptscan.atomic import write_atomic
 from ckptscan.readers import Checkpoint
-from ckptscan.report.json import write_atomic
 from ckptscan.results import LayerResult, from_dict
+from ckptscan.scan import ScanOptions
 
 CACHE_FORMAT = 1
 # ScanOptions fields that cannot change a metric: detection settings and scheduling.
@@ -53,7 +54,7 @@ def default_cache_dir() -> Path:
 class PairCache:
     """Per-pair LayerResults on disk; counts hits and misses."""
 
-    def __init__(self, directory: str | Path, options: Any):
+    def __init__(self, directory: str | Path, options: ScanOptions) -> None:
         self.directory = Path(directory)
         self.settings = settings_fingerprint(options)
         self.hits = 0
@@ -104,7 +105,7 @@ def checkpoint_identity(ckpt: Checkpoint) -> dict[str, Any]:
             "files": [_file_identity(f) for f in files if f.is_file()]}
 
 
-def settings_fingerprint(options: Any) -> dict[str, str]:
+def settings_fingerprint(options: ScanOptions) -> dict[str, str]:
     settings = {}
     for f in dataclasses.fields(options):
         if f.name in _NOT_IN_KEY:

@@ -31,7 +31,6 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 FAIL_ON = ("warn", "alert")
-CONFIG_NAMES = ("ckptscan.toml", "pyproject.toml")
 
 
 @dataclass(frozen=True)

@@ -18,16 +18,15 @@ large model is gigabytes, and the scan needs one layer at a time).
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 from safetensors.torch import save as safetensors_bytes
 
+from ckptscan.atomic import write_atomic
 from ckptscan.errors import CkptScanError
 from ckptscan.readers.safetensors import TensorEntry, read_header, read_tensor
 
@@ -193,11 +192,11 @@ def capture_probe(
         tokens = [_select_tokens(x, token_mask, routers[layer]) for x in calls]
         tensors[probe_key(layer)] = torch.cat(tokens).contiguous()
     metadata = {"format": "pt", "ckptscan": "probe", "router_modules": json.dumps(routers)}
-    _write_atomic(Path(path), safetensors_bytes(tensors, metadata=metadata))
+    write_atomic(Path(path), safetensors_bytes(tensors, metadata=metadata))
     return load_probe(path)
 
 
-def _recorder(store: list[torch.Tensor], name: str):
+def _recorder(store: list[torch.Tensor], name: str) -> Callable[[torch.nn.Module, tuple, dict], None]:
     def hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         inputs = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
         if not inputs:
@@ -216,18 +215,3 @@ def _select_tokens(x: torch.Tensor, token_mask: torch.Tensor | None, name: str) 
     if keep.numel() != flat.shape[0]:
         raise CkptScanError(f"token_mask has {keep.numel()} entries but router '{name}' saw {flat.shape[0]} tokens")
     return flat[keep]
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so that `path` is either old or complete."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

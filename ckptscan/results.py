@@ -96,11 +96,11 @@ class RouterResult:
     dwr_rel_norm: float | None = None
     bias_spread: float | None = None
     bias_spread_change: float | None = None
-    routing_entropy: float | None = None
-    routing_entropy_p05: float | None = None
+    # Probe routing (null without --probe): state at b, *_change is b − a.
+    routing_entropy: float | None = None  # mean over probe tokens of H(p), nats
+    routing_entropy_p05: float | None = None  # 5th percentile over tokens
     load_cv: float | None = None
     dead_experts: int | None = None
-    # Probe routing (null without --probe): state at b, *_change is b − a.
     routing_entropy_norm: float | None = None  # mean H(p) / ln E
     routing_entropy_change: float | None = None
     routing_entropy_p05_change: float | None = None

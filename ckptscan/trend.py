@@ -79,7 +79,8 @@ def scan_run(
                                    [(position[pairs[k][0]], position[pairs[k][1]]) for k in missing])
         model = scanned.model
         for k, pair in zip(missing, scanned.pairs):
-            # The same round trip with and without a cache: results are identical either way.
+            # Findings and statuses are detection's, redone below for every pair:
+            # a fresh pair carries only metrics, as a cached one does.
             metrics[k] = [_metrics_only(layer) for layer in pair.layers]
             if cache is not None:
                 cache.put(keys[k], metrics[k])

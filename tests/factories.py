@@ -17,6 +17,11 @@ def random_weights(shape: tuple[int, ...], seed: int, scale: float = 0.02) -> to
     return torch.randn(shape, generator=gen, dtype=torch.float64) * scale
 
 
+def updated(tensors: dict[str, torch.Tensor], scale: float, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Every tensor plus `scale` times standard normal noise: the next checkpoint of a run."""
+    return {k: v + scale * torch.randn(v.shape, generator=generator, dtype=v.dtype) for k, v in tensors.items()}
+
+
 def write_hf_checkpoint(
     directory: Path,
     tensors: dict[str, torch.Tensor],

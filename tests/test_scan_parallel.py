@@ -21,7 +21,7 @@ from ckptscan.errors import CkptScanError
 from ckptscan.parallel import ordered_map, plan_threads, torch_threads
 from ckptscan.report.json import report_dict
 from ckptscan.scan import ScanOptions, resolve_device, scan_pair
-from factories import llama_config, llama_tensors, write_hf_checkpoint
+from factories import llama_config, llama_tensors, updated, write_hf_checkpoint
 
 CONFIG = llama_config(layers=4, hidden=64, heads=4, kv_heads=2, experts=4)
 
@@ -30,8 +30,7 @@ CONFIG = llama_config(layers=4, hidden=64, heads=4, kv_heads=2, experts=4)
 def pair(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("pair")
     a = llama_tensors(CONFIG, seed=11)
-    gen = torch.Generator().manual_seed(12)
-    b = {k: v + 1e-3 * torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in a.items()}
+    b = updated(a, 1e-3, torch.Generator().manual_seed(12))
     return (write_hf_checkpoint(root / "checkpoint-10", a, CONFIG, dtype=torch.bfloat16),
             write_hf_checkpoint(root / "checkpoint-20", b, CONFIG, dtype=torch.bfloat16))
 
@@ -105,20 +104,24 @@ def _floats(value, path=""):
         yield path, value
 
 
+def _assert_reports_close(a: dict, b: dict, rel: float) -> None:
+    """The same keys, floats within `rel` (relative and absolute), everything else equal."""
+    flat_a, flat_b = dict(_floats(a)), dict(_floats(b))
+    assert flat_a.keys() == flat_b.keys()
+    for key, x in flat_a.items():
+        y = flat_b[key]
+        if isinstance(x, float) and isinstance(y, float):
+            assert math.isclose(x, y, rel_tol=rel, abs_tol=rel), key
+        else:
+            assert x == y, key
+
+
 @pytest.mark.parametrize("precision", [torch.float32, torch.float64])
 def test_one_or_two_workers_give_the_same_report(pair, precision):
     one = report_dict(scan_pair(*pair, ScanOptions(compute_dtype=precision, workers=1)))
     two = report_dict(scan_pair(*pair, ScanOptions(compute_dtype=precision, workers=2)))
     # Only the intra-op thread count differs, which may change GEMM rounding.
-    rel = 1e-5 if precision == torch.float32 else 1e-10
-    flat_one, flat_two = dict(_floats(one)), dict(_floats(two))
-    assert flat_one.keys() == flat_two.keys()
-    for key, x in flat_one.items():
-        y = flat_two[key]
-        if isinstance(x, float) and isinstance(y, float):
-            assert math.isclose(x, y, rel_tol=rel, abs_tol=rel), key
-        else:
-            assert x == y, key
+    _assert_reports_close(one, two, 1e-5 if precision == torch.float32 else 1e-10)
 
 
 def test_auto_device_is_cuda_only_when_torch_sees_one(monkeypatch):
@@ -178,12 +181,6 @@ def test_cli_device_auto_and_cpu_write_the_same_report(pair, tmp_path):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("precision, rel", [(torch.float64, 1e-9), (torch.float32, 1e-4)])
 def test_cuda_matches_cpu_within_the_documented_tolerance(pair, precision, rel):
-    cpu = dict(_floats(report_dict(scan_pair(*pair, ScanOptions(compute_dtype=precision)))))
-    gpu = dict(_floats(report_dict(scan_pair(*pair, ScanOptions(compute_dtype=precision, device="cuda")))))
-    assert cpu.keys() == gpu.keys()
-    for key, x in cpu.items():
-        y = gpu[key]
-        if isinstance(x, float) and isinstance(y, float):
-            assert math.isclose(x, y, rel_tol=rel, abs_tol=rel), key
-        else:
-            assert x == y, key
+    cpu = report_dict(scan_pair(*pair, ScanOptions(compute_dtype=precision)))
+    gpu = report_dict(scan_pair(*pair, ScanOptions(compute_dtype=precision, device="cuda")))
+    _assert_reports_close(cpu, gpu, rel)

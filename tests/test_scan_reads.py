@@ -17,7 +17,7 @@ import torch
 from ckptscan.layouts import resolve_layout
 from ckptscan.readers import Checkpoint, open_checkpoint
 from ckptscan.scan import ScanOptions, scan_checkpoints
-from factories import llama_config, llama_tensors, write_hf_checkpoint
+from factories import llama_config, llama_tensors, updated, write_hf_checkpoint
 
 STEPS = (100, 200, 300, 400)
 CONFIG = llama_config(layers=3, hidden=64, heads=8, kv_heads=2, experts=4)
@@ -55,7 +55,7 @@ def run_dir(tmp_path_factory) -> Path:
     gen = torch.Generator().manual_seed(8)
     for step in STEPS:
         write_hf_checkpoint(root / f"checkpoint-{step}", tensors, CONFIG, shards=2, dtype=torch.bfloat16)
-        tensors = {k: v + 1e-3 * torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in tensors.items()}
+        tensors = updated(tensors, 1e-3, gen)
     return root
 
 

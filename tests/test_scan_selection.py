@@ -16,7 +16,7 @@ from ckptscan.monitors.spectral import spectral_stats
 from ckptscan.monitors.whole_matrix import whole_matrix_singular_values
 from ckptscan.readers import open_checkpoint
 from ckptscan.scan import ScanOptions, scan_pair
-from factories import llama_config, llama_tensors, write_hf_checkpoint
+from factories import llama_config, llama_tensors, updated, write_hf_checkpoint
 
 CONFIG = llama_config(layers=2, hidden=48, heads=6, kv_heads=2)
 
@@ -27,7 +27,7 @@ def pair(tmp_path_factory) -> tuple[Path, Path]:
     a = llama_tensors(CONFIG, seed=3)
     gen = torch.Generator().manual_seed(4)
     # A random update plus a rank-2 one in layer 1's queries: spectra with structure.
-    b = {k: v + 2e-3 * torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in a.items()}
+    b = updated(a, 2e-3, gen)
     q1 = "model.layers.1.self_attn.q_proj.weight"
     u, w = torch.randn(b[q1].shape[0], 2, generator=gen), torch.randn(2, b[q1].shape[1], generator=gen)
     b[q1] = b[q1] + 0.05 * (u.double() @ w.double())

@@ -58,18 +58,18 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(EXIT_INTERRUPT) from None
 
 
-def parse_layers(spec: str | None, flag: str = "--layers") -> list[int] | None:
-    """'0,3,8-11' -> [0, 3, 8, 9, 10, 11] (also --heads)."""
+def parse_indices(spec: str | None, flag: str = "--layers") -> list[int] | None:
+    """'0,3,8-11' -> [0, 3, 8, 9, 10, 11]: the --layers and --heads lists."""
     if not spec:
         return None
-    layers: list[int] = []
+    indices: list[int] = []
     try:
         for part in spec.split(","):
             lo, _, hi = part.strip().partition("-")
-            layers.extend(range(int(lo), int(hi or lo) + 1))
+            indices.extend(range(int(lo), int(hi or lo) + 1))
     except ValueError:
         raise CkptScanError(f"{flag}: cannot parse {spec!r} (expected e.g. '0,3,8-11')") from None
-    return layers
+    return indices
 
 
 def scan_options(
@@ -89,10 +89,10 @@ def scan_options(
     return ScanOptions(
         compute_dtype=PRECISIONS[precision],
         overrides=HeadOverrides(num_heads, num_kv_heads, head_dim),
-        layers=parse_layers(layers),
+        layers=parse_indices(layers),
         probe=load_probe(probe) if probe is not None else None,
         device=resolve_device(device),
-        heads=parse_layers(heads, "--heads"),
+        heads=parse_indices(heads, "--heads"),
         full_spectrum=full_spectrum,
         tensor_map=load_tensor_map(tensor_map) if tensor_map is not None else None,
     )

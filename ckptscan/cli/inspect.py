@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ckptscan.atomic import write_atomic
 from ckptscan.cli.app import (
     HeadDim,
     JsonOut,
@@ -27,13 +28,12 @@ from ckptscan.cli.app import (
     TensorMapFile,
     app,
     out,
-    parse_layers,
+    parse_indices,
     user_errors,
 )
 from ckptscan.errors import CkptScanError
 from ckptscan.inspect import inspect_path
 from ckptscan.layouts import HeadOverrides, load_tensor_map
-from ckptscan.report.json import write_atomic
 
 
 @app.command()
@@ -55,7 +55,7 @@ def inspect(
             path,
             HeadOverrides(num_heads, num_kv_heads, head_dim),
             load_tensor_map(tensor_map) if tensor_map is not None else None,
-            parse_layers(layers),
+            parse_indices(layers),
         )
         text = json.dumps(description, indent=2, default=str) + "\n"
         if json_path is not None:

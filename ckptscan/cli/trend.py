@@ -38,6 +38,7 @@ from ckptscan.cli.report import HtmlOut, PngDir, check_figure_outputs, write_fig
 from ckptscan.errors import CkptScanError
 from ckptscan.loss_log import read_loss_log
 from ckptscan.report.trend_table import print_trend
+from ckptscan.scan import ScanOptions
 from ckptscan.trend import TrendOptions, scan_run
 
 # Files a run directory may carry that trend uses without being told.
@@ -86,10 +87,13 @@ def trend(
             raise CkptScanError("not a run directory", path=run_dir)
         check_figure_outputs(html, png)
         found_probe = probe is None and (run_dir / DEFAULT_PROBE).is_file()
+
+        def options_with(probe_file: Path | None) -> ScanOptions:
+            return scan_options(precision, num_heads, num_kv_heads, head_dim, layers, probe_file, device, heads,
+                                full_spectrum, tensor_map)
+
         try:
-            options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers,
-                                   run_dir / DEFAULT_PROBE if found_probe else probe, device, heads, full_spectrum,
-                                   tensor_map)
+            options = options_with(run_dir / DEFAULT_PROBE if found_probe else probe)
         except CkptScanError as e:
             if not found_probe:
                 raise
@@ -97,8 +101,7 @@ def trend(
             if not quiet:
                 err.print(f"ignoring the run's probe: {e}", highlight=False, style="yellow")
             found_probe = False
-            options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, None, device, heads,
-                                   full_spectrum, tensor_map)
+            options = options_with(None)
         if found_probe and not quiet:
             err.print(f"using the run's probe: {run_dir / DEFAULT_PROBE}", highlight=False, style="dim")
         settings = load_settings(config, set_)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ckptscan.detection.catalog import Monitor
-from ckptscan.detection.series import Expectation, first_judged, robust_center_scale
+from ckptscan.detection.series import Expectation, first_judged, judged_value, robust_center_scale
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts.base import ModelInfo
 from ckptscan.results import LayerResult, PairResult, from_dict
@@ -53,7 +53,7 @@ class Reference:
         if not results:
             return None
         known = [(s, y) for s, r in zip(self.steps, results)
-                 if not math.isnan(y := _judged(monitor.read(r), monitor.spec.log))]
+                 if not math.isnan(y := judged_value(monitor.read(r), monitor.spec.log))]
         if not known:
             return None
         expected = []
@@ -93,9 +93,3 @@ def load_reference(path: str | Path, warmup_pairs: int, warmup_steps: int) -> Re
     model = {k: data["model"][k] for k in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
                                             "num_experts") if k in data["model"]}
     return Reference(str(path), model, steps, layers)
-
-
-def _judged(value: float | None, log: bool) -> float:
-    if value is None or not math.isfinite(value) or (log and value <= 0):
-        return math.nan
-    return math.log(value) if log else float(value)

@@ -22,13 +22,12 @@ legitimately low-rank and fast-moving.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import asdict, dataclass, field, fields
 
 from ckptscan.detection.catalog import BY_NAME, MONITORS, Monitor
 from ckptscan.detection.numerics import precision_findings
 from ckptscan.detection.reference import Reference
-from ckptscan.detection.series import MAD_TO_SIGMA, Point, SeriesSettings, first_judged, track
+from ckptscan.detection.series import Point, SeriesSettings, first_judged, robust_center_scale, track
 from ckptscan.detection.summary import summarize, worst
 from ckptscan.errors import CkptScanError
 from ckptscan.results import Finding, LayerResult, PairResult, ScanReport
@@ -228,7 +227,7 @@ def series_findings(report: ScanReport, t: Thresholds, start: int, reference: Re
                                                   t.reference_scale_factor)
             verdicts[monitor.name] = track(steps, values, monitor.spec, settings, expected)
         for index, layer in enumerate(layers):
-            layer.findings.extend(_point_findings(index, layer, verdicts, pairs, t))
+            layer.findings.extend(_point_findings(index, verdicts, pairs))
         newest = {}
         for name, points in verdicts.items():
             last = next((p for p in reversed(points) if p.value is not None), None)
@@ -238,8 +237,7 @@ def series_findings(report: ScanReport, t: Thresholds, start: int, reference: Re
     return baselines
 
 
-def _point_findings(index: int, layer: LayerResult, verdicts: dict[str, list[Point]], pairs: list[PairResult],
-                    t: Thresholds) -> list[Finding]:
+def _point_findings(index: int, verdicts: dict[str, list[Point]], pairs: list[PairResult]) -> list[Finding]:
     """Findings of one layer at one pair; a monitor that may not alert alone
     needs a specific monitor of its family at ≥ warn on the same pair."""
     elevated = {
@@ -257,11 +255,11 @@ def _point_findings(index: int, layer: LayerResult, verdicts: dict[str, list[Poi
         corroborated = monitor.alone == "alert" or monitor.family in elevated
         if severity == "alert" and not corroborated:
             severity = "warn"
-        findings.append(_series_finding(monitor, point, severity, pairs, t))
+        findings.append(_series_finding(monitor, point, severity, pairs))
     return findings
 
 
-def _series_finding(monitor: Monitor, point: Point, severity: str, pairs: list[PairResult], t: Thresholds) -> Finding:
+def _series_finding(monitor: Monitor, point: Point, severity: str, pairs: list[PairResult]) -> Finding:
     onset = pairs[point.onset].to_step if point.onset is not None else None
     side = "below" if point.warn_at is not None and point.warn_at < point.expected else "above"
     what = {"trend": "its recent healthy trend", "level": "its post-warm-up level",
@@ -297,8 +295,7 @@ def cross_layer_findings(pair: PairResult, t: Thresholds) -> None:
         if layer.layer not in values:
             continue
         others = [v for k, v in values.items() if k != layer.layer]
-        center = statistics.median(others)
-        scale = max(MAD_TO_SIGMA * statistics.median(abs(v - center) for v in others), t.cross_layer_min_scale)
+        center, scale = robust_center_scale(others, t.cross_layer_min_scale)
         z = (values[layer.layer] - center) / scale
         severity = "alert" if z <= -t.cross_layer_z_alert else "warn" if z <= -t.cross_layer_z_warn else None
         if severity:
@@ -328,4 +325,3 @@ def _unchanged(layer: LayerResult) -> bool:
 def _warmup_end(pairs: list[PairResult], start: int) -> int | None:
     """Step from which pairs are judged (the older step of the first judged pair)."""
     return pairs[start].from_step if start < len(pairs) else None
-

@@ -109,9 +109,8 @@ def difference_scale(values: Sequence[float], min_scale: float) -> float:
     diffs = [b - a for a, b in zip(values, values[1:])]
     if not diffs:
         return min_scale
-    center = statistics.median(diffs)
-    mad = statistics.median(abs(d - center) for d in diffs)
-    return max(MAD_TO_SIGMA * mad / math.sqrt(2), min_scale)
+    # A difference of two independent points has √2 times their sigma.
+    return max(robust_center_scale(diffs, 0.0)[1] / math.sqrt(2), min_scale)
 
 
 def theil_sen_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
@@ -140,7 +139,7 @@ def track(
     excess: dict[int, float] = {}
     streak: list[int] = []  # indices of the current run of points at ≥ warn_sigma
     for i, (step, raw) in enumerate(zip(steps, values)):
-        y = _judged_value(raw, spec.log)
+        y = judged_value(raw, spec.log)
         judged.append(y)
         if math.isnan(y):
             points.append(Point("missing", raw))
@@ -219,7 +218,9 @@ def _level(ys: list[float], y: float, noise: float, spec: SeriesSpec) -> _Judgem
     return _judge(y, statistics.median(ys), noise * math.sqrt(1 + MEDIAN_VARIANCE / len(ys)), "level", spec.bad)
 
 
-def _judged_value(raw: float | None, log: bool) -> float:
+def judged_value(raw: float | None, log: bool) -> float:
+    """A monitor's value in judged units (its log for log monitors); nan
+    where it has none: missing, non-finite, or not positive on a log scale."""
     if raw is None or not math.isfinite(raw):
         return math.nan
     if log:

@@ -26,7 +26,7 @@ from ckptscan.results import (
 
 def worst(statuses: list[str]) -> str:
     ranked = [s for s in statuses if s in SEVERITIES]
-    return max(ranked, key=SEVERITIES.index, default="ok") if ranked else "ok"
+    return max(ranked, key=SEVERITIES.index, default="ok")
 
 
 def summarize(

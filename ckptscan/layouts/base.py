@@ -135,9 +135,10 @@ def require_shape(actual: tuple[int, ...], expected: tuple[int, ...], *, tensor:
         raise CkptScanError(f"shape {list(actual)} but {why} implies {list(expected)}", path=path, tensor=tensor)
 
 
-def find_layers(keys: Iterable[str], pattern: re.Pattern[str], path: Any) -> dict[int, str]:
+def find_layers(keys: Iterable[str], pattern: re.Pattern[str], path: Any, expected: str) -> dict[int, str]:
     """layer index -> key for the keys that fully match `pattern` (named
-    groups `prefix` and `layer`). Keys under several prefixes (a vision tower
+    groups `prefix` and `layer`); `expected` describes those names for the
+    error when none matches. Keys under several prefixes (a vision tower
     beside the language model) resolve to the language model's; anything
     else ambiguous is an error."""
     by_prefix: dict[str, dict[int, str]] = {}
@@ -145,10 +146,23 @@ def find_layers(keys: Iterable[str], pattern: re.Pattern[str], path: Any) -> dic
         match = pattern.fullmatch(key)
         if match:
             by_prefix.setdefault(match.group("prefix"), {})[int(match.group("layer"))] = key
+    if not by_prefix:
+        raise CkptScanError(f"no '{expected}' tensors found", path=path)
     if len(by_prefix) > 1:
         language = [p for p in by_prefix if "language_model" in p]
         if len(language) != 1:
             raise CkptScanError(f"attention tensors under several prefixes {sorted(by_prefix)}; map the ones to "
                                 "scan with --tensor-map", path=path)
         return by_prefix[language[0]]
-    return next(iter(by_prefix.values()), {})
+    return next(iter(by_prefix.values()))
+
+
+def module_prefixes(found: Mapping[int, str], module: str) -> dict[int, str]:
+    """layer -> the name prefix through `module` (`….layers.3.attention.`), under
+    which a resolver finds the layer's other tensors."""
+    return {i: name[: name.index(module) + len(module)] for i, name in found.items()}
+
+
+def present(keys: set[str], name: str) -> str | None:
+    """`name` if the checkpoint has that tensor (optional norms and biases), else None."""
+    return name if name in keys else None

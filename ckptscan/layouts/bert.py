@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import re
 
-from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import HeadOverrides, ModelInfo, ModelLayout, config_entry, find_layers, model_types
+from ckptscan.layouts.base import HeadOverrides, ModelLayout, config_entry, find_layers, model_types
 from ckptscan.layouts.geometry import mha_hints, separate_geometry
-from ckptscan.layouts.plan import QKTensors, layer_plan
+from ckptscan.layouts.plan import QKTensors, attention_layout
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES = {"bert", "roberta"}
@@ -26,16 +25,11 @@ def matches(ckpt: Checkpoint, keys: set[str]) -> bool:
 
 def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> ModelLayout:
     path = ckpt.path
-    layers = find_layers(keys, _Q, path)
-    if not layers:
-        raise CkptScanError("no '*encoder.layer.N.attention.self.query.weight' tensors found", path=path)
+    layers = find_layers(keys, _Q, path, "*encoder.layer.N.attention.self.query.weight")
     shape = ckpt.tensors.shape
     qk = {i: QKTensors(q, q.replace(".self.query.", ".self.key.")) for i, q in layers.items()}
     first = qk[min(qk)]
     hints = mha_hints(overrides, config_entry(ckpt.config, "num_attention_heads"), "BERT", path)
     geometry = separate_geometry(hints, (first.q, shape(first.q)), (first.k, shape(first.k)), path)
-    plans = [layer_plan(i, geometry, qk[i], None, shape, path) for i in sorted(qk)]
     family = next((t for t in model_types(ckpt.config) if t in MODEL_TYPES), "bert")
-    info = ModelInfo(family, len(plans), geometry.hidden_size, geometry.num_heads, geometry.num_kv_heads,
-                     geometry.head_dim)
-    return ModelLayout(info, plans, list(geometry.notes))
+    return attention_layout(family, geometry, qk, shape, path)

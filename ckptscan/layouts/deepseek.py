@@ -19,7 +19,6 @@ from typing import Any
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts.base import (
     HeadOverrides,
-    ModelInfo,
     ModelLayout,
     config_entry,
     config_value,
@@ -28,7 +27,7 @@ from ckptscan.layouts.base import (
 )
 from ckptscan.layouts.geometry import HeadHints
 from ckptscan.layouts.mla import MLATensors, mla_geometry, mla_plan
-from ckptscan.layouts.plan import RouterTensors
+from ckptscan.layouts.plan import RouterTensors, model_info
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES = {"deepseek_v2", "deepseek_v3"}
@@ -45,9 +44,7 @@ def matches(ckpt: Checkpoint, keys: set[str]) -> bool:
 
 def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> ModelLayout:
     path, config = ckpt.path, ckpt.config
-    layers = find_layers(keys, _KV_A, path)
-    if not layers:
-        raise CkptScanError("no '*layers.N.self_attn.kv_a_proj_with_mqa.weight' tensors found", path=path)
+    layers = find_layers(keys, _KV_A, path, "*layers.N.self_attn.kv_a_proj_with_mqa.weight")
     family = next((t for t in model_types(config) if t in MODEL_TYPES), "deepseek")
     main_layers = config_value(config, "num_hidden_layers")
     notes = []
@@ -58,7 +55,7 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     if not tensors:
         raise CkptScanError("only MTP layers found", path=path)
 
-    hints = HeadHints.gather(overrides, num_heads=config_entry(config, "num_attention_heads"))
+    hints = HeadHints.gather(overrides, num_heads=config_entry(config, "num_attention_heads"), path=path)
     stated = {name: config_entry(config, name) for name in MLA_DIMS}
     if stated["q_lora_rank"] is None and config is not None and "q_lora_rank" in config:
         stated["q_lora_rank"] = (None, "config.json 'q_lora_rank'")
@@ -83,19 +80,8 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
                                     path=path, tensor=router.weight)
         plans.append(mla_plan(layer, geometry, tensors[layer], router, shape, path, scoring))
 
-    experts = [shape(n)[0] for p in plans for n, role in p.roles.items() if role == "router"]
-    info = ModelInfo(
-        family=family,
-        num_layers=len(plans),
-        hidden_size=geometry.hidden_size,
-        num_heads=geometry.num_heads,
-        num_kv_heads=geometry.num_heads,
-        head_dim=geometry.nope,
-        num_experts=experts[0] if experts else None,
-        top_k=config_value(config, "num_experts_per_tok") if experts else None,
-        router_scoring=scoring,
-        rope_head_dim=geometry.rope,
-    )
+    info = model_info(family, geometry.heads(), plans, shape, top_k=config_value(config, "num_experts_per_tok"),
+                      router_scoring=scoring, rope_head_dim=geometry.rope)
     return ModelLayout(info, plans, notes)
 
 

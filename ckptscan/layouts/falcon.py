@@ -20,17 +20,9 @@ import re
 from typing import Any
 
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import (
-    HeadOverrides,
-    ModelInfo,
-    ModelLayout,
-    config_entry,
-    config_value,
-    find_layers,
-    model_types,
-)
+from ckptscan.layouts.base import HeadOverrides, ModelLayout, config_entry, config_value, find_layers, model_types
 from ckptscan.layouts.geometry import HeadHints, fused_geometry
-from ckptscan.layouts.plan import QKTensors, layer_plan
+from ckptscan.layouts.plan import QKTensors, attention_layout
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}
@@ -44,24 +36,21 @@ def matches(ckpt: Checkpoint, keys: set[str]) -> bool:
 
 def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> ModelLayout:
     path, config = ckpt.path, ckpt.config
-    layers = find_layers(keys, _QKV, path)
-    if not layers:
-        raise CkptScanError("no '*h.N.self_attention.query_key_value.weight' tensors found", path=path)
+    layers = find_layers(keys, _QKV, path, "*h.N.self_attention.query_key_value.weight")
     shape = ckpt.tensors.shape
     first = layers[min(layers)]
     rows, hidden = shape(first)
     heads = config_entry(config, "num_attention_heads", "n_head")
-    hints = HeadHints.gather(overrides, num_heads=heads, num_kv_heads=_kv_heads(config, heads))
+    hints = HeadHints.gather(overrides, num_heads=heads, num_kv_heads=_kv_heads(config, heads), path=path)
     # FalconAttention: head_dim = hidden_size // num_heads, in every variant.
     default = (hidden // hints.num_heads[0], "hidden_size / heads") if hints.num_heads is not None else None
     geometry = fused_geometry(hints, first, rows, hidden, "grouped", path, default_head_dim=default)
     if geometry.head_dim * geometry.num_heads != hidden:
         raise CkptScanError(f"Falcon's head_dim is hidden/heads = {hidden / geometry.num_heads:g}, but the split "
                             f"gives {geometry.head_dim}", path=path, tensor=first)
-    plans = [layer_plan(i, geometry, QKTensors(layers[i], fused="grouped"), None, shape, path) for i in sorted(layers)]
     family = next((t for t in model_types(config) if t in MODEL_TYPES), "falcon")
-    info = ModelInfo(family, len(plans), hidden, geometry.num_heads, geometry.num_kv_heads, geometry.head_dim)
-    return ModelLayout(info, plans, list(geometry.notes))
+    qk = {i: QKTensors(name, fused="grouped") for i, name in layers.items()}
+    return attention_layout(family, geometry, qk, shape, path)
 
 
 def _kv_heads(config: Any, heads: tuple[Any, str] | None) -> tuple[Any, str] | None:

@@ -5,7 +5,8 @@ CLI flags take precedence over what the checkpoint states (config.json,
 Megatron `args`, nanoGPT `model_args`); every number is then checked against
 the tensor shapes. A number that can be derived from the shapes is derived
 (given H, separate q/k projections fix d and G); one that cannot is an error
-naming the flag that supplies it. `split_qkv` cuts the fused layouts.
+naming the flag that supplies it. `split_qkv` cuts the fused layouts into
+head blocks and `fold_head_gains` folds QK-norm gains into them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from ckptscan.layouts.base import HeadOverrides, require_shape
 #   row_interleaved  H × d × [q, k, v] rows (MHA only)     Megatron checkpoint_version 1.0
 FUSED_LAYOUTS = ("blocked", "grouped", "grouped_gated", "row_interleaved")
 
+_LOW_PRECISION = (torch.bfloat16, torch.float16)
+
 
 @dataclass(frozen=True)
 class HeadHints:
@@ -43,13 +46,15 @@ class HeadHints:
         num_heads: tuple[Any, str] | None = None,
         num_kv_heads: tuple[Any, str] | None = None,
         head_dim: tuple[Any, str] | None = None,
+        *,
+        path: Any = None,
     ) -> HeadHints:
         def pick(flag_value: int | None, flag: str, found: tuple[Any, str] | None) -> tuple[int, str] | None:
             if flag_value is not None:
-                return _positive(flag_value, flag), flag
+                return _positive(flag_value, flag, path), flag
             if found is None:
                 return None
-            return _positive(found[0], found[1]), found[1]
+            return _positive(found[0], found[1], path), found[1]
 
         return cls(
             pick(overrides.num_heads, "--num-heads", num_heads),
@@ -62,7 +67,8 @@ def mha_hints(overrides: HeadOverrides, num_heads: tuple[Any, str] | None, famil
               head_dim: tuple[Any, str] | None = None) -> HeadHints:
     """Hints for a multi-head-only family: KV heads = query heads, and a
     --num-kv-heads that says otherwise is an error, not an override."""
-    hints = HeadHints.gather(HeadOverrides(overrides.num_heads, None, overrides.head_dim), num_heads, None, head_dim)
+    hints = HeadHints.gather(HeadOverrides(overrides.num_heads, None, overrides.head_dim), num_heads, None, head_dim,
+                             path=path)
     if hints.num_heads is None:
         return hints
     heads = hints.num_heads[0]
@@ -72,9 +78,9 @@ def mha_hints(overrides: HeadOverrides, num_heads: tuple[Any, str] | None, famil
     return HeadHints(hints.num_heads, (heads, f"{family} is multi-head (KV heads = heads)"), hints.head_dim)
 
 
-def _positive(value: Any, where: str) -> int:
+def _positive(value: Any, where: str, path: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise CkptScanError(f"{where} must be a positive integer, not {value!r}")
+        raise CkptScanError(f"{where} must be a positive integer, not {value!r}", path=path)
     return value
 
 
@@ -200,3 +206,31 @@ def split_qkv(weight: torch.Tensor, layout: str, geometry: Geometry) -> tuple[to
     slots = (2 * per_group if layout == "grouped_gated" else per_group) + 2
     groups = weight.reshape(g, slots, d, width)
     return groups[:, :per_group].reshape(h, d, width), groups[:, slots - 2]
+
+
+def fold_head_gains(weight: torch.Tensor, gain: torch.Tensor, *, offset: float = 0.0) -> torch.Tensor:
+    """Multiply the rows of each head block [n, r, d] by a norm gain: diag(γ) W_h.
+
+    `gain` is per head ([r], shared by all heads: Qwen3/Gemma3 `q_norm`) or
+    flat over the projection ([n·r] or [n, r]: OLMo2/OLMoE). `offset` is added
+    to the gain in float64 first: Gemma's RMSNorm scales by (1 + w), so pass the
+    raw w with offset=1.0 (computing 1 + w in bf16/float32 would round it).
+    The per-token 1/rms factor is a scalar per token and does not change the
+    spectrum shape.
+
+    The product is never rounded to the stored precision: it is float32 when
+    both operands are bf16/float16 (the product of two ≤ 11-bit mantissas is
+    exact in float32) and float64 otherwise, so that checkpoints folded
+    separately still difference exactly.
+    """
+    n, r, _ = weight.shape
+    if gain.numel() == r:
+        scale = gain.reshape(1, r)
+    elif gain.numel() == n * r:
+        scale = gain.reshape(n, r)
+    else:
+        raise ValueError(f"norm gain of {gain.numel()} values fits neither {r} nor {n}x{r}")
+    exact_in_f32 = weight.dtype in _LOW_PRECISION and gain.dtype in _LOW_PRECISION and offset == 0.0
+    out = torch.float32 if exact_in_f32 else torch.float64
+    scale = scale.to(out) + offset if offset else scale.to(out)
+    return weight.to(out) * scale.unsqueeze(-1)

@@ -5,7 +5,8 @@ x @ W, TF `pytorch_utils.py`); transposed, its rows are [Q | K | V], each D
 wide (`split(split_size, dim=2)`, TF `gpt2/modeling_gpt2.py`). Multi-head
 only; head_dim = n_embd / n_head. Hub checkpoints name it `h.{i}…` (saved
 from GPT2Model) or `transformer.h.{i}…`. nanoGPT uses the same name with an
-nn.Linear [3D, D] (nanogpt.py); the shape tells them apart.
+nn.Linear [3D, D] (nanogpt.py); the shape tells them apart, and both read
+the weight through `c_attn_weights`.
 """
 
 from __future__ import annotations
@@ -13,37 +14,52 @@ from __future__ import annotations
 import re
 
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import HeadOverrides, ModelInfo, ModelLayout, config_entry, find_layers
+from ckptscan.layouts.base import HeadOverrides, ModelLayout, config_entry, find_layers
 from ckptscan.layouts.geometry import fused_geometry, mha_hints
-from ckptscan.layouts.plan import QKTensors, layer_plan
+from ckptscan.layouts.plan import QKTensors, attention_layout
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES = {"gpt2"}
 
-_C_ATTN = re.compile(r"(?P<prefix>.*?)h\.(?P<layer>\d+)\.attn\.c_attn\.weight")
+C_ATTN = re.compile(r"(?P<prefix>.*?)h\.(?P<layer>\d+)\.attn\.c_attn\.weight")
 
 
 def matches(ckpt: Checkpoint, keys: set[str]) -> bool:
-    return any(_C_ATTN.fullmatch(k) and _is_conv1d(ckpt.tensors.shape(k)) for k in keys if k.endswith("c_attn.weight"))
-
-
-def _is_conv1d(shape: tuple[int, ...]) -> bool:
-    return len(shape) == 2 and shape[1] == 3 * shape[0]
+    return has_c_attn(ckpt, keys, transposed=True)
 
 
 def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> ModelLayout:
     path = ckpt.path
-    layers = find_layers(keys, _C_ATTN, path)
-    if not layers:
-        raise CkptScanError("no '*h.N.attn.c_attn.weight' tensors found", path=path)
-    shape = ckpt.tensors.shape
-    first = layers[min(layers)]
-    if not _is_conv1d(shape(first)):
-        raise CkptScanError(f"shape {list(shape(first))} is not GPT-2's Conv1D [D, 3D]", path=path, tensor=first)
-    hidden, rows = shape(first)
+    layers, rows, hidden = c_attn_weights(ckpt, keys, transposed=True)
     hints = mha_hints(overrides, config_entry(ckpt.config, "n_head", "num_attention_heads"), "GPT-2", path)
-    geometry = fused_geometry(hints, first, rows, hidden, "blocked", path, looked="no config.json with n_head")
+    geometry = fused_geometry(hints, layers[min(layers)], rows, hidden, "blocked", path,
+                              looked="no config.json with n_head")
     qk = {i: QKTensors(name, fused="blocked", transposed=True) for i, name in layers.items()}
-    plans = [layer_plan(i, geometry, qk[i], None, shape, path) for i in sorted(layers)]
-    info = ModelInfo("gpt2", len(plans), hidden, geometry.num_heads, geometry.num_kv_heads, geometry.head_dim)
-    return ModelLayout(info, plans, list(geometry.notes))
+    return attention_layout("gpt2", geometry, qk, ckpt.tensors.shape, path)
+
+
+def is_c_attn(shape: tuple[int, ...], transposed: bool) -> bool:
+    """[3D, D] rows [Q | K | V] once a transposed (Conv1D) weight is turned back."""
+    if len(shape) != 2:
+        return False
+    rows, hidden = shape[::-1] if transposed else shape
+    return rows == 3 * hidden
+
+
+def has_c_attn(ckpt: Checkpoint, keys: set[str], transposed: bool) -> bool:
+    return any(C_ATTN.fullmatch(k) and is_c_attn(ckpt.tensors.shape(k), transposed)
+               for k in keys if k.endswith("c_attn.weight"))
+
+
+def c_attn_weights(ckpt: Checkpoint, keys: set[str], transposed: bool) -> tuple[dict[int, str], int, int]:
+    """Each layer's c_attn weight, and the (rows, hidden) of the first one as
+    an [out, in] matrix: GPT-2's Conv1D [D, 3D] when `transposed`, else
+    nanoGPT's nn.Linear [3D, D]."""
+    layers = find_layers(keys, C_ATTN, ckpt.path, "*h.N.attn.c_attn.weight")
+    first = layers[min(layers)]
+    shape = ckpt.tensors.shape(first)
+    if not is_c_attn(shape, transposed):
+        kind = "GPT-2's Conv1D [D, 3D]" if transposed else "nanoGPT's nn.Linear [3D, D]"
+        raise CkptScanError(f"shape {list(shape)} is not {kind}", path=ckpt.path, tensor=first)
+    rows, hidden = shape[::-1] if transposed else shape
+    return layers, rows, hidden

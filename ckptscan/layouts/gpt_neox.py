@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import re
 
-from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import HeadOverrides, ModelInfo, ModelLayout, config_entry, find_layers
+from ckptscan.layouts.base import HeadOverrides, ModelLayout, config_entry, find_layers
 from ckptscan.layouts.geometry import fused_geometry, mha_hints
-from ckptscan.layouts.plan import QKTensors, layer_plan
+from ckptscan.layouts.plan import QKTensors, attention_layout
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES = {"gpt_neox"}
@@ -27,14 +26,11 @@ def matches(ckpt: Checkpoint, keys: set[str]) -> bool:
 
 def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> ModelLayout:
     path = ckpt.path
-    layers = find_layers(keys, _QKV, path)
-    if not layers:
-        raise CkptScanError("no '*layers.N.attention.query_key_value.weight' tensors found", path=path)
+    layers = find_layers(keys, _QKV, path, "*layers.N.attention.query_key_value.weight")
     shape = ckpt.tensors.shape
     first = layers[min(layers)]
     rows, hidden = shape(first)
     hints = mha_hints(overrides, config_entry(ckpt.config, "num_attention_heads"), "GPT-NeoX", path)
     geometry = fused_geometry(hints, first, rows, hidden, "grouped", path)
-    plans = [layer_plan(i, geometry, QKTensors(layers[i], fused="grouped"), None, shape, path) for i in sorted(layers)]
-    info = ModelInfo("gpt_neox", len(plans), hidden, geometry.num_heads, geometry.num_kv_heads, geometry.head_dim)
-    return ModelLayout(info, plans, list(geometry.notes))
+    qk = {i: QKTensors(name, fused="grouped") for i, name in layers.items()}
+    return attention_layout("gpt_neox", geometry, qk, shape, path)

@@ -24,15 +24,15 @@ from typing import Any
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts.base import (
     HeadOverrides,
-    ModelInfo,
     ModelLayout,
     config_entry,
     config_value,
     find_layers,
     model_types,
+    present,
 )
 from ckptscan.layouts.geometry import HeadHints, separate_geometry
-from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan
+from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan, model_info
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES = {
@@ -58,9 +58,7 @@ def matches(ckpt: Checkpoint, keys: set[str]) -> bool:
 
 def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> ModelLayout:
     path, config = ckpt.path, ckpt.config
-    layers = find_layers(keys, _Q_PROJ, path)
-    if not layers:
-        raise CkptScanError("no '*layers.N.self_attn.q_proj.weight' tensors found", path=path)
+    layers = find_layers(keys, _Q_PROJ, path, "*layers.N.self_attn.q_proj.weight")
     known = [t for t in model_types(config) if t in MODEL_TYPES]
     family = known[0] if known else (model_types(config) or ["llama-like"])[0]
 
@@ -73,6 +71,7 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
         num_heads=config_entry(config, "num_attention_heads", "n_head"),
         num_kv_heads=config_entry(config, "num_key_value_heads", "num_kv_heads"),
         head_dim=config_entry(config, "head_dim"),
+        path=path,
     )
     shape = ckpt.tensors.shape
     geometry = separate_geometry(hints, (first, shape(first)), (k_first, shape(k_first)), path)
@@ -87,8 +86,8 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
         qk = QKTensors(
             q=q_name,
             k=q_name.replace(".q_proj.", ".k_proj."),
-            q_norm=_present(keys, base + "self_attn.q_norm.weight"),
-            k_norm=_present(keys, base + "self_attn.k_norm.weight"),
+            q_norm=present(keys, base + "self_attn.q_norm.weight"),
+            k_norm=present(keys, base + "self_attn.k_norm.weight"),
             gain_offset=1.0 if family in ONE_PLUS_GAIN else 0.0,
         )
         if (qk.q_norm or qk.k_norm) and not known:
@@ -100,23 +99,9 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
         router = _router(keys, base, shape, config_experts, known, path, notes)
         plans.append(layer_plan(layer, geometry, qk, router, shape, path, router_scoring=scoring))
 
-    experts = [shape(name)[0] for p in plans for name, role in p.roles.items() if role == "router"]
-    info = ModelInfo(
-        family=family,
-        num_layers=len(plans),
-        hidden_size=geometry.hidden_size,
-        num_heads=geometry.num_heads,
-        num_kv_heads=geometry.num_kv_heads,
-        head_dim=geometry.head_dim,
-        num_experts=experts[0] if experts else None,
-        top_k=config_value(config, "num_experts_per_tok") if experts else None,
-        router_scoring=scoring if experts else None,
-    )
+    info = model_info(family, geometry, plans, shape, top_k=config_value(config, "num_experts_per_tok"),
+                      router_scoring=scoring)
     return ModelLayout(info, plans, notes)
-
-
-def _present(keys: set[str], name: str) -> str | None:
-    return name if name in keys else None
 
 
 def _router(

@@ -25,13 +25,12 @@ the flags must make the split unambiguous, and QK norms are refused.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import Any, Mapping
 
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import HeadOverrides, ModelInfo, ModelLayout, as_mapping, find_layers
+from ckptscan.layouts.base import HeadOverrides, ModelLayout, as_mapping, find_layers, present
 from ckptscan.layouts.geometry import Geometry, HeadHints, fused_geometry
-from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan
+from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan, model_info
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES: set[str] = set()
@@ -49,12 +48,10 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     path = ckpt.path
     shape = ckpt.tensors.shape
     args = as_mapping(ckpt.meta.get("args"))
-    names = find_layers(keys, _QKV, path)
-    if not names:
-        if any(k.endswith("linear_kv_down_proj.weight") for k in keys):
-            raise CkptScanError("Megatron multi-latent attention (linear_q_down_proj/linear_kv_down_proj) is not "
-                                "supported yet: its per-head ordering is unconfirmed", path=path)
-        raise CkptScanError("no '*decoder.layers.N.self_attention.linear_qkv.weight' tensors found", path=path)
+    if not any(_QKV.fullmatch(k) for k in keys) and any(k.endswith("linear_kv_down_proj.weight") for k in keys):
+        raise CkptScanError("Megatron multi-latent attention (linear_q_down_proj/linear_kv_down_proj) is not "
+                            "supported yet: its per-head ordering is unconfirmed", path=path)
+    names = find_layers(keys, _QKV, path, "*decoder.layers.N.self_attention.linear_qkv.weight")
     first = names[min(names)]
     rows, hidden = shape(first)
 
@@ -75,14 +72,14 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
         qk = QKTensors(
             qkv,
             fused=layout,
-            q_norm=_present(keys, sibling(qkv, "self_attention.q_layernorm.weight")),
-            k_norm=_present(keys, sibling(qkv, "self_attention.k_layernorm.weight")),
+            q_norm=present(keys, sibling(qkv, "self_attention.q_layernorm.weight")),
+            k_norm=present(keys, sibling(qkv, "self_attention.k_layernorm.weight")),
             gain_offset=offset,
         )
         router = None
         if sibling(qkv, "mlp.router.weight") in keys:
             router = RouterTensors(sibling(qkv, "mlp.router.weight"),
-                                   _present(keys, sibling(qkv, "mlp.router.expert_bias")))
+                                   present(keys, sibling(qkv, "mlp.router.expert_bias")))
         plans.append(layer_plan(layer, geometry, qk, router, shape, path,
                                 num_experts=args.get("num_experts") if router else None,
                                 router_scoring=scoring))
@@ -91,43 +88,36 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     notes.append(f"fused layout: {layout}" + (" (args 'attention_output_gate')" if args else " (from the shape)"))
     if isinstance(num_layers, int) and num_layers != len(names):
         notes.append(f"args 'num_layers' is {num_layers} but {len(names)} layers were found (pipeline stage?)")
-    routed = [p for p in plans if "router" in p.roles.values()]
-    info = ModelInfo(
-        family="megatron",
-        num_layers=len(plans),
-        hidden_size=hidden,
-        num_heads=geometry.num_heads,
-        num_kv_heads=geometry.num_kv_heads,
-        head_dim=geometry.head_dim,
-        num_experts=args.get("num_experts") if routed else None,
-        top_k=args.get("moe_router_topk") if routed else None,
-        router_scoring=scoring if routed else None,
-    )
-    if routed and info.num_experts is None:
-        router_name = next(n for n, r in routed[0].roles.items() if r == "router")
-        info = replace(info, num_experts=shape(router_name)[-2])
+    info = model_info("megatron", geometry, plans, shape, num_experts=args.get("num_experts"),
+                      top_k=args.get("moe_router_topk"), router_scoring=scoring)
     return ModelLayout(info, plans, notes)
+
+
+Entry = tuple[Any, str] | None
+
+
+def args_head_entries(args: Mapping[str, Any]) -> tuple[Entry, Entry, Entry]:
+    """(query heads, KV heads, head_dim) as Megatron's `args` state them, each
+    with where it came from: KV heads are num_query_groups under
+    group_query_attention, else the heads; kv_channels defaults to
+    hidden_size / heads, as in Megatron."""
+    heads = args.get("num_attention_heads")
+    gqa = args.get("group_query_attention")
+    kv = args.get("num_query_groups") if gqa else heads
+    head_dim = args.get("kv_channels") or (args["hidden_size"] // heads if heads and args.get("hidden_size") else None)
+    return (
+        (heads, "args 'num_attention_heads'") if heads else None,
+        (kv, "args 'num_query_groups'" if gqa else "args (no group_query_attention: KV heads = heads)") if kv else None,
+        (head_dim, "args 'kv_channels' (default hidden_size / heads)") if head_dim else None,
+    )
 
 
 def _geometry(args: Mapping[str, Any], overrides: HeadOverrides, name: str, rows: int, hidden: int,
               q_norm_shape: tuple[int, ...] | None, path: Any) -> tuple[str, Geometry]:
-    heads = args.get("num_attention_heads")
-    kv = None
-    if args:
-        kv = args.get("num_query_groups") if args.get("group_query_attention") else heads
-    head_dim = args.get("kv_channels")
-    if head_dim is None and heads and args.get("hidden_size"):
-        head_dim = args["hidden_size"] // heads  # Megatron's default kv_channels
-    if head_dim is None and q_norm_shape is not None and len(q_norm_shape) == 1:
-        head_dim = q_norm_shape[-1]
-    hints = HeadHints.gather(
-        overrides,
-        num_heads=(heads, "args 'num_attention_heads'") if heads else None,
-        num_kv_heads=(kv, "args 'num_query_groups'" if args.get("group_query_attention") else
-                      "args (no group_query_attention: KV heads = heads)") if kv else None,
-        head_dim=(head_dim, "args 'kv_channels' (default hidden_size / heads)" if args else
-                  "q_layernorm size") if head_dim else None,
-    )
+    heads, kv, head_dim = args_head_entries(args)
+    if head_dim is None and q_norm_shape is not None and len(q_norm_shape) == 1 and q_norm_shape[0]:
+        head_dim = (q_norm_shape[0], "q_layernorm size")
+    hints = HeadHints.gather(overrides, heads, kv, head_dim, path=path)
     looked = "no args in the checkpoint"
     if args:
         layout = "grouped_gated" if args.get("attention_output_gate") else "grouped"
@@ -158,8 +148,3 @@ def _gain_offset(args: Mapping[str, Any], has_norm: bool, path: Any, name: str) 
                             tensor=name)
     one_p = args.get("layernorm_zero_centered_gamma", args.get("apply_layernorm_1p"))
     return 1.0 if one_p else 0.0
-
-
-def _present(keys: set[str], name: str) -> str | None:
-    return name if name in keys else None
-

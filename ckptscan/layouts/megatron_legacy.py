@@ -20,9 +20,10 @@ from __future__ import annotations
 import re
 
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import HeadOverrides, ModelInfo, ModelLayout, as_mapping, find_layers
+from ckptscan.layouts.base import HeadOverrides, ModelLayout, as_mapping, find_layers
 from ckptscan.layouts.geometry import HeadHints, fused_geometry, mha_hints
-from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan
+from ckptscan.layouts.megatron import args_head_entries
+from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan, model_info
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES: set[str] = set()
@@ -38,10 +39,7 @@ def matches(ckpt: Checkpoint, keys: set[str]) -> bool:
 
 def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> ModelLayout:
     path = ckpt.path
-    layers = find_layers(keys, _QKV, path)
-    if not layers:
-        raise CkptScanError("no '*language_model.encoder.layers.N.self_attention.query_key_value.weight' tensors "
-                            "found", path=path)
+    layers = find_layers(keys, _QKV, path, "*language_model.encoder.layers.N.self_attention.query_key_value.weight")
     meta = ckpt.meta
     args = as_mapping(meta.get("args"))
     if not meta:
@@ -56,17 +54,11 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     shape = ckpt.tensors.shape
     first = layers[min(layers)]
     rows, hidden = shape(first)
-    heads = args.get("num_attention_heads")
-    heads_entry = (heads, "args 'num_attention_heads'") if heads else None
-    head_dim = args.get("kv_channels") or (args["hidden_size"] // heads if heads and args.get("hidden_size") else None)
-    head_dim_entry = (head_dim, "args 'kv_channels' (default hidden_size / heads)") if head_dim else None
+    heads, kv, head_dim = args_head_entries(args)
     if version < 2:
-        hints = mha_hints(overrides, heads_entry, f"checkpoint_version {version:g}", path, head_dim_entry)
+        hints = mha_hints(overrides, heads, f"checkpoint_version {version:g}", path, head_dim)
     else:
-        gqa = args.get("group_query_attention")
-        kv = args.get("num_query_groups") if gqa else heads
-        kv_entry = (kv, "args 'num_query_groups'" if gqa else "args (no group_query_attention: KV heads = heads)")
-        hints = HeadHints.gather(overrides, heads_entry, kv_entry if kv else None, head_dim_entry)
+        hints = HeadHints.gather(overrides, heads, kv, head_dim, path=path)
     geometry = fused_geometry(hints, first, rows, hidden, layout, path, looked="no args in the checkpoint")
     plans = []
     for layer in sorted(layers):
@@ -74,16 +66,6 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
         router = qkv[: qkv.index(f"layers.{layer}.") + len(f"layers.{layer}.")] + "mlp.router.weight"
         plans.append(layer_plan(layer, geometry, QKTensors(qkv, fused=layout),
                                 RouterTensors(router) if router in keys else None, shape, path))
-    routed = [p for p in plans if "router" in p.roles.values()]
-    info = ModelInfo(
-        family="megatron-legacy",
-        num_layers=len(plans),
-        hidden_size=hidden,
-        num_heads=geometry.num_heads,
-        num_kv_heads=geometry.num_kv_heads,
-        head_dim=geometry.head_dim,
-        num_experts=shape(next(n for n, r in routed[0].roles.items() if r == "router"))[0] if routed else None,
-        top_k=1 if routed else None,
-    )
+    info = model_info("megatron-legacy", geometry, plans, shape, top_k=1)
     notes = [*geometry.notes, f"checkpoint_version {version:g}: fused layout {layout}"]
     return ModelLayout(info, plans, notes)

@@ -31,8 +31,8 @@ from typing import Any, Callable, Mapping
 import torch
 
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import LayerPlan, LayerWeights, require_shape
-from ckptscan.layouts.geometry import HeadHints, missing
+from ckptscan.layouts.base import Builder, LayerPlan, LayerWeights, require_shape
+from ckptscan.layouts.geometry import Geometry, HeadHints, missing
 from ckptscan.layouts.plan import RouterTensors
 
 _F64 = torch.float64
@@ -63,6 +63,11 @@ class MLAGeometry:
     kv_rank: int
     q_rank: int | None
     notes: tuple[str, ...]
+
+    def heads(self) -> Geometry:
+        """The head shape a report states: every head has its own content key
+        (G = H), and head_dim is the content ("nope") part."""
+        return Geometry(self.hidden_size, self.num_heads, self.num_heads, self.nope, self.notes)
 
 
 def mla_geometry(
@@ -156,7 +161,7 @@ def mla_plan(
     return LayerPlan(layer, tuple(roles), _builder(g, tensors, router, router_scoring), roles)
 
 
-def _builder(g: MLAGeometry, t: MLATensors, router: RouterTensors | None, scoring: str | None):
+def _builder(g: MLAGeometry, t: MLATensors, router: RouterTensors | None, scoring: str | None) -> Builder:
     def build(raw: Mapping[str, torch.Tensor], dtype: torch.dtype) -> LayerWeights:
         if t.q_b is not None:
             latent = raw[t.q_a].to(_F64) * raw[t.q_a_norm].to(_F64)[:, None]  # diag(γ_q) q_a  [rq, D]

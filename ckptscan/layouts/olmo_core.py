@@ -20,9 +20,9 @@ import re
 from typing import Any, Mapping
 
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import HeadOverrides, ModelInfo, ModelLayout, as_mapping, find_layers
+from ckptscan.layouts.base import HeadOverrides, ModelLayout, as_mapping, find_layers, module_prefixes, present
 from ckptscan.layouts.geometry import HeadHints, fused_geometry, separate_geometry
-from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan
+from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan, model_info
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES: set[str] = set()
@@ -36,15 +36,13 @@ def matches(ckpt: Checkpoint, keys: set[str]) -> bool:
 
 def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> ModelLayout:
     path = ckpt.path
-    found = find_layers(keys, _ATTENTION, path)
-    if not found:
-        raise CkptScanError("no '*blocks.N.attention.w_q.weight' tensors found", path=path)
-    layers = {i: name[: name.index(".attention.") + len(".attention.")] for i, name in found.items()}
+    found = find_layers(keys, _ATTENTION, path, "*blocks.N.attention.w_q.weight")
+    layers = module_prefixes(found, ".attention.")
     shape = ckpt.tensors.shape
     model = _model_config(ckpt.config)
     hints = HeadHints.gather(overrides, num_heads=_attention_value(model, "n_heads"),
                              num_kv_heads=_attention_value(model, "n_kv_heads"),
-                             head_dim=_attention_value(model, "head_dim"))
+                             head_dim=_attention_value(model, "head_dim"), path=path)
     looked = "no OLMo-core config.json with model.block.sequence_mixer.n_heads"
     first = layers[min(layers)]
     if first + "w_qkv.weight" in keys:
@@ -60,27 +58,17 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     plans = []
     for layer in sorted(layers):
         attn = layers[layer]
-        norms = {"q_norm": _present(keys, attn + "q_norm.weight"), "k_norm": _present(keys, attn + "k_norm.weight")}
+        norms = {"q_norm": present(keys, attn + "q_norm.weight"), "k_norm": present(keys, attn + "k_norm.weight")}
         if attn + "w_qkv.weight" in keys:
             qk = QKTensors(attn + "w_qkv.weight", fused="blocked", **norms)
         else:
             qk = QKTensors(attn + "w_q.weight", attn + "w_k.weight", **norms)
         router, experts = _router(keys, attn, shape, geometry.hidden_size, path)
         plans.append(layer_plan(layer, geometry, qk, router, shape, path, num_experts=experts))
-    routers = [n for p in plans for n, role in p.roles.items() if role == "router"]
     moe = as_mapping(as_mapping(model.get("block")).get("feed_forward_moe"))
     router_config = as_mapping(moe.get("router"))
-    info = ModelInfo(
-        family="olmo-core",
-        num_layers=len(plans),
-        hidden_size=geometry.hidden_size,
-        num_heads=geometry.num_heads,
-        num_kv_heads=geometry.num_kv_heads,
-        head_dim=geometry.head_dim,
-        num_experts=shape(routers[0])[0] // geometry.hidden_size if routers else None,
-        top_k=router_config.get("top_k") if routers else None,
-        router_scoring=router_config.get("gating_function") if routers else None,
-    )
+    info = model_info("olmo-core", geometry, plans, shape, top_k=router_config.get("top_k"),
+                      router_scoring=router_config.get("gating_function"))
     return ModelLayout(info, plans, list(geometry.notes))
 
 
@@ -106,9 +94,5 @@ def _router(keys: set[str], attn: str, shape: Any, hidden: int, path: Any) -> tu
     size = shape(name)
     if len(size) != 1 or size[0] % hidden:
         raise CkptScanError(f"flat router of shape {list(size)} is not E x hidden {hidden}", path=path, tensor=name)
-    bias = _present(keys, block + "feed_forward_moe.router.score_bias")
+    bias = present(keys, block + "feed_forward_moe.router.score_bias")
     return RouterTensors(name, bias, flat=True), size[0] // hidden
-
-
-def _present(keys: set[str], name: str) -> str | None:
-    return name if name in keys else None

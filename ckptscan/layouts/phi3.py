@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import re
 
-from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import HeadOverrides, ModelInfo, ModelLayout, config_entry, find_layers
+from ckptscan.layouts.base import HeadOverrides, ModelLayout, config_entry, find_layers
 from ckptscan.layouts.geometry import HeadHints, fused_geometry
-from ckptscan.layouts.plan import QKTensors, layer_plan
+from ckptscan.layouts.plan import QKTensors, attention_layout
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES = {"phi3"}
@@ -27,9 +26,7 @@ def matches(ckpt: Checkpoint, keys: set[str]) -> bool:
 
 def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> ModelLayout:
     path, config = ckpt.path, ckpt.config
-    layers = find_layers(keys, _QKV, path)
-    if not layers:
-        raise CkptScanError("no '*layers.N.self_attn.qkv_proj.weight' tensors found", path=path)
+    layers = find_layers(keys, _QKV, path, "*layers.N.self_attn.qkv_proj.weight")
     shape = ckpt.tensors.shape
     first = layers[min(layers)]
     rows, hidden = shape(first)
@@ -38,12 +35,12 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
         num_heads=config_entry(config, "num_attention_heads"),
         num_kv_heads=config_entry(config, "num_key_value_heads"),
         head_dim=config_entry(config, "head_dim"),
+        path=path,
     )
     # Phi3Attention: head_dim = getattr(config, "head_dim", hidden_size // num_attention_heads).
     default = None
     if config is not None and hints.num_heads is not None:
         default = (hidden // hints.num_heads[0], "hidden_size / num_attention_heads")
     geometry = fused_geometry(hints, first, rows, hidden, "blocked", path, default_head_dim=default)
-    plans = [layer_plan(i, geometry, QKTensors(layers[i], fused="blocked"), None, shape, path) for i in sorted(layers)]
-    info = ModelInfo("phi3", len(plans), hidden, geometry.num_heads, geometry.num_kv_heads, geometry.head_dim)
-    return ModelLayout(info, plans, list(geometry.notes))
+    qk = {i: QKTensors(name, fused="blocked") for i, name in layers.items()}
+    return attention_layout("phi3", geometry, qk, shape, path)

@@ -5,15 +5,25 @@ QK-norm gains folded) and a router [E, D]."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import torch
 
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import Builder, LayerPlan, LayerWeights, head_blocks, require_shape
-from ckptscan.layouts.geometry import Geometry, split_qkv
-from ckptscan.monitors.attention import fold_head_gains
+from ckptscan.layouts.base import (
+    Builder,
+    LayerPlan,
+    LayerWeights,
+    ModelInfo,
+    ModelLayout,
+    head_blocks,
+    require_shape,
+)
+from ckptscan.layouts.geometry import Geometry, fold_head_gains, split_qkv
+
+Shape = Callable[[str], tuple[int, ...]]
 
 
 @dataclass(frozen=True)
@@ -41,7 +51,7 @@ def layer_plan(
     geometry: Geometry,
     qk: QKTensors | None,
     router: RouterTensors | None,
-    shape: Callable[[str], tuple[int, ...]],
+    shape: Shape,
     path: Any,
     *,
     num_experts: int | None = None,
@@ -89,8 +99,46 @@ def layer_plan(
             roles[router.bias] = "router_bias"
         num_experts = experts
 
-    build = _standard_builder(geometry, qk, router, num_experts, router_scoring)
+    build = _standard_builder(geometry, qk, router, num_experts, router_scoring, path)
     return LayerPlan(layer, tuple(roles), build, roles)
+
+
+def attention_layout(family: str, geometry: Geometry, qk: Mapping[int, QKTensors], shape: Shape, path: Any
+                     ) -> ModelLayout:
+    """The layout of a model without routers: one attention plan per layer."""
+    plans = [layer_plan(i, geometry, qk[i], None, shape, path) for i in sorted(qk)]
+    return ModelLayout(model_info(family, geometry, plans, shape), plans, list(geometry.notes))
+
+
+def model_info(
+    family: str,
+    geometry: Geometry,
+    plans: list[LayerPlan],
+    shape: Shape,
+    *,
+    num_experts: int | None = None,
+    top_k: int | None = None,
+    router_scoring: str | None = None,
+    rope_head_dim: int | None = None,
+) -> ModelInfo:
+    """The model's shape from its geometry and plans. The router fields stay
+    None when no layer has a router; E defaults to the first router's size
+    over hidden_size (the rows of [E, D], or OLMo-core's flat [E·D])."""
+    routers = [name for plan in plans for name, role in plan.roles.items() if role == "router"]
+    if routers and num_experts is None:
+        num_experts = math.prod(shape(routers[0])) // geometry.hidden_size
+    return ModelInfo(
+        family=family,
+        num_layers=len(plans),
+        hidden_size=geometry.hidden_size,
+        num_heads=geometry.num_heads,
+        num_kv_heads=geometry.num_kv_heads,
+        head_dim=geometry.head_dim,
+        num_experts=num_experts if routers else None,
+        top_k=top_k if routers else None,
+        router_scoring=router_scoring if routers else None,
+        rope_head_dim=rope_head_dim,
+    )
 
 
 def _standard_builder(
@@ -99,6 +147,7 @@ def _standard_builder(
     router: RouterTensors | None,
     num_experts: int | None,
     router_scoring: str | None,
+    path: Any,
 ) -> Builder:
     h, g, d = geometry.num_heads, geometry.num_kv_heads, geometry.head_dim
 
@@ -114,8 +163,8 @@ def _standard_builder(
                 q_weight, k_weight = raw[qk.q], raw[qk.k]
                 if qk.transposed:
                     q_weight, k_weight = q_weight.T, k_weight.T
-                q = head_blocks(q_weight, h, d, tensor=qk.q)
-                k = head_blocks(k_weight, g, d, tensor=qk.k)
+                q = head_blocks(q_weight, h, d, tensor=qk.q, path=path)
+                k = head_blocks(k_weight, g, d, tensor=qk.k, path=path)
             weights.q = _folded(q, raw[qk.q_norm] if qk.q_norm else None, qk.gain_offset, dtype)
             weights.k = _folded(k, raw[qk.k_norm] if qk.k_norm else None, qk.gain_offset, dtype)
         if router is not None:

@@ -17,9 +17,9 @@ from __future__ import annotations
 import re
 
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import HeadOverrides, ModelInfo, ModelLayout, config_entry, config_value
+from ckptscan.layouts.base import HeadOverrides, ModelLayout, config_entry, config_value
 from ckptscan.layouts.geometry import HeadHints, separate_geometry
-from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan
+from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan, model_info
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES = {"switch_transformers"}
@@ -48,7 +48,7 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     blocks = [(stack, i, stacks[stack][i]) for stack in order for i in sorted(stacks[stack])]
     first = blocks[0][2]
     hints = HeadHints.gather(overrides, num_heads=config_entry(config, "num_heads"),
-                             head_dim=config_entry(config, "d_kv"))
+                             head_dim=config_entry(config, "d_kv"), path=path)
     geometry = separate_geometry(hints, (first, shape(first)), (first.replace(".q.", ".k."),
                                  shape(first.replace(".q.", ".k."))), path, looked="no config.json with num_heads")
     config_experts = config_value(config, "num_experts")
@@ -63,8 +63,5 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
         qk = QKTensors(q_name, q_name.replace(".q.", ".k."))
         plans.append(layer_plan(layer, geometry, qk, RouterTensors(router) if router else None, shape, path,
                                 router_scoring="softmax"))
-    experts = [shape(n)[0] for p in plans for n, role in p.roles.items() if role == "router"]
-    info = ModelInfo("switch_transformers", len(plans), geometry.hidden_size, geometry.num_heads,
-                     geometry.num_kv_heads, geometry.head_dim, num_experts=experts[0] if experts else None,
-                     top_k=1 if experts else None, router_scoring="softmax" if experts else None)
+    info = model_info("switch_transformers", geometry, plans, shape, top_k=1, router_scoring="softmax")
     return ModelLayout(info, plans, notes)

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import HeadOverrides, ModelInfo, ModelLayout, config_entry
+from ckptscan.layouts.base import HeadOverrides, ModelLayout, config_entry
 from ckptscan.layouts.geometry import Geometry, HeadHints, fused_geometry, separate_geometry
-from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan
+from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan, model_info
 from ckptscan.readers.base import Checkpoint
 
 try:
@@ -83,18 +83,8 @@ class TensorMap:
                 raise CkptScanError(f"layer {layer} has a router bias but no router", path=ckpt.path, tensor=bias)
             plans.append(layer_plan(layer, geometry, qk, RouterTensors(router, bias) if router else None, shape,
                                     ckpt.path, router_scoring=self.settings.get("router_scoring")))
-        routers = [n for p in plans for n, role in p.roles.items() if role == "router"]
-        info = ModelInfo(
-            family=str(self.settings.get("family", "tensor-map")),
-            num_layers=len(plans),
-            hidden_size=geometry.hidden_size,
-            num_heads=geometry.num_heads,
-            num_kv_heads=geometry.num_kv_heads,
-            head_dim=geometry.head_dim,
-            num_experts=shape(routers[0])[0] if routers else None,
-            top_k=self.settings.get("top_k") if routers else None,
-            router_scoring=self.settings.get("router_scoring") if routers else None,
-        )
+        info = model_info(str(self.settings.get("family", "tensor-map")), geometry, plans, shape,
+                          top_k=self.settings.get("top_k"), router_scoring=self.settings.get("router_scoring"))
         return ModelLayout(info, plans, [f"tensor map {self.path}", *geometry.notes])
 
     def _layers(self, role: str, keys: set[str]) -> dict[int, str]:
@@ -123,6 +113,7 @@ class TensorMap:
             num_heads=stated("num_heads", "num_attention_heads", "n_head"),
             num_kv_heads=stated("num_kv_heads", "num_key_value_heads", "num_kv_heads"),
             head_dim=stated("head_dim", "head_dim"),
+            path=ckpt.path,
         )
         first = min(queries)
         q_name = queries[first]

@@ -22,11 +22,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import HeadOverrides, ModelInfo, ModelLayout, find_layers
+from ckptscan.layouts.base import HeadOverrides, ModelLayout, find_layers, module_prefixes, present
 from ckptscan.layouts.geometry import HeadHints, separate_geometry
-from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan
 from ckptscan.layouts.mla import MLATensors, mla_geometry, mla_plan
+from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan, model_info
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES: set[str] = set()
@@ -41,28 +40,25 @@ def matches(ckpt: Checkpoint, keys: set[str]) -> bool:
 
 def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> ModelLayout:
     path = ckpt.path
-    found = find_layers(keys, _ATTENTION, path)
-    if not found:
-        raise CkptScanError("no '*layers.N.attention.wq.weight' tensors found", path=path)
-    # One entry per layer: the attention module's prefix.
-    layers = {i: name[: name.index(".attention.") + len(".attention.")] for i, name in found.items()}
+    found = find_layers(keys, _ATTENTION, path, "*layers.N.attention.wq.weight")
+    layers = module_prefixes(found, ".attention.")
     shape = ckpt.tensors.shape
-    hints = HeadHints.gather(overrides)
+    hints = HeadHints.gather(overrides, path=path)
     first = layers[min(layers)]
     if first + "wkv_a.weight" in keys:
         return _mla(ckpt, keys, layers, hints, path)
 
     def qk(attn: str) -> QKTensors:
         wq = attn + ("qkv_linear.wq.weight" if attn + "qkv_linear.wq.weight" in keys else "wq.weight")
-        return QKTensors(wq, wq.replace(".wq.", ".wk."), q_norm=_present(keys, attn + "q_norm.weight"),
-                         k_norm=_present(keys, attn + "k_norm.weight"))
+        return QKTensors(wq, wq.replace(".wq.", ".wk."), q_norm=present(keys, attn + "q_norm.weight"),
+                         k_norm=present(keys, attn + "k_norm.weight"))
 
     first_qk = qk(first)
     geometry = separate_geometry(hints, (first_qk.q, shape(first_qk.q)), (first_qk.k, shape(first_qk.k)), path,
                                  looked=LOOKED)
     plans = [layer_plan(i, geometry, qk(layers[i]), _router(keys, layers[i]), shape, path) for i in sorted(layers)]
-    return ModelLayout(_info("torchtitan", plans, geometry.hidden_size, geometry.num_heads, geometry.num_kv_heads,
-                             geometry.head_dim, shape), plans, [*geometry.notes, "router score function: unknown"])
+    return ModelLayout(model_info("torchtitan", geometry, plans, shape), plans,
+                       [*geometry.notes, "router score function: unknown"])
 
 
 def _mla(ckpt: Checkpoint, keys: set[str], layers: dict[int, str], hints: HeadHints, path: Any) -> ModelLayout:
@@ -81,8 +77,7 @@ def _mla(ckpt: Checkpoint, keys: set[str], layers: dict[int, str], hints: HeadHi
     geometry = mla_geometry(hints, tensors(layers[min(layers)]), shape, {}, path, looked=LOOKED)
     plans = [mla_plan(i, geometry, tensors(layers[i]), _router(keys, layers[i]), shape, path, None)
              for i in sorted(layers)]
-    info = _info("torchtitan-mla", plans, geometry.hidden_size, geometry.num_heads, geometry.num_heads,
-                 geometry.nope, shape, rope_head_dim=geometry.rope)
+    info = model_info("torchtitan-mla", geometry.heads(), plans, shape, rope_head_dim=geometry.rope)
     return ModelLayout(info, plans, [*geometry.notes, "router score function: unknown"])
 
 
@@ -92,14 +87,3 @@ def _router(keys: set[str], attn: str) -> RouterTensors | None:
         return None
     bias = next((layer + b for b in ("moe.expert_bias_E", "moe.expert_bias") if layer + b in keys), None)
     return RouterTensors(layer + "moe.router.gate.weight", bias)
-
-
-def _info(family: str, plans: list, hidden: int, heads: int, kv_heads: int, head_dim: int, shape: Any,
-          rope_head_dim: int | None = None) -> ModelInfo:
-    routers = [n for p in plans for n, role in p.roles.items() if role == "router"]
-    return ModelInfo(family, len(plans), hidden, heads, kv_heads, head_dim,
-                     num_experts=shape(routers[0])[0] if routers else None, rope_head_dim=rope_head_dim)
-
-
-def _present(keys: set[str], name: str) -> str | None:
-    return name if name in keys else None

@@ -58,10 +58,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ckptscan.monitors.spectral import single_threaded_lapack
+from ckptscan.monitors.spectral import gram_singular_values, single_threaded_lapack
 
 _F64 = torch.float64
-_LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
 @dataclass
@@ -101,34 +100,6 @@ def kv_head_index(num_heads: int, num_kv_heads: int) -> torch.Tensor:
     if num_kv_heads < 1 or num_heads % num_kv_heads:
         raise ValueError(f"{num_heads} query heads cannot be grouped over {num_kv_heads} KV heads")
     return torch.arange(num_heads) // (num_heads // num_kv_heads)
-
-
-def fold_head_gains(weight: torch.Tensor, gain: torch.Tensor, *, offset: float = 0.0) -> torch.Tensor:
-    """Multiply the rows of each head block [n, r, d] by a norm gain: diag(γ) W_h.
-
-    `gain` is per head ([r], shared by all heads: Qwen3/Gemma3 `q_norm`) or
-    flat over the projection ([n·r] or [n, r]: OLMo2/OLMoE). `offset` is added
-    to the gain in float64 first: Gemma's RMSNorm scales by (1 + w), so pass the
-    raw w with offset=1.0 (computing 1 + w in bf16/float32 would round it).
-    The per-token 1/rms factor is a scalar per token and does not change the
-    spectrum shape.
-
-    The product is never rounded to the stored precision: it is float32 when
-    both operands are bf16/float16 (the product of two ≤ 11-bit mantissas is
-    exact in float32) and float64 otherwise, so that checkpoints folded
-    separately still difference exactly.
-    """
-    n, r, _ = weight.shape
-    if gain.numel() == r:
-        scale = gain.reshape(1, r)
-    elif gain.numel() == n * r:
-        scale = gain.reshape(n, r)
-    else:
-        raise ValueError(f"norm gain of {gain.numel()} values fits neither {r} nor {n}x{r}")
-    exact_in_f32 = weight.dtype in _LOW_PRECISION and gain.dtype in _LOW_PRECISION and offset == 0.0
-    out = torch.float32 if exact_in_f32 else _F64
-    scale = scale.to(out) + offset if offset else scale.to(out)
-    return weight.to(out) * scale.unsqueeze(-1)
 
 
 def qk_grams(q: torch.Tensor, k: torch.Tensor, compute_dtype: torch.dtype = torch.float32) -> QKGrams:
@@ -226,10 +197,10 @@ def qk_spectra(
         delta1 = _factored_product_sv(factor_a, gram_b1, core_rank)
         delta2 = _factored_product_sv(factor_a, gram_b2, core_rank)
         delta3 = product_singular_values(dqdq, dkdk_h, head_rank)
-        dwq = _gram_sv(dqdq, head_rank)
-        dwk = _gram_sv(dkdk, head_rank)
-        q_norm_b = _gram_sv(qq_b, 1)[:, 0]
-        q_norm_a = _gram_sv(qq_a, 1)[:, 0]
+        dwq = gram_singular_values(dqdq, head_rank)
+        dwk = gram_singular_values(dkdk, head_rank)
+        q_norm_b = gram_singular_values(qq_b, 1)[:, 0]
+        q_norm_a = gram_singular_values(qq_a, 1)[:, 0]
         logit_bound = product_singular_values(qq_b, kk_b_h, 1)[:, 0]
 
     nan = float("nan")
@@ -302,7 +273,7 @@ def _blocks(
 
 def _block_norm(gram: torch.Tensor) -> torch.Tensor:
     """Frobenius norm of the factor behind a Gram block: sqrt(trace)."""
-    return torch.diagonal(gram, dim1=-2, dim2=-1).sum(-1).clamp_min(0).sqrt()
+    return _trace(gram).clamp_min(0).sqrt()
 
 
 def _balance(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
@@ -326,14 +297,7 @@ def _gram_factor(gram: torch.Tensor) -> torch.Tensor:
 
 def _factored_product_sv(factor_a: torch.Tensor, gram_b: torch.Tensor, rank: int) -> torch.Tensor:
     core = factor_a.transpose(-1, -2) @ gram_b @ factor_a
-    core = 0.5 * (core + core.transpose(-1, -2))
-    evals = torch.linalg.eigvalsh(core)  # ascending
-    return evals.flip(-1)[..., :rank].clamp_min(0).sqrt()
-
-
-def _gram_sv(gram: torch.Tensor, rank: int) -> torch.Tensor:
-    evals = torch.linalg.eigvalsh(gram)
-    return evals.flip(-1)[..., :rank].clamp_min(0).sqrt()
+    return gram_singular_values(0.5 * (core + core.transpose(-1, -2)), rank)
 
 
 def _relative_norm(delta_gram: torch.Tensor, base_gram: torch.Tensor) -> float:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ckptscan.monitors.spectral import SpectralStats, single_threaded_lapack, spectral_stats
+from ckptscan.monitors.spectral import SpectralStats, gram_singular_values, single_threaded_lapack, spectral_stats
 
 _F64 = torch.float64
 
@@ -76,8 +76,7 @@ def router_metrics(
         # σ ≥ 1e-3·σ_max is exact to ~1e-10 relative.
         gram = delta @ delta.T
         with single_threaded_lapack():
-            evals = torch.linalg.eigvalsh(gram)
-        sv = evals.flip(-1)[: min(rows, cols)].clamp_min(0).sqrt()
+            sv = gram_singular_values(gram, min(rows, cols))
     else:
         sv = torch.full((min(rows, cols),), float("nan"), dtype=_F64)
     base_norm = float(w_a.norm())

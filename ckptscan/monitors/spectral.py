@@ -12,6 +12,7 @@ import contextlib
 import math
 import threading
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 
@@ -70,11 +71,19 @@ def spectral_stats(singular_values: torch.Tensor, rank: int | None = None) -> Sp
     )
 
 
+def gram_singular_values(gram: torch.Tensor, rank: int | None = None) -> torch.Tensor:
+    """The top `rank` (default all) singular values of A, largest first, from
+    a symmetric Gram G = AAᵀ (or any core with the same eigenvalues σ²):
+    √λ of its eigenvalues, a rounding-negative λ read as 0."""
+    evals = torch.linalg.eigvalsh(gram)  # ascending
+    return evals.flip(-1)[..., :rank].clamp_min(0).sqrt()
+
+
 _THREADS_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
-def single_threaded_lapack():
+def single_threaded_lapack() -> Iterator[None]:
     """Run batched small (≤ a few hundred) dense LAPACK calls on one thread.
 
     torch hands each small eigen/Cholesky problem to a multithreaded LAPACK

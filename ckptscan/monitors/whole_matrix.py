@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from ckptscan.monitors.spectral import gram_singular_values
+
 _F64 = torch.float64
 
 
@@ -29,5 +31,4 @@ def whole_matrix_singular_values(delta: torch.Tensor, compute_dtype: torch.dtype
         raise ValueError(f"expected a matrix, got shape {tuple(delta.shape)}")
     m = delta.to(compute_dtype)
     gram = m @ m.T if m.shape[0] <= m.shape[1] else m.T @ m
-    evals = torch.linalg.eigvalsh(gram.to(_F64))  # ascending
-    return evals.flip(-1).clamp_min(0).sqrt()
+    return gram_singular_values(gram.to(_F64))

@@ -116,7 +116,7 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
         checkpoint.step = next((v for k in META_STEPS if isinstance(v := checkpoint.meta.get(k), int)
                                 and not isinstance(v, bool)), None)
     if fp8.has_block_scaled_fp8(checkpoint.tensors):
-        checkpoint.tensors = fp8.BlockFp8Source(checkpoint.tensors, fp8.block_size(checkpoint.config), path)
+        checkpoint.tensors = fp8.BlockFp8Source(checkpoint.tensors, fp8.block_size(checkpoint.config, path), path)
     return checkpoint
 
 
@@ -212,12 +212,7 @@ def _torch_file(path: Path) -> Checkpoint:
 
 
 def _torch_index(index_path: Path) -> Checkpoint:
-    index = _read_json(index_path)
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise CkptScanError("index has no 'weight_map'", path=index_path)
-    _check_shard_names(index_path, weight_map)
-    source = torch_pickle.open_torch_index(index_path, {str(k): str(v) for k, v in weight_map.items()})
+    source = torch_pickle.open_torch_index(index_path, _weight_map(index_path))
     folder = index_path.parent
     return Checkpoint(folder, "torch-sharded", _step(folder), source, _read_config(folder / "config.json"),
                       [index_path, *sorted(set(source.shards.values()))])
@@ -239,30 +234,31 @@ def _megatron_legacy(directory: Path) -> Checkpoint:
 
 
 def _sharded_safetensors(index_path: Path) -> SafetensorsSource:
-    index = _read_json(index_path)
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise CkptScanError("index has no 'weight_map'", path=index_path)
-    _check_shard_names(index_path, weight_map)
-    shards = sorted({str(s) for s in weight_map.values()})
+    weight_map = _weight_map(index_path)
     files = []
-    for shard in shards:
+    for shard in sorted(set(weight_map.values())):
         file = index_path.parent / shard
         if not file.is_file():
             raise CkptScanError(f"the index names shard '{shard}', which does not exist (incomplete checkpoint?)",
                                 path=index_path)
         files.append(file)
-    return SafetensorsSource(files, {str(k): str(v) for k, v in weight_map.items()}, index_path)
+    return SafetensorsSource(files, weight_map, index_path)
 
 
-def _check_shard_names(index_path: Path, weight_map: dict[str, Any]) -> None:
-    """An index names shards inside its own directory: an absolute path or
+def _weight_map(index_path: Path) -> dict[str, str]:
+    """The tensor -> shard map of a sharded checkpoint's index (safetensors or
+    .bin). An index names shards inside its own directory: an absolute path or
     '..' would read another checkpoint's (or any file's) data as this one's."""
+    index = _read_json(index_path)
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CkptScanError("index has no 'weight_map'", path=index_path)
     for name, shard in weight_map.items():
         parts = Path(str(shard)).parts
         if not isinstance(shard, str) or not parts or Path(shard).is_absolute() or ".." in parts:
             raise CkptScanError(f"the index names shard {shard!r}, which is not a file in the index's directory",
                                 path=index_path, tensor=str(name))
+    return {str(k): v for k, v in weight_map.items()}
 
 
 def _read_config(path: Path) -> dict[str, Any] | None:

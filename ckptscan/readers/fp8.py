@@ -31,13 +31,15 @@ def has_block_scaled_fp8(source: TensorSource) -> bool:
     return any(k + SCALE_SUFFIX in keys and source.dtype(k) in FP8_DTYPES for k in keys)
 
 
-def block_size(config: dict[str, Any] | None) -> tuple[int, int]:
-    """`quantization_config.weight_block_size` from config.json, else 128x128."""
+def block_size(config: dict[str, Any] | None, path: Path) -> tuple[int, int]:
+    """`quantization_config.weight_block_size` from the config.json of the
+    checkpoint at `path`, else 128x128."""
     block = ((config or {}).get("quantization_config") or {}).get("weight_block_size")
     if block is None:
         return DEFAULT_BLOCK
     if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)):
-        raise CkptScanError(f"quantization_config.weight_block_size must be two positive integers, got {block!r}")
+        raise CkptScanError(f"config.json 'quantization_config.weight_block_size' must be two positive integers, "
+                            f"got {block!r}", path=path)
     return block[0], block[1]
 
 

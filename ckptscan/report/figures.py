@@ -382,7 +382,8 @@ def draw_timeline(report: ScanReport, grid: Grid) -> tuple[MplFigure, str]:
     if shown:
         which = f"{len(shown)} of {len(flagged)}, the earliest to fire" if len(flagged) > len(shown) else "all"
         caption = [f"Flagged layers ({which}), each with the monitor of its first alert (else its first warning), "
-                   "at the newer step of each pair. Dash-dot: the hard floor, where it is in range. Dashed: the baseline the series rule judged each pair against; shaded: baseline ± "
+                   "at the newer step of each pair. Dash-dot: the hard floor, where it is in range. Dashed: the "
+                   "baseline the series rule judged each pair against; shaded: baseline ± "
                    "the warn level; dotted: the alert level on the alarm side; markers: ○ warn, ✕ alert "
                    "findings. Thin grey: the same monitor in the other layers (their median)."]
     else:
@@ -401,8 +402,8 @@ def draw_timeline(report: ScanReport, grid: Grid) -> tuple[MplFigure, str]:
 
 # Legend entries by label prefix: the data, the band, the findings, then the events.
 LEGEND_ORDER = ("flagged layer", "median over", "range over", "median of the other", "the other", "baseline ±",
-                "baseline", "alert level", "hard floor", "warn", "alert", "non-finite", "mean loss", "warm-up", "rollback",
-                "first alert", "loss divergence")
+                "baseline", "alert level", "hard floor", "warn", "alert", "non-finite", "mean loss", "warm-up",
+                "rollback", "first alert", "loss divergence")
 
 
 def _legend_rank(label: str) -> int:

@@ -18,10 +18,10 @@ import html
 from pathlib import Path
 from typing import Any, Iterable
 
+from ckptscan.atomic import write_atomic
 from ckptscan.detection.catalog import BY_NAME
 from ckptscan.errors import CkptScanError
 from ckptscan.report.figures import Figure, run_figures
-from ckptscan.report.json import write_atomic
 from ckptscan.report.load import as_json_values, report_from_dict
 from ckptscan.report.table import fmt
 from ckptscan.report.trend_table import first_alert_text, first_findings, router_monitor

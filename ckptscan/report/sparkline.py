@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ckptscan.results import SEVERITIES
+from ckptscan.detection.summary import worst
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -37,11 +37,7 @@ def sparkline(values: Sequence[float | None], width: int = 40) -> str:
 
 def cell_statuses(statuses: Sequence[str], width: int = 40) -> list[str]:
     """The worst status of each cell of `sparkline(…, width)`."""
-    return [max((statuses[i] for i in group), key=_rank) for group in cells(len(statuses), width)]
-
-
-def _rank(status: str) -> int:
-    return SEVERITIES.index(status) if status in SEVERITIES else 0
+    return [worst([statuses[i] for i in group]) for group in cells(len(statuses), width)]
 
 
 def _mean(values: list[float | None]) -> float | None:

@@ -16,7 +16,7 @@ def fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.3g}"
 
 
-def pair_table(report: ScanReport, pair: PairResult) -> Table:
+def pair_table(pair: PairResult) -> Table:
     has_router = any(layer.router is not None for layer in pair.layers)
     has_routing = any(layer.router is not None and layer.router.routing_entropy is not None for layer in pair.layers)
     title = f"{_step(pair.from_step, pair.from_path)} → {_step(pair.to_step, pair.to_path)}"
@@ -57,7 +57,7 @@ def pair_table(report: ScanReport, pair: PairResult) -> Table:
 
 
 def print_pair(console: Console, report: ScanReport, pair: PairResult) -> None:
-    console.print(pair_table(report, pair))
+    console.print(pair_table(pair))
     for layer in pair.layers:
         for f in layer.findings:
             if f.severity in ("warn", "alert"):

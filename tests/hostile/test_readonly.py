@@ -20,8 +20,8 @@ from factories import llama_config, llama_tensors, write_hf_checkpoint
 from hostile.helpers import assert_one_line_error, run_cli, tree_snapshot, write_pair
 
 import ckptscan.cli
-import ckptscan.report.json as report_json_module
-from ckptscan.report.json import write_atomic
+import ckptscan.atomic as atomic_module
+from ckptscan.atomic import write_atomic
 
 TREND = hasattr(ckptscan.cli, "trend")
 
@@ -155,11 +155,11 @@ def test_interrupted_write_leaves_the_old_file_and_no_temp(tmp_path: Path, monke
                 self.f.flush()
                 raise interrupt()
 
-        monkeypatch.setattr(report_json_module.os, "fdopen", lambda *a, **k: HalfWriter(real_fdopen(*a, **k)))
+        monkeypatch.setattr(atomic_module.os, "fdopen", lambda *a, **k: HalfWriter(real_fdopen(*a, **k)))
     elif where == "fsync":
-        monkeypatch.setattr(report_json_module.os, "fsync", fail)
+        monkeypatch.setattr(atomic_module.os, "fsync", fail)
     else:
-        monkeypatch.setattr(report_json_module.os, "replace", fail)
+        monkeypatch.setattr(atomic_module.os, "replace", fail)
     with pytest.raises(interrupt):
         write_atomic(target, json.dumps({"new": list(range(10_000))}))
     monkeypatch.undo()
@@ -193,7 +193,7 @@ def test_interrupted_report_write_in_the_cli(tmp_path: Path, capsys: pytest.Capt
     def interrupted(fd):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(report_json_module.os, "fsync", interrupted)
+    monkeypatch.setattr(atomic_module.os, "fsync", interrupted)
     result = run_cli(capsys, "diff", a, b, "--json", out / "report.json")
     assert result.code == 130
     assert "interrupted" in result.stderr.lower()
@@ -229,7 +229,7 @@ def test_cache_entries_are_atomic_and_a_torn_entry_is_recomputed(tmp_path: Path,
     def interrupted(fd):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(report_json_module.os, "fsync", interrupted)
+    monkeypatch.setattr(atomic_module.os, "fsync", interrupted)
     with pytest.raises(KeyboardInterrupt):
         cache.put(key, layers)
     monkeypatch.undo()

@@ -36,10 +36,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ckptscan.layouts.geometry import fold_head_gains
 from ckptscan.monitors.attention import (
     QKGrams,
     QKSpectra,
-    fold_head_gains,
     kv_head_index,
     product_singular_values,
     qk_grams,
