@@ -80,6 +80,13 @@ class AttentionResult:
     dwq_full_entropy_norm: float | None = None
     dwk_full_entropy: float | None = None
     dwk_full_entropy_norm: float | None = None
+    # MLA (DeepSeek) only: the decoupled rope term, every query head's rope rows
+    # against the one shared rope key; means over heads like the fields above.
+    rope_delta2_entropy: float | None = None
+    rope_delta2_entropy_norm: float | None = None
+    rope_dwq_entropy: float | None = None
+    rope_dwk_entropy: float | None = None
+    rope_qk_logit_bound: float | None = None
     unchanged: bool = False
 
 

@@ -271,9 +271,24 @@ def _compare(
         result.attention = _attention_result(_on_cpu(spectra), heads)
         if options.full_spectrum:
             _fill_full_spectrum(result.attention, wa, wb, dtype)
+        if wa.rope_q is not None and wb.rope_q is not None:
+            _fill_rope(result.attention, wa, wb, dtype)
     if wa.router is not None and wb.router is not None and "router" not in result.nonfinite:
         result.router = _router_result(wa, wb, a.routing, b.routing)
     return result
+
+
+def _fill_rope(result: AttentionResult, a: LayerWeights, b: LayerWeights, dtype: torch.dtype) -> None:
+    """MLA's decoupled rope part: each query head's rope rows against the one
+    key shared by all heads, monitored as its own one-KV-head QK term (the
+    content heads cannot carry it: the rope key is not per head)."""
+    spectra = _on_cpu(qk_spectra(a.rope_q, a.rope_k, b.rope_q, b.rope_k, compute_dtype=dtype))
+    d2, dwq, dwk = spectral_stats(spectra.delta2), spectral_stats(spectra.dwq), spectral_stats(spectra.dwk)
+    result.rope_delta2_entropy = _mean(d2.entropy, d2.unchanged)
+    result.rope_delta2_entropy_norm = _mean(d2.normalized_entropy, d2.unchanged)
+    result.rope_dwq_entropy = _mean(dwq.entropy, dwq.unchanged)
+    result.rope_dwk_entropy = _mean(dwk.entropy, dwk.unchanged)
+    result.rope_qk_logit_bound = float(spectra.qk_logit_bound.max())
 
 
 def _attention_result(spectra: QKSpectra, selection: _HeadSelection) -> AttentionResult:

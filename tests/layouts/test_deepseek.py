@@ -172,6 +172,21 @@ def test_v3_rope_terms_are_the_shared_key_and_each_heads_rope_rows(v3_pair):
     assert weights.router_scoring == "sigmoid"
 
 
+def test_v3_rope_term_is_monitored_against_dense_brute_force(v3_pair):
+    (path_a, path_b), sides, _, _ = v3_pair
+    layers = scan(path_a, path_b).pairs[0].layers
+    for layer in layers:
+        (qa, ka), (qb, kb) = sides[0][layer.layer].rope(), sides[1][layer.layer].rope()
+        expected = reference(qa, ka, qb, kb)
+        att = layer.attention
+        assert att.rope_delta2_entropy == pytest.approx(np.mean(expected["delta2"]), rel=1e-7)
+        assert att.rope_dwq_entropy == pytest.approx(np.mean(expected["dwq"]), rel=1e-7)
+        assert att.rope_dwk_entropy == pytest.approx(expected["dwk"][0], rel=1e-7)
+        bound = max(np.linalg.svd(qb[h].T @ kb[0], compute_uv=False)[0] for h in range(len(qb)))
+        assert att.rope_qk_logit_bound == pytest.approx(bound, rel=1e-9)
+        assert att.rope_delta2_entropy != pytest.approx(att.delta2_entropy, rel=1e-3)
+
+
 def test_v2_lite_query_without_lora_and_softmax_router(tmp_path):
     layers = [mla_layer(100 * i, lora=False) for i in range(2)]
     sides = [layers, [layer.nudged(3 + 100 * i) for i, layer in enumerate(layers)]]
