@@ -1,5 +1,5 @@
 # The two commands of the README. Each sets up .venv on first use.
-.PHONY: demo test setup bench
+.PHONY: demo test setup bench bench-scale bench-trend
 
 setup:
 	@scripts/setup
@@ -12,5 +12,12 @@ demo: setup
 test: setup
 	.venv/bin/python -m pytest
 
+# Benchmarks print ratios measured side by side in one run (see README).
 bench: setup
 	.venv/bin/python bench/attention_layer.py
+
+bench-scale: setup   # ~27 GB of generated checkpoints under /tmp/ckptscan-bench
+	.venv/bin/python bench/scale.py
+
+bench-trend: setup   # 20 checkpoints of a 1.1B-shaped model
+	.venv/bin/python bench/trend_run.py

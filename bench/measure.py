@@ -69,6 +69,12 @@ def run_child(cmd: list[str]) -> ChildRun:
     return ChildRun(wall, peak_kb * 1024, done.returncode, done.stdout.decode(errors="replace"))
 
 
+def startup_seconds(python: str) -> float:
+    """Wall time of `ckptscan --help`: the fixed cost (interpreter, torch and
+    ckptscan imports) inside every timed ckptscan run."""
+    return min(run_child([python, "-m", "ckptscan", "--help"]).wall_s for _ in range(3))
+
+
 def monitored_entries(checkpoint: Path, names: set[str]) -> list[tuple[Path, int, int]]:
     """(file, start, end) byte ranges of the named tensors, in file order."""
     ranges = []

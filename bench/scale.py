@@ -8,8 +8,8 @@ Mixtral-8x7B-shaped attention + router slice (GQA 32/8, 8 experts), then
 measures in one run, side by side:
 
 * ckptscan: `ckptscan diff A B --json …` in a child process, wall time and
-  that child's peak RSS; cold (both checkpoints evicted from the page cache
-  with POSIX_FADV_DONTNEED) and warm (run again);
+  that child's peak RSS (GNU time); cold (both checkpoints evicted from the
+  page cache with POSIX_FADV_DONTNEED) and warm (run again);
 * (a) the I/O floor: pread of exactly the monitored tensors' bytes, nothing
   else, cold and warm;
 * (b) the compute floor: upcast + per-checkpoint Grams + pair cores of every
@@ -21,7 +21,9 @@ measures in one run, side by side:
 * (d) WeightWatcher's default `analyze()` on W_q/W_k of a few layers (from a
   separate venv, --ww-python), extrapolated to every layer of both checkpoints.
 
-The machine is shared: the load average is printed before and after.
+The machine is shared: every timed figure is taken --rounds times,
+interleaved, and the minimum counts (the spread is printed); the load
+average is printed before and after.
 """
 
 from __future__ import annotations
@@ -41,7 +43,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from measure import cached_bytes, evict, load_average, machine, monitored_entries, read_ranges, run_child  # noqa: E402
+from measure import (  # noqa: E402
+    cached_bytes,
+    evict,
+    load_average,
+    machine,
+    monitored_entries,
+    read_ranges,
+    run_child,
+    startup_seconds,
+)
 from synthetic import LLAMA_7B, MIXTRAL_SLICE, ModelSpec, ensure_run  # noqa: E402
 
 from ckptscan.monitors.attention import qk_grams, qk_spectra  # noqa: E402
@@ -66,6 +77,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache", type=Path, default=Path("/tmp/ckptscan-bench"))
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--rounds", type=int, default=3, help="repeat the timed runs; the minimum counts")
     parser.add_argument("--svd-heads", type=int, default=2, help="heads of dense SVD to time (0: skip)")
     parser.add_argument("--ww-layers", type=int, default=2, help="layers for WeightWatcher (0: skip)")
     parser.add_argument("--ww-python", type=Path, default=DEFAULT_WW_PYTHON)
@@ -88,6 +100,8 @@ def main() -> None:
     print(f"load average after: {load_average()}")
     print()
     print(table(rows))
+    print(f"- start-up of the ckptscan command (`ckptscan --help`), included in every ckptscan time above: "
+          f"{startup_seconds(sys.executable):.1f} s")
     if args.json:
         args.json.write_text(json.dumps([row.__dict__ for row in rows], indent=2))
 
@@ -99,25 +113,38 @@ def bench_model(spec: ModelSpec, paths: list[Path], args, svd_per_head: float | 
     row = Row(spec.name, sum(f.stat().st_size for f in files) / 1e9, spec.monitored_bytes() * 2 / 1e9)
     fig = row.figures
 
-    # Cold, then warm: the I/O floor and ckptscan alternate so that each cold
-    # measurement starts from evicted files.
-    for state in ("cold", "warm"):
-        if state == "cold":
-            row.notes.append(f"eviction {'ok' if evict(files) else 'REFUSED'}, "
-                             f"cached after evict: {_gb(cached_bytes(files))}")
-        fig[f"io_floor_{state}_s"], nbytes = read_ranges(ranges)
-        assert nbytes == spec.monitored_bytes() * 2
-        if state == "cold":
-            evict(files)
-        run = _ckptscan(paths)
-        fig[f"ckptscan_{state}_s"] = run.wall_s
-        fig[f"ckptscan_{state}_rss_gb"] = run.peak_rss_bytes / 1e9
-        print(f"[{spec.name}] {state}: I/O floor {fig[f'io_floor_{state}_s']:.1f} s, "
-              f"ckptscan {run.wall_s:.1f} s, peak RSS {run.peak_rss_bytes / 1e9:.2f} GB", flush=True)
-
-    fig["compute_floor_s"], detail = compute_floor(spec)
-    row.notes.append(detail)
-    print(f"[{spec.name}] compute floor {fig['compute_floor_s']:.1f} s ({detail})", flush=True)
+    # The machine is shared, so every figure is taken `rounds` times,
+    # interleaved (I/O floor cold, ckptscan cold, I/O floor warm, ckptscan
+    # warm, compute floor), and the minimum of each is used: it is what the
+    # machine can do when the other users leave it alone, for every figure
+    # alike. The spread (max / min) is printed beside it.
+    runs: dict[str, list[float]] = {}
+    row.notes.append(f"eviction {'ok' if evict(files) else 'REFUSED'}, cached after evict: {_gb(cached_bytes(files))}")
+    for round_ in range(args.rounds):
+        for state in ("cold", "warm"):
+            if state == "cold":
+                evict(files)
+            seconds, nbytes = read_ranges(ranges)
+            assert nbytes == spec.monitored_bytes() * 2
+            runs.setdefault(f"io_floor_{state}_s", []).append(seconds)
+            if state == "cold":
+                evict(files)
+            run = _ckptscan(paths)
+            runs.setdefault(f"ckptscan_{state}_s", []).append(run.wall_s)
+            runs.setdefault("ckptscan_rss_gb", []).append(run.peak_rss_bytes / 1e9)
+            print(f"[{spec.name}] round {round_ + 1} {state}: I/O floor {seconds:.1f} s, ckptscan {run.wall_s:.1f} s, "
+                  f"peak RSS {run.peak_rss_bytes / 1e9:.2f} GB", flush=True)
+        seconds, detail = compute_floor(spec, single_stream=round_ == 0)
+        runs.setdefault("compute_floor_s", []).append(seconds)
+        if round_ == 0:
+            row.notes.append(detail)
+        print(f"[{spec.name}] round {round_ + 1} compute floor {seconds:.1f} s ({detail})", flush=True)
+    for key, values in runs.items():
+        fig[key] = max(values) if key == "ckptscan_rss_gb" else min(values)
+    row.notes.append(f"{args.rounds} rounds, min used; spread max/min: " + ", ".join(
+        f"{key.removesuffix('_s')} {max(v) / min(v):.2f}" for key, v in runs.items() if key.endswith("_s")))
+    row.notes.append("per round (s): " + "; ".join(
+        f"{key.removesuffix('_s')} " + "/".join(f"{x:.1f}" for x in v) for key, v in runs.items() if key.endswith("_s")))
 
     if args.svd_heads > 0 and svd_per_head is None:
         svd_per_head, agreement = dense_svd_per_head(spec, paths, args.svd_heads)
@@ -132,7 +159,7 @@ def bench_model(spec: ModelSpec, paths: list[Path], args, svd_per_head: float | 
     if args.ww_layers > 0:
         ww = weightwatcher(args.ww_python, paths[1], args.ww_layers)
         if ww is None:
-            row.notes.append(f"WeightWatcher: not run (no {args.ww_python} with weightwatcher)")
+            row.notes.append(f"WeightWatcher: not run ({args.ww_python} could not be set up or failed)")
         else:
             fig["weightwatcher_s"] = ww["seconds"] / args.ww_layers * spec.layers * 2
             row.notes.append(f"WeightWatcher {ww['weightwatcher']}: {ww['seconds']:.1f} s for {ww['matrices']} "
@@ -165,7 +192,7 @@ def _layer_pairs(spec: ModelSpec, count: int, seed: int = 0) -> list[tuple[torch
     return layers
 
 
-def compute_floor(spec: ModelSpec) -> tuple[float, str]:
+def compute_floor(spec: ModelSpec, single_stream: bool = True) -> tuple[float, str]:
     """All layers' monitor math on tensors already in memory (two distinct
     layers cycled, so memory stays small): bf16 -> float32 upcast, each
     checkpoint's Grams, the pair's cores and statistics, the router metrics."""
@@ -186,8 +213,10 @@ def compute_floor(spec: ModelSpec) -> tuple[float, str]:
 
     timings = {}
     workers, threads = plan_threads(spec.layers)
-    for label, (w, t) in {f"{workers} layer workers x {threads} thread(s), as ckptscan":
-                          (workers, threads), f"1 stream x {usable_cpus()} threads": (1, usable_cpus())}.items():
+    layouts = {f"{workers} layer workers x {threads} thread(s), as ckptscan": (workers, threads)}
+    if single_stream:
+        layouts[f"1 stream x {usable_cpus()} threads"] = (1, usable_cpus())
+    for label, (w, t) in layouts.items():
         with torch_threads(t):
             start = time.perf_counter()
             list(ordered_map(layer_math, range(spec.layers), w))
@@ -221,8 +250,31 @@ def dense_svd_per_head(spec: ModelSpec, paths: list[Path], heads: int) -> tuple[
     return statistics.mean(times), worst
 
 
+def ensure_weightwatcher(python: Path) -> bool:
+    """A venv with `weightwatcher` at python's location, made on first use.
+
+    Separate from ckptscan's venv so WeightWatcher's dependencies (pandas,
+    matplotlib, scikit-learn, powerlaw) never change ckptscan's; it sees
+    this venv's torch and safetensors through a .pth file.
+    """
+    if python.exists():
+        return True
+    venv = python.parent.parent
+    print(f"creating {venv} with weightwatcher from PyPI (once)", flush=True)
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        site_packages = next(venv.glob("lib/python*/site-packages"))
+        ours = next(p for p in map(Path, sys.path) if p.name == "site-packages" and p.is_dir())
+        (site_packages / "zz_ckptscan_venv.pth").write_text(f"import site; site.addsitedir({str(ours)!r})\n")
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "weightwatcher"], check=True)
+    except (OSError, subprocess.CalledProcessError, StopIteration) as e:
+        print(f"weightwatcher not installed: {e}", file=sys.stderr)
+        return False
+    return True
+
+
 def weightwatcher(python: Path, checkpoint: Path, layers: int) -> dict | None:
-    if not python.exists():
+    if not ensure_weightwatcher(python):
         return None
     script = Path(__file__).resolve().parent / "weightwatcher_run.py"
     done = subprocess.run([str(python), str(script), str(checkpoint), "--layers",
@@ -251,7 +303,7 @@ def table(rows: list[Row]) -> str:
         warm = f["ckptscan_warm_s"] / max(f["io_floor_warm_s"], f["compute_floor_s"])
         lines.append(f"| {row.model} | {cold:.2f}x | {warm:.2f}x | {_ratio(f.get('dense_svd_s'), f['ckptscan_warm_s'])} "
                      f"| {_ratio(f.get('weightwatcher_s'), f['ckptscan_warm_s'])} "
-                     f"| {max(f['ckptscan_cold_rss_gb'], f['ckptscan_warm_rss_gb']):.2f} GB |")
+                     f"| {f['ckptscan_rss_gb']:.2f} GB |")
     lines += ["", "| model | files (pair) | monitored bytes (pair) | ckptscan cold | ckptscan warm | I/O floor cold "
               "| I/O floor warm | compute floor | dense SVD (extrap.) | WeightWatcher (extrap.) |",
               "|---|---|---|---|---|---|---|---|---|---|"]

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from ckptscan.errors import CkptScanError
-from ckptscan.readers import dcp, fp8, megatron, torch_pickle
-from ckptscan.readers.base import Checkpoint, TensorSource
+from ckptscan.readers import fp8, megatron, torch_pickle
+from ckptscan.readers.base import DCP_METADATA_FILE, Checkpoint, TensorSource
 from ckptscan.readers.safetensors import TensorEntry, read_header, read_tensor
 
 __all__ = ["Checkpoint", "SafetensorsSource", "TensorSource", "open_checkpoint", "step_from_name"]
@@ -133,7 +133,7 @@ def _open_file(path: Path) -> Checkpoint:
                           _read_config(folder / "config.json"), [path])
     if name == megatron.RANK_FILE and megatron.RANK_DIR.match(folder.name):
         return _megatron_legacy(folder.parent)
-    if name == dcp.METADATA_FILE:
+    if name == DCP_METADATA_FILE:
         return _dcp(folder)
     if path.suffix in (".bin", ".pt", ".pth", ".ckpt"):
         return _torch_file(path)
@@ -152,7 +152,7 @@ def _open_dir(path: Path) -> Checkpoint:
     bin_indexes = sorted(path.glob("*.bin.index.json"))
     if bin_indexes:
         return _torch_index(bin_indexes[0])
-    if (path / dcp.METADATA_FILE).is_file():
+    if (path / DCP_METADATA_FILE).is_file():
         return _dcp(path)
     if megatron.is_legacy_dir(path):
         return _megatron_legacy(path)
@@ -167,7 +167,7 @@ def _open_dir(path: Path) -> Checkpoint:
     # The checkpoint one level down: OLMo-core `stepN/model_and_optim/`, HF FSDP
     # `pytorch_model_fsdp_0/` (beside `optimizer_0/`), DeepSpeed `checkpoint-N/global_stepN/`.
     inner = [d for d in sorted(path.iterdir()) if d.is_dir() and not d.name.startswith("optim") and
-             ((d / dcp.METADATA_FILE).is_file() or (d / DEEPSPEED_MODEL_FILE).is_file())]
+             ((d / DCP_METADATA_FILE).is_file() or (d / DEEPSPEED_MODEL_FILE).is_file())]
     if len(inner) == 1:
         if inner[0].name == OLMO_CORE_MODEL_DIR and not (path / OLMO_CORE_DONE).is_file():
             raise CkptScanError(f"OLMo-core checkpoint without {OLMO_CORE_DONE}, which is written last: still "
@@ -219,6 +219,8 @@ def _torch_index(index_path: Path) -> Checkpoint:
 
 
 def _dcp(directory: Path) -> Checkpoint:
+    from ckptscan.readers import dcp  # imports torch.distributed.checkpoint (~1 s): only for DCP
+
     source, meta, files = dcp.open_dcp(directory)
     step = _step(directory) if _step(directory) is not None else _step(directory.parent)
     config = _read_config(directory / "config.json")

@@ -10,6 +10,9 @@ import torch
 
 from ckptscan.readers.safetensors import DTYPES
 
+# The file that marks a torch.distributed.checkpoint directory.
+DCP_METADATA_FILE = ".metadata"
+
 # torch dtype -> the safetensors dtype string every source reports.
 DTYPE_NAMES: dict[torch.dtype, str] = {dtype: name for name, dtype in DTYPES.items()}
 

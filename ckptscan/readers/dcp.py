@@ -37,10 +37,9 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadIte
 from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
 
 from ckptscan.errors import CkptScanError
-from ckptscan.readers.base import dtype_name
+from ckptscan.readers.base import DCP_METADATA_FILE, dtype_name
 from ckptscan.readers.torch_pickle import clean_key
 
-METADATA_FILE = ".metadata"
 
 # Top-level namespaces of training state that are not model weights
 # (torchtitan, OLMo-core, Megatron torch_dist, HF FSDP).
@@ -82,7 +81,7 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 
 def read_metadata(directory: Path) -> Metadata:
-    path = directory / METADATA_FILE
+    path = directory / DCP_METADATA_FILE
     try:
         with open(path, "rb") as f:
             metadata = _MetadataUnpickler(f).load()
@@ -238,10 +237,10 @@ def check_files(metadata: Metadata, directory: Path) -> list[Path]:
         if not all(isinstance(getattr(info, a, None), t) for a, t in (("relative_path", str), ("offset", int),
                                                                      ("length", int))):
             raise CkptScanError("DCP metadata without file locations (not written by FileSystemWriter?)",
-                                path=directory / METADATA_FILE)
+                                path=directory / DCP_METADATA_FILE)
         if Path(info.relative_path).is_absolute() or ".." in Path(info.relative_path).parts:
             raise CkptScanError(f"DCP metadata points outside the checkpoint ('{info.relative_path}')",
-                                path=directory / METADATA_FILE)
+                                path=directory / DCP_METADATA_FILE)
         ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
     files = []
     for relative, end in sorted(ends.items()):
@@ -261,4 +260,4 @@ def open_dcp(directory: Path) -> tuple[DcpSource, dict[str, Any], list[Path]]:
     files = check_files(metadata, directory)
     names, prefix = model_names(metadata, directory)
     meta = {"key_prefix": prefix} if prefix else {}
-    return DcpSource(directory, metadata, names), meta, [directory / METADATA_FILE, *files]
+    return DcpSource(directory, metadata, names), meta, [directory / DCP_METADATA_FILE, *files]

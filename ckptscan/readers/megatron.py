@@ -38,14 +38,16 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ckptscan.errors import CkptScanError
 from ckptscan.readers.base import dtype_name
-from ckptscan.readers.dcp import DcpSource
 from ckptscan.readers.torch_pickle import flat_tensors, load_pickle, plain
+
+if TYPE_CHECKING:  # torch.distributed.checkpoint costs ~1 s to import: only when a DCP is opened
+    from ckptscan.readers.dcp import DcpSource
 
 RANK_DIR = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?(?:_(\d{3}))?$")
 RANK_FILE = "model_optim_rng.pt"
