@@ -45,15 +45,6 @@ class CountingSource:
     def __init__(self, inner):
         self.inner, self.reads = inner, Counter()
 
-    def keys(self):
-        return self.inner.keys()
-
-    def shape(self, name):
-        return self.inner.shape(name)
-
-    def dtype(self, name):
-        return self.inner.dtype(name)
-
     def get(self, name, rows=None):
         self.reads[name] += 1
         return self.inner.get(name, rows=rows)

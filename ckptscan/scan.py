@@ -259,7 +259,7 @@ def _compare(
 ) -> LayerResult:
     dtype = torch.promote_types(a.compute_dtype, b.compute_dtype)
     result = LayerResult(layer=layer)
-    for role, count in {**a.nonfinite, **b.nonfinite}.items():
+    for role in {**a.nonfinite, **b.nonfinite}:
         result.nonfinite[role] = max(a.nonfinite.get(role, 0), b.nonfinite.get(role, 0))
     wa, wb = a.weights, b.weights
     result.stored_dtype = dict(b.stored_dtype)

@@ -31,15 +31,6 @@ class CountingSource:
         self.inner = inner
         self.reads: Counter[str] = Counter()
 
-    def keys(self):
-        return self.inner.keys()
-
-    def shape(self, name):
-        return self.inner.shape(name)
-
-    def dtype(self, name):
-        return self.inner.dtype(name)
-
     def get(self, name, rows=None):
         self.reads[name] += 1
         return self.inner.get(name, rows=rows)
