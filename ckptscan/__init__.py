@@ -6,14 +6,31 @@
     run = ckptscan.scan_run("run/")  # every consecutive pair, judged as a series
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
 
-from ckptscan.errors import CkptScanError  # noqa: E402
-from ckptscan.probe import Probe, capture_probe, load_probe  # noqa: E402
-from ckptscan.scan import ScanOptions, scan_checkpoints, scan_pair  # noqa: E402
-from ckptscan.trend import scan_run  # noqa: E402
+# The public API, imported on first use: `import ckptscan` itself stays cheap
+# (torch takes seconds to import), so the console entry point can turn a
+# Ctrl-C during start-up into a clean exit instead of a traceback.
+_EXPORTS = {
+    "CkptScanError": "ckptscan.errors",
+    "Probe": "ckptscan.probe",
+    "capture_probe": "ckptscan.probe",
+    "load_probe": "ckptscan.probe",
+    "ScanOptions": "ckptscan.scan",
+    "scan_checkpoints": "ckptscan.scan",
+    "scan_pair": "ckptscan.scan",
+    "scan_run": "ckptscan.trend",
+}
 
-__all__ = [
-    "CkptScanError", "Probe", "ScanOptions", "__version__", "capture_probe", "load_probe", "scan_checkpoints",
-    "scan_pair", "scan_run",
-]
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'ckptscan' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -1,3 +1,3 @@
-from ckptscan.cli import main
+from ckptscan.console import main
 
 main()

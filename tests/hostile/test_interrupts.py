@@ -87,6 +87,32 @@ def test_sigint_to_a_running_diff_exits_promptly(tmp_path: Path) -> None:
     assert not (tmp_path / "r.json").exists()
 
 
+# Ctrl-C while torch is still importing (the first seconds of every command):
+# a meta-path hook raises KeyboardInterrupt exactly where the signal would land.
+INTERRUPTED_IMPORT = """
+import sys
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["ckptscan", "--help"]
+from ckptscan.console import main
+main()
+"""
+
+
+def test_ctrl_c_while_torch_imports_is_one_line_and_exit_130() -> None:
+    proc = subprocess.run([sys.executable, "-c", INTERRUPTED_IMPORT], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr == "interrupted during start-up\n"
+
+
+def test_importing_the_package_does_not_import_torch() -> None:
+    code = "import sys, ckptscan, ckptscan.console; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
 def test_missing_path(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     a, _ = write_pair(tmp_path)
     assert_one_line_error(run_cli(capsys, "diff", a, tmp_path / "nope"), str(tmp_path / "nope"), "no such")
