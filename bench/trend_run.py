@@ -36,7 +36,7 @@ from measure import evict, load_average, machine, run_child, startup_seconds  # 
 from synthetic import LLAMA_1B, ensure_run  # noqa: E402
 
 from ckptscan.readers import open_checkpoint  # noqa: E402
-from ckptscan.scan import ScanOptions, scan_checkpoints  # noqa: E402
+from ckptscan.scan import ScanOptions, scan_layers  # noqa: E402
 
 
 class CountingSource:
@@ -144,7 +144,7 @@ def count_reads(paths: list[Path]) -> str:
     os.preadv = counting_preadv
     try:
         start = time.perf_counter()
-        scan_checkpoints("trend", checkpoints, ScanOptions())
+        scan_layers(checkpoints, [(i, i + 1) for i in range(len(checkpoints) - 1)], ScanOptions())
         seconds = time.perf_counter() - start
     finally:
         os.preadv = real_preadv

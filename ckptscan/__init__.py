@@ -4,6 +4,11 @@
     report = ckptscan.scan_pair("run/checkpoint-1000", "run/checkpoint-1100")
     report.summary.status            # "ok" | "warn" | "alert" | "unchanged"
     run = ckptscan.scan_run("run/")  # every consecutive pair, judged as a series
+
+    # The same in its three steps: what to scan, the numbers, the verdict.
+    spec = ckptscan.resolve_run("run/")
+    metrics = ckptscan.compute(spec, ckptscan.ScanOptions())
+    report = ckptscan.judge(metrics, spec.config.thresholds, spec.reference)
 """
 
 from __future__ import annotations
@@ -22,9 +27,19 @@ _EXPORTS = {
     "capture_probe": "ckptscan.probe",
     "load_probe": "ckptscan.probe",
     "ScanOptions": "ckptscan.scan",
-    "scan_checkpoints": "ckptscan.scan",
-    "scan_pair": "ckptscan.scan",
-    "scan_run": "ckptscan.trend",
+    "AUTO": "ckptscan.run",
+    "RunSpec": "ckptscan.run",
+    "resolve_run": "ckptscan.run",
+    "resolve_pair": "ckptscan.run",
+    "Metrics": "ckptscan.compute",
+    "compute": "ckptscan.compute",
+    "Thresholds": "ckptscan.detection.rules",
+    "judge": "ckptscan.detection.judge",
+    "load_report": "ckptscan.report.load",
+    "PairCache": "ckptscan.cache",
+    "scan": "ckptscan.api",
+    "scan_pair": "ckptscan.api",
+    "scan_run": "ckptscan.api",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -8,8 +8,9 @@ its key. The key holds:
   header bytes (the safetensors JSON header; small files whole);
 - the tool: its version and a hash of the source of the modules that compute
   metrics (so a changed monitor never serves stale numbers);
-- the monitor settings: every `ScanOptions` field that can change a number
-  (precision, layers, heads, head overrides, device, probe file identity…).
+- the monitor settings: `ScanOptions.cache_key()` (every option that can
+  change a number: precision, layers, heads, head overrides, device …) and
+  the probe file's identity (`ckptscan.compute.pair_settings`).
 Only metrics are cached, never findings: detection always runs afresh, so
 changed thresholds apply to cached pairs too.
 
@@ -34,13 +35,10 @@ import ckptscan
 from ckptscan.atomic import write_atomic
 from ckptscan.readers import Checkpoint
 from ckptscan.results import LayerResult, from_dict
-from ckptscan.scan import ScanOptions
 
-CACHE_FORMAT = 1
-# ScanOptions fields that cannot change a metric: detection settings and scheduling.
-_NOT_IN_KEY = ("thresholds", "progress", "workers")
+CACHE_FORMAT = 2
 # Modules whose code decides the numbers a pair's metrics hold.
-_METRIC_SOURCES = ("scan.py", "probe.py", "results.py", "monitors", "layouts", "readers")
+_METRIC_SOURCES = ("scan.py", "compute.py", "probe.py", "results.py", "monitors", "layouts", "readers")
 # Files up to this size are hashed whole (config.json, shard index); larger
 # non-safetensors files hash their first this-many bytes.
 _WHOLE_FILE_BYTES = 1 << 20
@@ -54,15 +52,15 @@ def default_cache_dir() -> Path:
 class PairCache:
     """Per-pair LayerResults on disk; counts hits and misses."""
 
-    def __init__(self, directory: str | Path, options: ScanOptions) -> None:
+    def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
-        self.settings = settings_fingerprint(options)
         self.hits = 0
         self.misses = 0
         self.write_error: str | None = None  # the cache is an optimisation: a failed write is reported, not fatal
 
-    def key(self, older: Checkpoint, newer: Checkpoint) -> dict[str, Any]:
-        return {"format": CACHE_FORMAT, "tool": tool_fingerprint(), "settings": self.settings,
+    def key(self, older: Checkpoint, newer: Checkpoint, settings: dict[str, str]) -> dict[str, Any]:
+        """`settings`: what else decides the pair's numbers (`compute.pair_settings`)."""
+        return {"format": CACHE_FORMAT, "tool": tool_fingerprint(), "settings": settings,
                 "older": checkpoint_identity(older), "newer": checkpoint_identity(newer)}
 
     def get(self, key: dict[str, Any]) -> list[LayerResult] | None:
@@ -102,18 +100,7 @@ def metrics_dict(layer: LayerResult) -> dict[str, Any]:
 def checkpoint_identity(ckpt: Checkpoint) -> dict[str, Any]:
     files = sorted({*ckpt.files, *([ckpt.path / "config.json"] if ckpt.path.is_dir() else [])})
     return {"path": str(Path(ckpt.path).resolve()),
-            "files": [_file_identity(f) for f in files if f.is_file()]}
-
-
-def settings_fingerprint(options: ScanOptions) -> dict[str, str]:
-    settings = {}
-    for f in dataclasses.fields(options):
-        if f.name in _NOT_IN_KEY:
-            continue
-        value = getattr(options, f.name)
-        path = getattr(value, "path", None)  # a probe: its file's identity, not its object
-        settings[f.name] = json.dumps(_file_identity(Path(path))) if path is not None else repr(value)
-    return settings
+            "files": [file_identity(f) for f in files if f.is_file()]}
 
 
 @functools.cache
@@ -129,7 +116,7 @@ def tool_fingerprint() -> str:
     return f"{ckptscan.__version__}+{digest.hexdigest()[:16]} torch {torch.__version__}"
 
 
-def _file_identity(path: Path) -> dict[str, Any]:
+def file_identity(path: Path) -> dict[str, Any]:
     st = path.stat()
     return {"name": path.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "header_sha256": _header_hash(path)}
 

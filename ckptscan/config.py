@@ -54,10 +54,13 @@ def find_config(start: Path) -> Path | None:
     return None
 
 
-def load_config(path: Path | None = None, overrides: Sequence[str] = (), start: Path | None = None) -> Config:
-    """Defaults, then the config file (`path`, or the one found from `start`,
-    default the current directory), then `overrides` ("KEY=VALUE")."""
-    source = path if path is not None else find_config((start or Path.cwd()).resolve())
+def load_config(path: Path | None = None, overrides: Sequence[str] = (), start: Path | None = None,
+                search: bool = True) -> Config:
+    """Defaults, then the config file (`path`, or with `search` the one found
+    from `start`, default the current directory), then `overrides` ("KEY=VALUE")."""
+    source = path
+    if source is None and search:
+        source = find_config((start or Path.cwd()).resolve())
     values: dict[str, Any] = {}
     if source is not None:
         if not source.is_file():

@@ -40,6 +40,22 @@ class Finding:
 
 
 @dataclass
+class SeriesPoint:
+    """What detection saw at one point of a (layer, monitor) series: the
+    value, what it was judged against and by which rule. Renderers draw
+    these; they never judge again."""
+
+    state: str  # "warmup" | "baseline" | "ok" | "warn" | "alert"
+    value: float | None = None
+    expected: float | None = None  # the value the rule expected here
+    warn_at: float | None = None  # where the point would reach warn (alarm side)
+    alert_at: float | None = None  # likewise for alert
+    rule: str | None = None  # "trend" | "level" | "reference": the rule that saw the largest departure
+    score: float | None = None  # robust sigmas beyond `expected` on the alarm side
+    onset_step: int | None = None  # newer step of the first pair of the current run of departures
+
+
+@dataclass
 class HeadResult:
     head: int
     kv_head: int
@@ -133,6 +149,8 @@ class LayerResult:
     # between the two checkpoints (detection/numerics.py reads both).
     stored_dtype: dict[str, str] = field(default_factory=dict)
     changed_fraction: dict[str, float] = field(default_factory=dict)
+    # Per judged monitor (trend runs): detection's verdict on this pair.
+    judgements: dict[str, SeriesPoint] = field(default_factory=dict)
 
 
 @dataclass
@@ -234,6 +252,10 @@ def _builder(hint: Any) -> Callable[[Any], Any]:
     if origin is list:
         (item,) = typing.get_args(hint)
         return lambda value: [_rebuild(item, v) for v in value]
+    if origin is dict:
+        _, item = typing.get_args(hint)
+        if dataclasses.is_dataclass(item):
+            return lambda value: {k: _rebuild(item, v) for k, v in value.items()}
     if dataclasses.is_dataclass(hint):
         return lambda value: from_dict(hint, value)
     return lambda value: value

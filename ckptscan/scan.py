@@ -1,7 +1,8 @@
-"""The library API: scan checkpoint pairs and runs into plain dataclasses.
+"""The scan core: checkpoints -> per-layer metrics of (older, newer) pairs.
 
 Data flows one way: readers (bytes -> tensors) -> layouts (tensors -> heads
-and routers) -> monitors (math) -> results -> detection (findings). The loop
+and routers) -> monitors (math) -> results. No thresholds here: detection
+judges the metrics afterwards (`ckptscan.detection.judge`). The loop
 is layer-major: for each layer, the checkpoints are visited in step order and
 only the previous checkpoint's layer is held, so memory stays at about two
 layers' monitored tensors and each checkpoint's bytes are read once. Layers
@@ -13,6 +14,7 @@ heads' rows of W_q and their KV heads' rows of W_k.
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -20,7 +22,6 @@ from typing import Callable, Sequence
 
 import torch
 
-from ckptscan.detection.rules import Thresholds, assess_report
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts import (
     HeadOverrides,
@@ -39,85 +40,88 @@ from ckptscan.monitors.spectral import SpectralStats, spectral_stats
 from ckptscan.monitors.whole_matrix import whole_matrix_singular_values
 from ckptscan.parallel import ordered_map, plan_threads, torch_threads
 from ckptscan.probe import Probe
-from ckptscan.readers import Checkpoint, open_checkpoint
-from ckptscan.results import (
-    AttentionResult,
-    CheckpointRef,
-    HeadResult,
-    LayerResult,
-    PairResult,
-    RouterResult,
-    ScanReport,
-    Summary,
-)
+from ckptscan.readers import Checkpoint
+from ckptscan.results import AttentionResult, HeadResult, LayerResult, RouterResult
 
 
-@dataclass
+@dataclass(frozen=True)
 class ScanOptions:
+    """How metrics are computed. Frozen: a scan's options never change under it.
+
+    Every field either can change a number, and is then listed in
+    `cache_key()`, or only schedules the work (`SCHEDULING`); a test fails
+    when a new field is neither, so the cache cannot serve numbers computed
+    with other settings."""
+
     compute_dtype: torch.dtype = torch.float32
     overrides: HeadOverrides = field(default_factory=HeadOverrides)
     layers: Sequence[int] | None = None  # None: every layer
-    thresholds: Thresholds = field(default_factory=Thresholds)
-    probe: Probe | None = None  # router inputs: adds per-token routing entropy and expert load
     device: str = "cpu"  # "cpu", "cuda", "cuda:N" or "auto" (cuda when available)
     heads: Sequence[int] | None = None  # None: every query head; else these (and their KV heads)
     tensor_map: TensorMap | None = None  # user regex -> role map replacing the layout resolvers
     full_spectrum: bool = False  # whole-matrix ΔW_q/ΔW_k spectra, O(d³) per layer
     workers: int | None = None  # layer worker threads; None: min(2, CPUs)
-    # Called as progress(layers done, layers in total) as the scan advances (a progress bar).
-    progress: Callable[[int, int], None] | None = None
+    # torch intra-op threads while the scan runs (set once, restored after);
+    # None: CPUs / workers. Live mode passes its trainer's own count.
+    threads: int | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("layers", "heads"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, tuple(int(v) for v in value))
+
+    def cache_key(self) -> dict[str, str]:
+        """The settings that can change a metric, as stable strings."""
+        tensor_map = self.tensor_map
+        return {
+            "compute_dtype": str(self.compute_dtype),
+            "overrides": repr(self.overrides),
+            "layers": repr(self.layers),
+            "device": self.device,
+            "heads": repr(self.heads),
+            "tensor_map": "null" if tensor_map is None else json.dumps(
+                {"patterns": {k: p.pattern for k, p in sorted(tensor_map.patterns.items())},
+                 "settings": tensor_map.settings}, sort_keys=True, default=str),
+            "full_spectrum": repr(self.full_spectrum),
+        }
+
+
+# ScanOptions fields that only schedule the work: they never change a number.
+SCHEDULING = ("workers", "threads")
 
 # Top-k for expert load when the config does not say (Mixtral's value).
 DEFAULT_TOP_K = 2
 
 
-def scan_pair(path_a: str | Path, path_b: str | Path, options: ScanOptions | None = None) -> ScanReport:
-    """Compare two checkpoints (a older, b newer) layer by layer."""
-    options = options or ScanOptions()
-    return _scan("diff", [open_checkpoint(path_a), open_checkpoint(path_b)], options)
-
-
-def scan_checkpoints(
-    command: str,
+def scan_layers(
     checkpoints: Sequence[Checkpoint],
-    options: ScanOptions | None = None,
-    pairs: Sequence[tuple[int, int]] | None = None,
-) -> ScanReport:
-    """Compare already-opened checkpoints (ordered oldest first).
-
-    `pairs` are (older, newer) index pairs; by default every consecutive pair.
-    A fixed base is [(0, j) for j in 1..N-1]; a stride s is [(i, i+s) …].
-    """
-    return _scan(command, list(checkpoints), options or ScanOptions(), pairs)
-
-
-def _scan(
-    command: str,
-    checkpoints: list[Checkpoint],
+    pairs: Sequence[tuple[int, int]],
     options: ScanOptions,
-    pairs: Sequence[tuple[int, int]] | None = None,
-) -> ScanReport:
+    probe: Probe | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[ModelInfo, list[list[LayerResult]]]:
+    """The metrics of every (older, newer) index pair of `checkpoints`
+    (ordered oldest first), layer by layer: (model, [pair][layer] results).
+
+    `progress(layers done, layers in total)` is called as layers finish.
+    """
+    checkpoints = list(checkpoints)
     if len(checkpoints) < 2:
         raise CkptScanError("need at least two checkpoints to compare")
-    pairs = list(pairs) if pairs is not None else [(i, i + 1) for i in range(len(checkpoints) - 1)]
+    pairs = list(pairs)
     if not pairs or any(not 0 <= a < b < len(checkpoints) for a, b in pairs):
         raise CkptScanError(f"invalid checkpoint pairs {pairs}: each must be (older, newer) indices")
     layouts = [resolve_layout(c, options.overrides, options.tensor_map) for c in checkpoints]
     for ckpt, layout in zip(checkpoints[1:], layouts[1:]):
         _check_compatible(checkpoints[0], layouts[0], ckpt, layout)
     plans = _selected_plans(layouts[0], options.layers, checkpoints[0].path)
-    if options.probe is not None:
+    if probe is not None:
         routers = {p.layer: (name, checkpoints[0].tensors.shape(name)) for p in plans if (name := _router_name(p))}
-        options.probe.check_routers(routers, layouts[0].info.hidden_size, checkpoints[0].path)
+        probe.check_routers(routers, layouts[0].info.hidden_size, checkpoints[0].path)
     top_k = layouts[0].info.top_k or DEFAULT_TOP_K
     options = replace(options, device=resolve_device(options.device))
     selection = _head_selection(layouts[0].info, options.heads, checkpoints[0].path)
-
-    results = [
-        PairResult(checkpoints[a].step, checkpoints[b].step, [], str(checkpoints[a].path), str(checkpoints[b].path))
-        for a, b in pairs
-    ]
     used = sorted({i for pair in pairs for i in pair})
     last_use = {i: max(b for a, b in pairs if i in (a, b)) for i in used}
 
@@ -128,7 +132,7 @@ def _scan(
         held: dict[int, _LoadedLayer] = {}
         compared: list[LayerResult | None] = [None] * len(pairs)
         # The probe's inputs for this layer are read once and routed by every checkpoint.
-        probe_input = options.probe.router_input(plan.layer) if options.probe and _router_name(plan) else None
+        probe_input = probe.router_input(plan.layer) if probe is not None and _router_name(plan) else None
         if probe_input is not None:
             probe_input = probe_input.to(options.device)
         for i in used:
@@ -143,24 +147,17 @@ def _scan(
             held = {j: layer for j, layer in held.items() if last_use[j] > i}
         return compared
 
+    results: list[list[LayerResult]] = [[] for _ in pairs]
     workers, threads = plan_threads(len(plans), options.workers)
-    with torch_threads(threads):
+    # The one place the process's torch thread count is set (and restored):
+    # the monitors never touch it, so the workers' solves run side by side.
+    with torch_threads(options.threads or threads):
         for done, layer_results in enumerate(ordered_map(scan_layer, plans, workers), 1):
             for result, layer_result in zip(results, layer_results):
-                result.layers.append(layer_result)
-            if options.progress is not None:
-                options.progress(done, len(plans))
-
-    report = ScanReport(
-        command=command,
-        model=layouts[0].info,
-        checkpoints=[CheckpointRef(str(c.path), c.step) for c in checkpoints],
-        pairs=results,
-        summary=Summary(status="ok", flagged_layers=[], first_alert_step={}),
-        probe=str(options.probe.path) if options.probe is not None else None,
-    )
-    assess_report(report, options.thresholds)
-    return report
+                result.append(layer_result)
+            if progress is not None:
+                progress(done, len(plans))
+    return layouts[0].info, results
 
 
 @dataclass

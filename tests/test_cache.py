@@ -10,8 +10,8 @@ import torch
 from ckptscan.cache import PairCache, default_cache_dir
 from ckptscan.readers import SafetensorsSource
 from ckptscan.report.json import report_json
-from ckptscan.scan import ScanOptions
-from ckptscan.trend import scan_run
+from ckptscan import scan_run
+from ckptscan.scan import SCHEDULING, ScanOptions
 
 from run_factory import write_run
 
@@ -43,10 +43,10 @@ def reads(monkeypatch):
 def test_results_with_and_without_cache_are_identical(run, tmp_path):
     options = ScanOptions()
     fresh = report_json(scan_run(run, options))
-    cache = PairCache(tmp_path / "cache", options)
+    cache = PairCache(tmp_path / "cache")
     first = report_json(scan_run(run, options, cache=cache))
     assert (cache.hits, cache.misses) == (0, 11)
-    cache = PairCache(tmp_path / "cache", options)
+    cache = PairCache(tmp_path / "cache")
     second = report_json(scan_run(run, options, cache=cache))
     assert (cache.hits, cache.misses) == (11, 0)
     assert fresh == first == second
@@ -56,10 +56,10 @@ def test_results_with_and_without_cache_are_identical(run, tmp_path):
 def test_a_grown_run_computes_only_new_pairs_reading_only_what_they_need(run, tmp_path, reads):
     options = ScanOptions()
     shutil.move(run / "checkpoint-1100", tmp_path / "later")
-    scan_run(run, options, cache=PairCache(tmp_path / "cache", options))
+    scan_run(run, options, cache=PairCache(tmp_path / "cache"))
     shutil.move(tmp_path / "later", run / "checkpoint-1100")
     reads.clear()
-    cache = PairCache(tmp_path / "cache", options)
+    cache = PairCache(tmp_path / "cache")
     grown = scan_run(run, options, cache=cache)
     assert (cache.hits, cache.misses) == (10, 1)
     assert set(reads) == {"checkpoint-1000", "checkpoint-1100"}
@@ -68,19 +68,19 @@ def test_a_grown_run_computes_only_new_pairs_reading_only_what_they_need(run, tm
 
 def test_a_changed_checkpoint_invalidates_its_pairs_only(run, tmp_path):
     options = ScanOptions()
-    scan_run(run, options, cache=PairCache(tmp_path / "cache", options))
+    scan_run(run, options, cache=PairCache(tmp_path / "cache"))
     shard = run / "checkpoint-500" / "model.safetensors"
     stat = shard.stat()
     os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
-    cache = PairCache(tmp_path / "cache", options)
+    cache = PairCache(tmp_path / "cache")
     scan_run(run, options, cache=cache)
     assert (cache.hits, cache.misses) == (9, 2)  # 400 -> 500 and 500 -> 600
 
 
 def test_monitor_settings_are_part_of_the_key(run, tmp_path):
-    scan_run(run, ScanOptions(), cache=PairCache(tmp_path / "cache", ScanOptions()))
+    scan_run(run, ScanOptions(), cache=PairCache(tmp_path / "cache"))
     for options in (ScanOptions(compute_dtype=torch.float64), ScanOptions(layers=[1])):
-        cache = PairCache(tmp_path / "cache", options)
+        cache = PairCache(tmp_path / "cache")
         scan_run(run, options, cache=cache)
         assert cache.hits == 0
 
@@ -88,11 +88,11 @@ def test_monitor_settings_are_part_of_the_key(run, tmp_path):
 def test_a_corrupt_entry_is_recomputed(run, tmp_path):
     options = ScanOptions()
     directory = tmp_path / "cache"
-    expected = report_json(scan_run(run, options, cache=PairCache(directory, options)))
+    expected = report_json(scan_run(run, options, cache=PairCache(directory)))
     entries = sorted((directory / "pairs").iterdir())
     assert len(entries) == 11 and not [p for p in directory.rglob("*.tmp")]
     entries[0].write_text("{ truncated")
-    cache = PairCache(directory, options)
+    cache = PairCache(directory)
     assert report_json(scan_run(run, options, cache=cache)) == expected
     assert (cache.hits, cache.misses) == (10, 1)
 
@@ -100,7 +100,7 @@ def test_a_corrupt_entry_is_recomputed(run, tmp_path):
 def test_an_unwritable_cache_is_reported_not_fatal(run, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    cache = PairCache(blocker / "cache", ScanOptions())
+    cache = PairCache(blocker / "cache")
     report = scan_run(run, ScanOptions(), cache=cache)
     assert report.summary.status == "alert"
     assert cache.write_error is not None
@@ -112,3 +112,26 @@ def test_default_location_is_the_user_cache_dir(monkeypatch, tmp_path):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_cache_dir() == tmp_path / "home" / ".cache" / "ckptscan"
+
+
+def test_every_option_is_in_the_cache_key_or_declared_scheduling_only():
+    """A new ScanOptions field must be added to cache_key() or to SCHEDULING on
+    purpose: otherwise the cache could serve numbers computed with other settings."""
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(ScanOptions)}
+    keyed = set(ScanOptions().cache_key())
+    assert keyed.isdisjoint(SCHEDULING)
+    assert fields == keyed | set(SCHEDULING), f"decide for {sorted(fields - keyed - set(SCHEDULING))}"
+
+
+def test_each_keyed_option_changes_the_key():
+    base = ScanOptions().cache_key()
+    changed = [ScanOptions(compute_dtype=torch.float64), ScanOptions(layers=[1]), ScanOptions(heads=[0]),
+               ScanOptions(device="cuda"), ScanOptions(full_spectrum=True)]
+    from ckptscan.layouts import HeadOverrides
+
+    changed.append(ScanOptions(overrides=HeadOverrides(num_heads=4)))
+    for options in changed:
+        assert options.cache_key() != base
+    assert ScanOptions(workers=1, threads=1).cache_key() == base

@@ -225,8 +225,7 @@ def test_captured_probe_reproduces_the_models_own_routing_in_a_scan(tmp_path):
     older = {k: v + 0.05 * random_weights(v.shape, 9) for k, v in newer.items()}
     a = write_hf_checkpoint(tmp_path / "checkpoint-1", older, config)
     b = write_hf_checkpoint(tmp_path / "checkpoint-2", newer, config)
-    options = ckptscan.ScanOptions(compute_dtype=torch.float64, probe=probe)
-    report = ckptscan.scan_pair(a, b, options)
+    report = ckptscan.scan_pair(a, b, ckptscan.ScanOptions(compute_dtype=torch.float64), probe=probe)
     logits = gate_io(model, ids)
     assert report.probe == str(tmp_path / "probe.safetensors")
     for layer in report.pairs[0].layers:
@@ -259,7 +258,7 @@ def moe_run(tmp_path):
 
 def test_scan_change_fields_are_b_minus_a_of_direct_computations(moe_run):
     pa, pb, probe_path, a, b, _ = moe_run
-    report = ckptscan.scan_pair(pa, pb, ckptscan.ScanOptions(probe=load_probe(probe_path)))
+    report = ckptscan.scan_pair(pa, pb, probe=probe_path)
     x = random_inputs([1])[1].double().numpy()
     router = "model.layers.1.block_sparse_moe.gate.weight"
     before = numpy_routing(x @ a[router].numpy().T, 2)
@@ -306,7 +305,7 @@ def test_unknown_top_k_defaults_to_2_and_says_so(tmp_path):
     probe = write_probe(tmp_path / "probe.safetensors", random_inputs([0]))
     result = runner.invoke(app, ["diff", str(pa), str(pb), "--probe", str(probe)])
     assert "the config gives no top-k: expert load assumes top-2" in result.output
-    report = ckptscan.scan_pair(pa, pb, ckptscan.ScanOptions(probe=load_probe(probe)))
+    report = ckptscan.scan_pair(pa, pb, probe=probe)
     assert report.pairs[0].layers[0].router.routing_top_k == 2
 
 
@@ -359,7 +358,7 @@ def test_deepseek_v3_sigmoid_router_with_selection_bias_in_a_scan(tmp_path):
             tensors[p + "self_attn.kv_a_layernorm.weight"] = torch.ones(kv_rank, dtype=torch.float64)
         paths.append(write_hf_checkpoint(tmp_path / f"checkpoint-{side + 1}", tensors, config))
     probe = load_probe(write_probe(tmp_path / "probe.safetensors", random_inputs([0, 1], dim=d)))
-    report = ckptscan.scan_pair(*paths, ckptscan.ScanOptions(compute_dtype=torch.float64, probe=probe))
+    report = ckptscan.scan_pair(*paths, ckptscan.ScanOptions(compute_dtype=torch.float64), probe=probe)
     stored = load_file(paths[1] / "model.safetensors")
     for layer in report.pairs[0].layers:
         x = probe.router_input(layer.layer).double().numpy()
@@ -387,9 +386,8 @@ def test_sample_router_fault_collapses_routing_and_healthy_does_not():
     changes = {}
     for run in ("healthy", "router_fault"):
         folder = SAMPLES / run
-        checkpoints = [open_checkpoint(folder / f"checkpoint-{step}") for step in (1000, 1100)]
         probe = load_probe(folder / "probe.safetensors")
-        report = ckptscan.scan_checkpoints("trend", checkpoints, ckptscan.ScanOptions(probe=probe))
+        report = ckptscan.scan_pair(folder / "checkpoint-1000", folder / "checkpoint-1100", probe=probe)
         layers = report.pairs[0].layers
         changes[run] = [layer.router.routing_entropy_change for layer in layers]
         weights = load_file(folder / "checkpoint-1100" / "model.safetensors")

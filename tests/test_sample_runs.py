@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptscan.probe import load_probe
-from ckptscan.scan import ScanOptions
-from ckptscan.trend import TrendOptions, scan_run
+from ckptscan import scan_run
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_checkpoints"
 # run -> the families that count as its own mechanism
@@ -28,9 +26,7 @@ pytestmark = pytest.mark.skipif(not all((SAMPLES / run).is_dir() for run in RUNS
 @pytest.fixture(scope="module")
 def reports():
     def scan(run):
-        directory = SAMPLES / run
-        options = ScanOptions(probe=load_probe(directory / "probe.safetensors"))
-        return scan_run(directory, options, TrendOptions(loss_log=directory / "train_log.jsonl"))
+        return scan_run(SAMPLES / run)  # the run's own probe and loss log, as `ckptscan trend`
 
     return {run: scan(run) for run in RUNS}
 
@@ -79,3 +75,34 @@ def test_silent_fault_alerts_although_the_loss_never_diverges(reports):
     assert s.loss_divergence_step is None
     assert s.first_alert_step["attention"] is not None
     assert s.flagged_layers == [0]  # the fault is confined to layer 0
+
+
+@pytest.mark.parametrize("run", sorted(RUNS))
+def test_the_library_gives_exactly_what_the_cli_writes(reports, run, tmp_path, monkeypatch):
+    """`ckptscan.scan_run(RUN)` and `ckptscan trend RUN --json` resolve the run
+    the same way (its probe, loss log, config) and judge it the same way."""
+    from typer.testing import CliRunner
+
+    from ckptscan.cli import app
+    from ckptscan.report.json import report_dict
+
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    path = tmp_path / "report.json"
+    result = CliRunner().invoke(app, ["trend", str(SAMPLES / run), "--json", str(path), "--no-cache", "--quiet"])
+    assert result.exit_code in (0, 1), result.output
+    assert json.loads(path.read_text()) == json.loads(json.dumps(report_dict(reports[run])))
+
+
+def test_diff_in_the_library_and_the_cli_agree(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from ckptscan import scan_pair
+    from ckptscan.cli import app
+    from ckptscan.report.json import report_dict
+
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    older, newer = (str(SAMPLES / "attention_fault" / f"checkpoint-{s}") for s in (1700, 1800))
+    path = tmp_path / "diff.json"
+    result = CliRunner().invoke(app, ["diff", older, newer, "--json", str(path), "--quiet"])
+    assert result.exit_code == 1, result.output  # layer 1's collapsed Δ2 entropy alerts
+    assert json.loads(path.read_text()) == json.loads(json.dumps(report_dict(scan_pair(older, newer))))

@@ -20,7 +20,8 @@ from ckptscan.cli import app
 from ckptscan.errors import CkptScanError
 from ckptscan.parallel import ordered_map, plan_threads, torch_threads
 from ckptscan.report.json import report_dict
-from ckptscan.scan import ScanOptions, resolve_device, scan_pair
+from ckptscan import scan_pair
+from ckptscan.scan import ScanOptions, resolve_device
 from factories import llama_config, llama_tensors, updated, write_hf_checkpoint
 
 CONFIG = llama_config(layers=4, hidden=64, heads=4, kv_heads=2, experts=4)

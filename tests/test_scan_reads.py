@@ -16,7 +16,9 @@ import torch
 
 from ckptscan.layouts import resolve_layout
 from ckptscan.readers import Checkpoint, open_checkpoint
-from ckptscan.scan import ScanOptions, scan_checkpoints
+from ckptscan.compute import Metrics, compute
+from ckptscan.run import RunSpec
+from ckptscan.scan import ScanOptions
 from factories import llama_config, llama_tensors, updated, write_hf_checkpoint
 
 STEPS = (100, 200, 300, 400)
@@ -57,6 +59,12 @@ def _open_counted(run_dir: Path) -> list[Checkpoint]:
     return checkpoints
 
 
+def scan_checkpoints(checkpoints: list[Checkpoint], options: ScanOptions, pairs=None) -> Metrics:
+    """compute() over already-opened checkpoints; by default every consecutive pair."""
+    pairs = pairs or [(i, i + 1) for i in range(len(checkpoints) - 1)]
+    return compute(RunSpec("run", str(checkpoints[0].path.parent), checkpoints, pairs), options)
+
+
 def _monitored(ckpt: Checkpoint) -> set[str]:
     return {name for plan in resolve_layout(ckpt).layers for name in plan.tensors}
 
@@ -76,7 +84,7 @@ def test_each_checkpoint_is_read_once_and_only_its_monitored_tensors(run_dir, pa
     monitored = _monitored(checkpoints[0])
     assert monitored and monitored < set(checkpoints[0].tensors.keys())  # there is something not to read
 
-    report = scan_checkpoints("trend", checkpoints, ScanOptions(workers=workers), PAIRINGS[pairing])
+    report = scan_checkpoints(checkpoints, ScanOptions(workers=workers), PAIRINGS[pairing])
 
     for ckpt in checkpoints:
         assert ckpt.tensors.reads == Counter({name: 1 for name in monitored}), ckpt.path
@@ -109,7 +117,7 @@ def test_bytes_read_are_exactly_the_monitored_tensors(run_dir, monkeypatch):
     total = sum(os.path.getsize(f) for c in checkpoints for f in c.files)
     sizes = _count_preadv(monkeypatch)
 
-    scan_checkpoints("trend", checkpoints, ScanOptions())
+    scan_checkpoints(checkpoints, ScanOptions())
 
     assert sum(sizes) == expected
     assert expected < total / 2  # the run's bulk (v/o projections, embeddings) was never read
@@ -127,7 +135,7 @@ def test_head_selection_reads_only_those_heads_rows(run_dir, monkeypatch):
                 expected += _nbytes(ckpt, name, {"W_q": q_rows, "W_k": k_rows}.get(role))
     sizes = _count_preadv(monkeypatch)
 
-    report = scan_checkpoints("diff", checkpoints, ScanOptions(heads=heads))
+    report = scan_checkpoints(checkpoints, ScanOptions(heads=heads))
 
     assert sum(sizes) == expected
     assert [h.head for h in report.pairs[0].layers[0].attention.heads] == heads
@@ -138,7 +146,7 @@ def test_head_selection_of_one_kv_group_skips_the_other_keys(run_dir, monkeypatc
     full = sum(_nbytes(c, n) for c in checkpoints for n in _monitored(c))
     sizes = _count_preadv(monkeypatch)
 
-    scan_checkpoints("diff", checkpoints, ScanOptions(heads=[4, 5]))
+    scan_checkpoints(checkpoints, ScanOptions(heads=[4, 5]))
 
     # Heads 4, 5 share KV head 1: 2 of 8 query heads and 1 of 2 KV heads read.
     per_layer_saved = (6 * HEAD_DIM + 1 * HEAD_DIM) * CONFIG["hidden_size"] * 2

@@ -15,7 +15,8 @@ from ckptscan.errors import CkptScanError
 from ckptscan.monitors.spectral import spectral_stats
 from ckptscan.monitors.whole_matrix import whole_matrix_singular_values
 from ckptscan.readers import open_checkpoint
-from ckptscan.scan import ScanOptions, scan_pair
+from ckptscan import scan_pair
+from ckptscan.scan import ScanOptions
 from factories import llama_config, llama_tensors, updated, write_hf_checkpoint
 
 CONFIG = llama_config(layers=2, hidden=48, heads=6, kv_heads=2)

@@ -10,7 +10,8 @@ from safetensors.torch import load_file
 
 from ckptscan.errors import CkptScanError
 from ckptscan.report.json import write_json
-from ckptscan.trend import TrendOptions, plan_pairs, scan_run
+from ckptscan import scan_run
+from ckptscan.run import plan_pairs
 
 from factories import write_hf_checkpoint
 from run_factory import write_run
@@ -57,7 +58,7 @@ def test_planted_collapse_is_flagged_at_or_right_after_its_step_in_the_attention
 
 def test_loss_log_gives_pair_losses_divergence_and_lead(runs):
     run = runs["collapse"]
-    report = scan_run(run, trend=TrendOptions(loss_log=run / "train_log.jsonl"))
+    report = scan_run(run, loss_log=run / "train_log.jsonl")
     s = report.summary
     assert report.pairs[0].loss == pytest.approx(sum(3.0 * math.exp(-t / 500) + 1.0 for t in range(100)) / 100)
     assert s.loss_divergence_step is not None and s.loss_divergence_step > 1800
@@ -67,11 +68,11 @@ def test_loss_log_gives_pair_losses_divergence_and_lead(runs):
 
 
 def test_stride_and_fixed_base(runs):
-    strided = scan_run(runs["collapse"], trend=TrendOptions(stride=2))
+    strided = scan_run(runs["collapse"], stride=2)
     assert [(p.from_step, p.to_step) for p in strided.pairs][:2] == [(0, 200), (200, 400)]
     assert strided.settings["pending_steps"] == [2300]
     assert strided.summary.first_family == "attention"
-    based = scan_run(runs["collapse"], trend=TrendOptions(base="first", stride=4))
+    based = scan_run(runs["collapse"], base="first", stride=4)
     assert [(p.from_step, p.to_step) for p in based.pairs] == [(0, 400), (0, 800), (0, 1200), (0, 1600), (0, 2000)]
 
 
@@ -79,7 +80,7 @@ def test_a_fault_from_the_start_needs_a_reference_run(runs, tmp_path):
     run = runs["from_start"]
     assert scan_run(run).summary.status == "ok"  # nothing to compare with within the run
     write_json(scan_run(runs["healthy_short"]), tmp_path / "healthy.json")
-    report = scan_run(run, trend=TrendOptions(reference=tmp_path / "healthy.json"))
+    report = scan_run(run, reference=tmp_path / "healthy.json")
     assert report.summary.status == "alert" and report.summary.first_family == "attention"
     assert report.summary.flagged_layers == [1]
     assert report.settings["reference"] == str(tmp_path / "healthy.json")
@@ -94,10 +95,10 @@ def test_reference_of_another_model_is_a_user_error(runs, tmp_path):
     data["model"]["hidden_size"] = 128
     path.write_text(json.dumps(data))
     with pytest.raises(CkptScanError, match="different model"):
-        scan_run(runs["from_start"], trend=TrendOptions(reference=path))
+        scan_run(runs["from_start"], reference=path)
     path.write_text("[1, 2]")
     with pytest.raises(CkptScanError, match="not a ckptscan JSON report"):
-        scan_run(runs["from_start"], trend=TrendOptions(reference=path))
+        scan_run(runs["from_start"], reference=path)
 
 
 def test_plan_pairs():
@@ -115,7 +116,7 @@ def test_too_few_checkpoints(tmp_path):
     with pytest.raises(CkptScanError, match="at least two"):
         scan_run(tmp_path / "one")
     with pytest.raises(CkptScanError, match="leaves no pair"):
-        scan_run(write_run(tmp_path / "three", count=3), trend=TrendOptions(stride=5))
+        scan_run(write_run(tmp_path / "three", count=3), stride=5)
 
 
 def test_non_finite_weights_alert_in_the_numeric_family(runs, tmp_path):

@@ -19,7 +19,7 @@ def main() -> None:
     try:
         app()
     except CkptScanError as e:  # raised outside a command body (option parsing)
-        err.print(f"error: {e}", highlight=False, markup=False)
+        err().print(f"error: {e}", highlight=False, markup=False)
         sys.exit(EXIT_INPUT)
 
 

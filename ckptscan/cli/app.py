@@ -1,47 +1,91 @@
-"""The shared pieces of every command: the app, consoles, options, the gate.
+"""The shared pieces of every command: the app, options, consoles, the gate.
 
 Exit codes (a public interface): 0 healthy, 1 the gate failed (the verdict
 reached --fail-on), 2 usage or input error, 130 interrupted.
+
+This module and the command modules import neither torch nor the library at
+import time: `ckptscan --help`, `--version` and shell completion answer in a
+fraction of a second. Each command imports what it runs inside its body.
 """
 
 from __future__ import annotations
 
 import os
 from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Annotated, Callable, Iterator, Optional
 
-import torch
 import typer
-from rich.console import Console
-from rich.text import Text
 
-from ckptscan.config import Config, load_config
+from ckptscan import __version__
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts import HeadOverrides, load_tensor_map
-from ckptscan.probe import load_probe
-from ckptscan.report.json import report_json, write_json
-from ckptscan.report.markdown import append_markdown, markdown_report
-from ckptscan.results import SEVERITIES, ScanReport
-from ckptscan.scan import ScanOptions, resolve_device
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ckptscan.results import ScanReport
+    from ckptscan.scan import ScanOptions
 
 app = typer.Typer(
-    add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Plain click formatting: help and usage errors without rich's panels
+    # (a usage error stays a few plain lines that logs and greps keep), and
+    # without importing rich just to print --help.
+    rich_markup_mode=None,
     help="Catch LLM training instability in saved checkpoints before the loss curve shows it.",
 )
-# Piped output (CI logs, files) has no width to respect: don't squeeze the table.
-# markup=False: what is printed comes from files (paths, tensor names, skip
-# reasons); "[/x]" in a name must print as itself, not crash or restyle the
-# line. Styling goes through Text and style= instead.
-out = Console(markup=False) if Console().is_terminal else Console(width=160, markup=False)
-# soft_wrap: an error is one line however long its path, so logs and greps keep it whole.
-err = Console(stderr=True, soft_wrap=True, markup=False)
 
 EXIT_OK, EXIT_GATE, EXIT_INPUT, EXIT_INTERRUPT = 0, 1, 2, 130
-PRECISIONS = {"float32": torch.float32, "float64": torch.float64}
-FORMATS = ("table", "json", "markdown")
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    markdown = "markdown"
+
+
+class Precision(str, Enum):
+    float32 = "float32"
+    float64 = "float64"
+
+
+class FailOn(str, Enum):
+    warn = "warn"
+    alert = "alert"
+
+
+class Base(str, Enum):
+    previous = "previous"
+    first = "first"
+
+
+_consoles: dict[str, Console] = {}
+
+
+def out() -> Console:
+    """stdout. Piped output (CI logs, files) has no width to respect: the
+    table is not squeezed. markup=False: printed names come from files."""
+    if "out" not in _consoles:
+        from rich.console import Console
+
+        _consoles["out"] = Console(markup=False) if Console().is_terminal else Console(width=160, markup=False)
+    return _consoles["out"]
+
+
+def err() -> Console:
+    """stderr; soft_wrap: an error is one line however long its path."""
+    if "err" not in _consoles:
+        from rich.console import Console
+
+        _consoles["err"] = Console(stderr=True, soft_wrap=True, markup=False)
+    return _consoles["err"]
+
+
+def note(message: str, style: str = "dim", quiet: bool = False) -> None:
+    if not quiet:
+        err().print(message, highlight=False, style=style)
 
 
 @contextmanager
@@ -50,11 +94,13 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except CkptScanError as e:
+        from rich.text import Text
+
         # Text, not markup: a tensor or path named "[/x]" must print as itself.
-        err.print(Text.assemble(("error:", "bold red"), f" {e}"), highlight=False)
+        err().print(Text.assemble(("error:", "bold red"), f" {e}"), highlight=False)
         raise typer.Exit(EXIT_INPUT) from None
     except KeyboardInterrupt:
-        err.print("interrupted: no report was written", highlight=False)
+        err().print("interrupted: no report was written", highlight=False)
         raise typer.Exit(EXIT_INTERRUPT) from None
 
 
@@ -73,24 +119,27 @@ def parse_indices(spec: str | None, flag: str = "--layers") -> list[int] | None:
 
 
 def scan_options(
-    precision: str,
-    num_heads: int | None,
-    num_kv_heads: int | None,
-    head_dim: int | None,
-    layers: str | None,
-    probe: Path | None = None,
+    precision: Precision | str = Precision.float32,
+    num_heads: int | None = None,
+    num_kv_heads: int | None = None,
+    head_dim: int | None = None,
+    layers: str | None = None,
     device: str = "cpu",
     heads: str | None = None,
     full_spectrum: bool = False,
     tensor_map: Path | None = None,
 ) -> ScanOptions:
-    if precision not in PRECISIONS:
-        raise CkptScanError(f"--precision must be one of {sorted(PRECISIONS)}, not {precision!r}")
+    """The flags that decide how metrics are computed, as ScanOptions."""
+    import torch
+
+    from ckptscan.layouts import HeadOverrides, load_tensor_map
+    from ckptscan.scan import ScanOptions, resolve_device
+
+    precision = Precision(precision)
     return ScanOptions(
-        compute_dtype=PRECISIONS[precision],
+        compute_dtype=torch.float64 if precision is Precision.float64 else torch.float32,
         overrides=HeadOverrides(num_heads, num_kv_heads, head_dim),
         layers=parse_indices(layers),
-        probe=load_probe(probe) if probe is not None else None,
         device=resolve_device(device),
         heads=parse_indices(heads, "--heads"),
         full_spectrum=full_spectrum,
@@ -98,34 +147,32 @@ def scan_options(
     )
 
 
-def gate(report: ScanReport, fail_on: str) -> int:
+def gate(report: ScanReport, fail_on: FailOn | str) -> int:
     """Exit code of the CI gate, with the reason printed either way."""
-    if fail_on not in ("warn", "alert"):
-        raise CkptScanError(f"--fail-on must be 'warn' or 'alert', not {fail_on!r}")
+    from ckptscan.results import SEVERITIES
+
+    fail_on = FailOn(fail_on).value
     status = report.summary.status
     failed = status in SEVERITIES and SEVERITIES.index(status) >= SEVERITIES.index(fail_on)
     verdict = "failed" if failed else "passed"
-    err.print(f"gate {verdict} (--fail-on {fail_on}): {report.summary.message}", highlight=False)
+    err().print(f"gate {verdict} (--fail-on {fail_on}): {report.summary.message}", highlight=False)
     return EXIT_GATE if failed else EXIT_OK
 
 
-def load_settings(config: Path | None, overrides: list[str] | None) -> Config:
-    """Thresholds and gate default: config file, then --set overrides."""
-    return load_config(config, overrides or ())
-
-
-def emit(report: ScanReport, output: str, json_path: Path | None, markdown_path: Path | None,
+def emit(report: ScanReport, output: Format | str, json_path: Path | None, markdown_path: Path | None,
          print_table: Callable[[Console, ScanReport], None]) -> None:
     """The report on stdout in the chosen format, the JSON file, the Markdown
     summary (appended to --markdown-summary, else to $GITHUB_STEP_SUMMARY when set)."""
-    if output not in FORMATS:
-        raise CkptScanError(f"--format must be one of {list(FORMATS)}, not {output!r}")
-    if output == "json":
+    from ckptscan.report.json import report_json, write_json
+    from ckptscan.report.markdown import append_markdown, markdown_report
+
+    output = Format(output)
+    if output is Format.json:
         print(report_json(report), end="")
-    elif output == "markdown":
+    elif output is Format.markdown:
         print(markdown_report(report), end="")
     else:
-        print_table(out, report)
+        print_table(out(), report)
     if json_path is not None:
         write_json(report, json_path)
     summary_path = markdown_path or os.environ.get("GITHUB_STEP_SUMMARY")
@@ -136,34 +183,55 @@ def emit(report: ScanReport, output: str, json_path: Path | None, markdown_path:
             raise CkptScanError(f"cannot append the Markdown summary: {e.strerror or e}", path=summary_path) from None
 
 
-NumHeads = typer.Option(None, "--num-heads", help="Query heads, when the checkpoint carries no config.")
-NumKvHeads = typer.Option(None, "--num-kv-heads", help="KV heads (GQA/MQA), when the checkpoint carries no config.")
-HeadDim = typer.Option(None, "--head-dim", help="Head dimension, when it is not hidden/heads.")
-TensorMapFile = typer.Option(None, "--tensor-map", help="TOML/JSON file mapping tensor-name regexes to roles (q, k, "
-                             "q_norm, k_norm, router, …) for naming schemes ckptscan does not know.")
-Layers = typer.Option(None, "--layers", help="Only these layers, e.g. '0,3,8-11'.")
-Precision = typer.Option("float32", "--precision", help="Gram products in float32 (fast) or float64 (exact path).")
-FailOn = typer.Option(None, "--fail-on", help="Exit 1 when the verdict reaches 'warn' or 'alert' "
-                      "(default: fail_on from the config, else alert).")
-JsonOut = typer.Option(None, "--json", help="Write the JSON report here (atomically).")
-ConfigFile = typer.Option(None, "--config", help="Thresholds file (ckptscan.toml, or pyproject.toml with "
-                          "[tool.ckptscan]); default: the nearest one from the current directory up.")
-SetThreshold = typer.Option(None, "--set", help="Override a setting, KEY=VALUE (repeatable), e.g. --set alert_sigma=5.")
-Format = typer.Option("table", "--format", help="Report on stdout as 'table', 'json' or 'markdown'.")
-MarkdownSummary = typer.Option(None, "--markdown-summary", help="Append a Markdown summary here "
-                               "(default: $GITHUB_STEP_SUMMARY when set).")
-Quiet = typer.Option(False, "--quiet", "-q", help="No progress bar and no notes on stderr.")
-Device = typer.Option("cpu", "--device", help="Where the math runs: cpu, cuda, cuda:N, or auto (cuda when present).")
-Heads = typer.Option(None, "--heads", help="Only these query heads (and their KV heads), e.g. '0-3,17'; "
-                     "only their rows are read.")
-FullSpectrum = typer.Option(False, "--full-spectrum", help="Also whole-matrix ΔW_q/ΔW_k spectra (O(d³) per layer: "
-                            "slow on large models).")
-Probe = typer.Option(
-    None, "--probe", help="Router inputs (safetensors, keys layers.{i}.router_input [T, d]): adds routing entropy "
-    "and expert load per MoE layer.",
-)
+# One declaration per option, shared by every command that takes it, so an
+# option has the same name, default and meaning everywhere.
+NumHeads = Annotated[Optional[int], typer.Option("--num-heads", help="Query heads, when the checkpoint carries "
+                                                 "no config.")]
+NumKvHeads = Annotated[Optional[int], typer.Option("--num-kv-heads", help="KV heads (GQA/MQA), when the checkpoint "
+                                                   "carries no config.")]
+HeadDim = Annotated[Optional[int], typer.Option("--head-dim", help="Head dimension, when it is not hidden/heads.")]
+TensorMapFile = Annotated[Optional[Path], typer.Option(
+    "--tensor-map", help="TOML/JSON file mapping tensor-name regexes to roles (q, k, q_norm, k_norm, router, ...) "
+    "for naming schemes ckptscan does not know.")]
+Layers = Annotated[Optional[str], typer.Option("--layers", help="Only these layers, e.g. '0,3,8-11'.")]
+PrecisionOpt = Annotated[Precision, typer.Option("--precision", help="Gram products in float32 (fast) or float64 "
+                                                 "(exact path).")]
+FailOnOpt = Annotated[Optional[FailOn], typer.Option("--fail-on", help="Exit 1 when the verdict reaches this "
+                                                     "(default: fail_on from the config, else alert).")]
+JsonOut = Annotated[Optional[Path], typer.Option("--json", help="Write the JSON report here (atomically).")]
+ConfigFile = Annotated[Optional[Path], typer.Option(
+    "--config", help="Thresholds file: ckptscan.toml, or pyproject.toml with a [tool.ckptscan] table "
+    "(default: the nearest one from the current directory up).")]
+SetThreshold = Annotated[Optional[list[str]], typer.Option(
+    "--set", help="Override a setting, KEY=VALUE (repeatable), e.g. --set alert_sigma=5.")]
+FormatOpt = Annotated[Format, typer.Option("--format", help="Report on stdout as a table, JSON or Markdown.")]
+MarkdownSummary = Annotated[Optional[Path], typer.Option(
+    "--markdown-summary", help="Append a Markdown summary here (default: $GITHUB_STEP_SUMMARY when set).")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no notes on stderr.")]
+Device = Annotated[str, typer.Option("--device", metavar="[cpu|cuda|cuda:N|auto]",
+                                     help="Where the math runs (auto: cuda when present).")]
+Heads = Annotated[Optional[str], typer.Option("--heads", help="Only these query heads (and their KV heads), e.g. "
+                                              "'0-3,17'; only their rows are read.")]
+FullSpectrum = Annotated[bool, typer.Option("--full-spectrum", help="Also whole-matrix ΔW_q/ΔW_k spectra (O(d³) "
+                                            "per layer: slow on large models).")]
+HtmlOut = Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained HTML report with figures "
+                                                 "here (needs matplotlib: pip install 'ckptscan[report]').")]
+PngDir = Annotated[Optional[Path], typer.Option("--png", help="Write the report's figures as PNG files into this "
+                                                "directory.")]
+Reference = Annotated[Optional[Path], typer.Option(
+    "--reference", help="JSON report (ckptscan trend --json) of a known-healthy run of the same model and schedule "
+    "to compare with.")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"ckptscan {__version__}")
+        raise typer.Exit(EXIT_OK)
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
     """Catch LLM training instability in saved checkpoints before the loss curve shows it."""

@@ -3,74 +3,93 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.console import Console
 
 from ckptscan.cli.app import (
     ConfigFile,
     Device,
-    FailOn,
+    FailOnOpt,
     Format,
+    FormatOpt,
     FullSpectrum,
     HeadDim,
     Heads,
+    HtmlOut,
     JsonOut,
     Layers,
     MarkdownSummary,
     NumHeads,
     NumKvHeads,
     Precision,
-    Probe,
+    PrecisionOpt,
+    Quiet,
+    Reference,
     SetThreshold,
     TensorMapFile,
     app,
     emit,
     gate,
-    load_settings,
     scan_options,
     user_errors,
+    PngDir,
 )
-from ckptscan.report.table import print_model, print_pair, print_summary
-from ckptscan.results import ScanReport
-from ckptscan.scan import scan_pair
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ckptscan.results import ScanReport
 
 
 @app.command()
 def diff(
-    ckpt_a: Path = typer.Argument(..., help="Older checkpoint (directory or .safetensors file)."),
-    ckpt_b: Path = typer.Argument(..., help="Newer checkpoint."),
-    json_path: Optional[Path] = JsonOut,
-    output: str = Format,
-    markdown_summary: Optional[Path] = MarkdownSummary,
-    fail_on: Optional[str] = FailOn,
-    config: Optional[Path] = ConfigFile,
-    set_: Optional[list[str]] = SetThreshold,
-    num_heads: Optional[int] = NumHeads,
-    num_kv_heads: Optional[int] = NumKvHeads,
-    head_dim: Optional[int] = HeadDim,
-    layers: Optional[str] = Layers,
-    precision: str = Precision,
-    probe: Optional[Path] = Probe,
-    device: str = Device,
-    heads: Optional[str] = Heads,
-    full_spectrum: bool = FullSpectrum,
-    tensor_map: Optional[Path] = TensorMapFile,
+    ckpt_a: Annotated[str, typer.Argument(help="Older checkpoint (directory or file).")],
+    ckpt_b: Annotated[str, typer.Argument(help="Newer checkpoint.")],
+    json_path: JsonOut = None,
+    output: FormatOpt = Format.table,
+    markdown_summary: MarkdownSummary = None,
+    html: HtmlOut = None,
+    png: PngDir = None,
+    fail_on: FailOnOpt = None,
+    config: ConfigFile = None,
+    set_: SetThreshold = None,
+    quiet: Quiet = False,
+    num_heads: NumHeads = None,
+    num_kv_heads: NumKvHeads = None,
+    head_dim: HeadDim = None,
+    layers: Layers = None,
+    precision: PrecisionOpt = Precision.float32,
+    probe: Annotated[Optional[Path], typer.Option(
+        "--probe", help="Router inputs (safetensors, keys layers.{i}.router_input [T, d]): adds routing entropy "
+        "and expert load per MoE layer.")] = None,
+    reference: Reference = None,
+    device: Device = "cpu",
+    heads: Heads = None,
+    full_spectrum: FullSpectrum = False,
+    tensor_map: TensorMapFile = None,
 ) -> None:
     """Per-layer health table of the update from CKPT_A to CKPT_B."""
     with user_errors():
-        options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, probe, device, heads,
+        from ckptscan.api import scan
+        from ckptscan.cli.report import check_figure_outputs, write_figure_outputs
+        from ckptscan.run import AUTO, resolve_pair
+
+        check_figure_outputs(html, png)
+        options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, device, heads,
                                full_spectrum, tensor_map)
-        settings = load_settings(config, set_)
-        options.thresholds = settings.thresholds
-        report = scan_pair(ckpt_a, ckpt_b, options)
+        spec = resolve_pair(ckpt_a, ckpt_b, probe=probe, reference=reference,
+                            config=config if config is not None else AUTO, settings=set_ or ())
+        report = scan(spec, options)
         emit(report, output, json_path, markdown_summary, _print_table)
-        code = gate(report, fail_on or settings.fail_on)
+        write_figure_outputs(report, html, png, quiet)
+        code = gate(report, fail_on or spec.config.fail_on)
     raise typer.Exit(code)
 
 
 def _print_table(console: Console, report: ScanReport) -> None:
+    from ckptscan.report.table import print_model, print_pair, print_summary
+
     print_model(console, report)
     print_pair(console, report, report.pairs[0])
     print_summary(console, report)

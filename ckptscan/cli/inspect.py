@@ -11,59 +11,58 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
-from ckptscan.atomic import write_atomic
-from ckptscan.cli.app import (
-    HeadDim,
-    JsonOut,
-    Layers,
-    NumHeads,
-    NumKvHeads,
-    TensorMapFile,
-    app,
-    out,
-    parse_indices,
-    user_errors,
-)
-from ckptscan.errors import CkptScanError
-from ckptscan.inspect import inspect_path
-from ckptscan.layouts import HeadOverrides, load_tensor_map
+from ckptscan.cli.app import HeadDim, JsonOut, Layers, NumHeads, NumKvHeads, TensorMapFile, app, out, parse_indices, \
+    user_errors
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# The `inspect --json` document's own schema version (keys: schema_version,
+# tool, kind, path, checkpoint, and run for a run directory).
+INSPECT_SCHEMA_VERSION = 1
 
 
 @app.command()
 def inspect(
-    path: Path = typer.Argument(..., help="A checkpoint (directory or file) or a run directory of checkpoints."),
-    json_path: Optional[Path] = JsonOut,
-    output: str = typer.Option("table", "--format", help="Print as 'table' or 'json'."),
-    num_heads: Optional[int] = NumHeads,
-    num_kv_heads: Optional[int] = NumKvHeads,
-    head_dim: Optional[int] = HeadDim,
-    layers: Optional[str] = Layers,
-    tensor_map: Optional[Path] = TensorMapFile,
+    path: Annotated[str, typer.Argument(help="A checkpoint (directory or file) or a run directory of checkpoints.")],
+    json_path: JsonOut = None,
+    output: Annotated[str, typer.Option("--format", metavar="[table|json]", help="Print as a table or JSON.")] =
+    "table",
+    num_heads: NumHeads = None,
+    num_kv_heads: NumKvHeads = None,
+    head_dim: HeadDim = None,
+    layers: Layers = None,
+    tensor_map: TensorMapFile = None,
 ) -> None:
     """Show the format, model family, head geometry and the tensors each layer reads."""
     with user_errors():
+        from ckptscan import __version__
+        from ckptscan.atomic import write_atomic
+        from ckptscan.errors import CkptScanError
+        from ckptscan.inspect import inspect_path
+        from ckptscan.layouts import HeadOverrides, load_tensor_map
+
         if output not in ("table", "json"):
             raise CkptScanError(f"--format must be 'table' or 'json', not {output!r}")
         description = inspect_path(
-            path,
+            Path(path),
             HeadOverrides(num_heads, num_kv_heads, head_dim),
             load_tensor_map(tensor_map) if tensor_map is not None else None,
             parse_indices(layers),
         )
-        text = json.dumps(description, indent=2, default=str) + "\n"
+        document = {"schema_version": INSPECT_SCHEMA_VERSION, "tool": {"name": "ckptscan", "version": __version__},
+                    **description}
+        text = json.dumps(document, indent=2, default=str) + "\n"
         if json_path is not None:
             write_atomic(json_path, text)
         if output == "json":
-            out.print(text, end="", highlight=False, markup=False, soft_wrap=True)
+            out().print(text, end="", highlight=False, markup=False, soft_wrap=True)
         else:
-            _print(out, description)
+            _print(out(), description)
         error = description["checkpoint"].get("error")
         if error is not None:
             raise CkptScanError(error)
@@ -77,6 +76,9 @@ def _print(console: Console, description: dict[str, Any]) -> None:
 
 
 def _print_run(console: Console, description: dict[str, Any]) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
     run = description["run"]
     table = Table(title=f"run {description['path']}: {len(run['checkpoints'])} checkpoint(s) in step order",
                   title_justify="left")
@@ -92,6 +94,9 @@ def _print_run(console: Console, description: dict[str, Any]) -> None:
 
 
 def _print_checkpoint(console: Console, c: dict[str, Any], newest: bool) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
     which = "newest checkpoint" if newest else "checkpoint"
     step = f", step {c['step']}" if c["step"] is not None else ""
     console.print(Text.assemble((which, "bold"), f" {c['path']} ({c['format']}{step}, {c['num_tensors']} tensors "

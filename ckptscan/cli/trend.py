@@ -3,144 +3,131 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ckptscan.cache import PairCache, default_cache_dir
 from ckptscan.cli.app import (
+    Base,
     ConfigFile,
     Device,
-    FailOn,
+    FailOnOpt,
     Format,
+    FormatOpt,
     FullSpectrum,
     HeadDim,
     Heads,
+    HtmlOut,
     JsonOut,
     Layers,
     MarkdownSummary,
     NumHeads,
     NumKvHeads,
+    PngDir,
     Precision,
+    PrecisionOpt,
     Quiet,
+    Reference,
     SetThreshold,
     TensorMapFile,
     app,
     emit,
     err,
     gate,
-    load_settings,
+    note,
     scan_options,
     user_errors,
 )
-from ckptscan.cli.report import HtmlOut, PngDir, check_figure_outputs, write_figure_outputs
-from ckptscan.errors import CkptScanError
-from ckptscan.loss_log import read_loss_log
-from ckptscan.report.trend_table import print_trend
-from ckptscan.scan import ScanOptions
-from ckptscan.trend import TrendOptions, scan_run
 
-# Files a run directory may carry that trend uses without being told.
-DEFAULT_LOSS_LOG = "train_log.jsonl"
-DEFAULT_PROBE = "probe.safetensors"
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 @app.command()
 def trend(
-    run_dir: Path = typer.Argument(..., help="Run directory holding checkpoint-N/ (or step-N/, iter_N/ …) folders."),
-    stride: int = typer.Option(1, "--stride", help="Use every N-th checkpoint (from the first)."),
-    base: str = typer.Option("previous", "--base", help="'previous': each checkpoint against the one before; "
-                             "'first': each against the first."),
-    baseline: Optional[Path] = typer.Option(None, "--baseline", help="JSON report (ckptscan trend --json) of a "
-                                            "known-healthy run of the same model and schedule to compare with."),
-    loss_log: Optional[Path] = typer.Option(None, "--loss-log", help="Loss log (JSON Lines or CSV with step, loss; "
-                                            f"default: RUN_DIR/{DEFAULT_LOSS_LOG} when present)."),
-    json_path: Optional[Path] = JsonOut,
-    output: str = Format,
-    markdown_summary: Optional[Path] = MarkdownSummary,
-    html: Optional[Path] = HtmlOut,
-    png: Optional[Path] = PngDir,
-    fail_on: Optional[str] = FailOn,
-    config: Optional[Path] = ConfigFile,
-    set_: Optional[list[str]] = SetThreshold,
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Where per-pair results are cached "
-                                             "(default: $XDG_CACHE_HOME/ckptscan or ~/.cache/ckptscan)."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Compute every pair; read and write no cache."),
-    quiet: bool = Quiet,
-    num_heads: Optional[int] = NumHeads,
-    num_kv_heads: Optional[int] = NumKvHeads,
-    head_dim: Optional[int] = HeadDim,
-    layers: Optional[str] = Layers,
-    precision: str = Precision,
-    probe: Optional[Path] = typer.Option(None, "--probe", help="Router inputs (safetensors, keys "
-                                         "layers.{i}.router_input [T, d]) for routing entropy and expert load "
-                                         f"(default: RUN_DIR/{DEFAULT_PROBE} when present)."),
-    device: str = Device,
-    heads: Optional[str] = Heads,
-    full_spectrum: bool = FullSpectrum,
-    tensor_map: Optional[Path] = TensorMapFile,
+    run_dir: Annotated[str, typer.Argument(help="Run directory holding checkpoint-N/ (or step-N/, iter_N/ ...) "
+                                           "folders.")],
+    stride: Annotated[int, typer.Option("--stride", help="Use every N-th checkpoint (from the first).")] = 1,
+    base: Annotated[Base, typer.Option("--base", help="previous: each checkpoint against the one before; "
+                                       "first: each against the first.")] = Base.previous,
+    reference: Reference = None,
+    baseline: Annotated[Optional[Path], typer.Option("--baseline", hidden=True,
+                                                     help="Deprecated alias of --reference.")] = None,
+    loss_log: Annotated[Optional[Path], typer.Option(
+        "--loss-log", help="Loss log (JSON Lines or CSV with step, loss; default: RUN_DIR/train_log.jsonl when "
+        "present).")] = None,
+    no_loss_log: Annotated[bool, typer.Option("--no-loss-log", help="Use no loss log, not even the run's "
+                                              "own.")] = False,
+    json_path: JsonOut = None,
+    output: FormatOpt = Format.table,
+    markdown_summary: MarkdownSummary = None,
+    html: HtmlOut = None,
+    png: PngDir = None,
+    fail_on: FailOnOpt = None,
+    config: ConfigFile = None,
+    set_: SetThreshold = None,
+    cache_dir: Annotated[Optional[Path], typer.Option(
+        "--cache-dir", help="Where per-pair results are cached (default: $XDG_CACHE_HOME/ckptscan or "
+        "~/.cache/ckptscan).")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Compute every pair; read and write no "
+                                           "cache.")] = False,
+    quiet: Quiet = False,
+    num_heads: NumHeads = None,
+    num_kv_heads: NumKvHeads = None,
+    head_dim: HeadDim = None,
+    layers: Layers = None,
+    precision: PrecisionOpt = Precision.float32,
+    probe: Annotated[Optional[Path], typer.Option(
+        "--probe", help="Router inputs (safetensors, keys layers.{i}.router_input [T, d]) for routing entropy "
+        "and expert load (default: RUN_DIR/probe.safetensors when present).")] = None,
+    no_probe: Annotated[bool, typer.Option("--no-probe", help="Use no probe, not even the run's own.")] = False,
+    device: Device = "cpu",
+    heads: Heads = None,
+    full_spectrum: FullSpectrum = False,
+    tensor_map: TensorMapFile = None,
 ) -> None:
     """When did each layer become abnormal, through which mechanism, and does the run pass the gate?"""
     with user_errors():
-        if not run_dir.is_dir():
-            raise CkptScanError("not a run directory", path=run_dir)
+        from ckptscan.api import scan
+        from ckptscan.cache import PairCache, default_cache_dir
+        from ckptscan.cli.report import check_figure_outputs, write_figure_outputs
+        from ckptscan.errors import CkptScanError
+        from ckptscan.report.trend_table import print_trend
+        from ckptscan.run import AUTO, resolve_run
+
+        if baseline is not None:
+            if reference is not None:
+                raise CkptScanError("give --reference only (--baseline is its deprecated alias)")
+            note("--baseline is deprecated: use --reference (a known-healthy run's report)", "yellow", quiet)
+            reference = baseline
         check_figure_outputs(html, png)
-        found_probe = probe is None and (run_dir / DEFAULT_PROBE).is_file()
-
-        def options_with(probe_file: Path | None) -> ScanOptions:
-            return scan_options(precision, num_heads, num_kv_heads, head_dim, layers, probe_file, device, heads,
-                                full_spectrum, tensor_map)
-
-        try:
-            options = options_with(run_dir / DEFAULT_PROBE if found_probe else probe)
-        except CkptScanError as e:
-            if not found_probe:
-                raise
-            # The run's own probe was not asked for: an unusable one is skipped, not fatal.
-            if not quiet:
-                err.print(f"ignoring the run's probe: {e}", highlight=False, style="yellow")
-            found_probe = False
-            options = options_with(None)
-        if found_probe and not quiet:
-            err.print(f"using the run's probe: {run_dir / DEFAULT_PROBE}", highlight=False, style="dim")
-        settings = load_settings(config, set_)
-        options.thresholds = settings.thresholds
-        if loss_log is None:
-            loss_log = _usable_loss_log(run_dir / DEFAULT_LOSS_LOG, quiet)
-        cache = None if no_cache else PairCache(cache_dir or default_cache_dir(), options)
+        options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, device, heads,
+                               full_spectrum, tensor_map)
+        spec = resolve_run(run_dir, stride=stride, base=Base(base).value,
+                           probe=None if no_probe else probe or AUTO,
+                           loss_log=None if no_loss_log else loss_log or AUTO,
+                           reference=reference, config=config if config is not None else AUTO,
+                           settings=set_ or ())
+        for message in spec.notes:
+            note(message, "yellow" if message.startswith("ignoring") else "dim", quiet)
+        cache = None if no_cache else PairCache(cache_dir or default_cache_dir())
         with _progress(quiet) as progress:
             task = progress.add_task("scanning layers", total=None)
-            options.progress = lambda done, total: progress.update(task, completed=done, total=total)
-            report = scan_run(run_dir, options, TrendOptions(stride, base, loss_log, baseline), cache)
-        if cache is not None and not quiet:
-            err.print(f"cache: {cache.hits} pair(s) reused, {cache.misses} computed ({cache.directory})",
-                      highlight=False, style="dim")
+            report = scan(spec, options, cache=cache,
+                          progress=lambda done, total: progress.update(task, completed=done, total=total))
+        if cache is not None:
+            note(f"cache: {cache.hits} pair(s) reused, {cache.misses} computed ({cache.directory})", quiet=quiet)
             if cache.write_error:
-                err.print(f"cache not written: {cache.write_error}", highlight=False, style="yellow")
+                note(f"cache not written: {cache.write_error}", "yellow", quiet)
         emit(report, output, json_path, markdown_summary, print_trend)
         write_figure_outputs(report, html, png, quiet)
-        code = gate(report, fail_on or settings.fail_on)
+        code = gate(report, fail_on or spec.config.fail_on)
     raise typer.Exit(code)
 
 
 def _progress(quiet: bool) -> Progress:
     """A progress bar on stderr, only for a person watching a terminal."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=err, transient=True, disable=quiet or not err.is_terminal)
-
-
-def _usable_loss_log(path: Path, quiet: bool) -> Path | None:
-    """The run's own loss log when present and readable; an unreadable one is
-    skipped with a note (it was not asked for), unlike an explicit --loss-log."""
-    if not path.is_file():
-        return None
-    try:
-        read_loss_log(path)
-    except CkptScanError as e:
-        if not quiet:
-            err.print(f"ignoring the run's loss log: {e}", highlight=False, style="yellow")
-        return None
-    if not quiet:
-        err.print(f"using the run's loss log: {path}", highlight=False, style="dim")
-    return path
+                    console=err(), transient=True, disable=quiet or not err().is_terminal)

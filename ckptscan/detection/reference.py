@@ -1,4 +1,4 @@
-"""A known-healthy reference run (`--baseline REPORT.json`).
+"""A known-healthy reference run (`--reference REPORT.json`).
 
 A run judged only against itself cannot see a fault that is there from the
 first checkpoint. A JSON report of a healthy run of the same model and
@@ -13,17 +13,15 @@ is for gross departures, such as a fault present from the first checkpoint.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 from ckptscan.detection.catalog import Monitor
 from ckptscan.detection.series import Expectation, first_judged, judged_value, robust_center_scale
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts.base import ModelInfo
-from ckptscan.results import LayerResult, PairResult, from_dict
+from ckptscan.results import LayerResult, ScanReport
 
 
 @dataclass
@@ -64,21 +62,11 @@ class Reference:
         return expected
 
 
-def load_reference(path: str | Path, warmup_pairs: int, warmup_steps: int) -> Reference:
-    """Read a ckptscan JSON report of a healthy run (trend or diff)."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise CkptScanError(f"cannot read the reference report: {e.strerror or e}", path=path) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CkptScanError(f"the reference report is not valid JSON ({e})", path=path) from None
-    if not isinstance(data, dict) or not isinstance(data.get("pairs"), list) or not isinstance(data.get("model"), dict):
-        raise CkptScanError("not a ckptscan JSON report (no 'pairs' and 'model')", path=path)
-    try:
-        pairs = [from_dict(PairResult, p) for p in data["pairs"]]
-    except (TypeError, ValueError, KeyError) as e:
-        raise CkptScanError(f"the reference report's pairs cannot be read ({e})", path=path) from None
+def reference_from_report(report: ScanReport, warmup_pairs: int, warmup_steps: int, path: str | None = None
+                          ) -> Reference:
+    """The expectations of a known-healthy run's report (trend or diff),
+    from its pairs after warm-up."""
+    pairs = report.pairs
     start = first_judged([p.from_step for p in pairs], warmup_pairs, warmup_steps)
     judged = pairs[start:] or pairs
     layers: dict[int, list[LayerResult]] = {}
@@ -90,6 +78,6 @@ def load_reference(path: str | Path, warmup_pairs: int, warmup_steps: int) -> Re
         for number, results in layers.items():
             results.append(by_layer.get(number, LayerResult(number)))
     steps = [float(p.to_step) if p.to_step is not None else float(i) for i, p in enumerate(judged)]
-    model = {k: data["model"][k] for k in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
-                                            "num_experts") if k in data["model"]}
-    return Reference(str(path), model, steps, layers)
+    model = {k: getattr(report.model, k) for k in ("num_layers", "hidden_size", "num_heads", "num_kv_heads",
+                                                   "head_dim", "num_experts") if hasattr(report.model, k)}
+    return Reference(path or str(report.settings.get("run", "the reference report")), model, steps, layers)

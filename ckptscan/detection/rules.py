@@ -30,7 +30,7 @@ from ckptscan.detection.reference import Reference
 from ckptscan.detection.series import Point, SeriesSettings, first_judged, robust_center_scale, track
 from ckptscan.detection.summary import summarize, worst
 from ckptscan.errors import CkptScanError
-from ckptscan.results import Finding, LayerResult, PairResult, ScanReport
+from ckptscan.results import Finding, LayerResult, PairResult, ScanReport, SeriesPoint
 
 __all__ = ["Thresholds", "assess_report", "summarize", "worst"]
 
@@ -126,6 +126,7 @@ def assess_report(
     for pair in report.pairs:
         for layer in pair.layers:
             layer.findings = numeric_findings(layer)
+            layer.judgements = {}
     for index, pair in enumerate(report.pairs):
         if index >= start:
             for layer in pair.layers:
@@ -228,6 +229,8 @@ def series_findings(report: ScanReport, t: Thresholds, start: int, reference: Re
             verdicts[monitor.name] = track(steps, values, monitor.spec, settings, expected)
         for index, layer in enumerate(layers):
             layer.findings.extend(_point_findings(index, verdicts, pairs))
+            layer.judgements = {name: _judgement(points[index], pairs)
+                                for name, points in verdicts.items() if points[index].state != "missing"}
         newest = {}
         for name, points in verdicts.items():
             last = next((p for p in reversed(points) if p.value is not None), None)
@@ -257,6 +260,11 @@ def _point_findings(index: int, verdicts: dict[str, list[Point]], pairs: list[Pa
             severity = "warn"
         findings.append(_series_finding(monitor, point, severity, pairs))
     return findings
+
+
+def _judgement(point: Point, pairs: list[PairResult]) -> SeriesPoint:
+    return SeriesPoint(point.state, point.value, point.expected, point.warn_at, point.alert_at, point.rule,
+                       point.excess, pairs[point.onset].to_step if point.onset is not None else None)
 
 
 def _series_finding(monitor: Monitor, point: Point, severity: str, pairs: list[PairResult]) -> Finding:

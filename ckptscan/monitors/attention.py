@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ckptscan.monitors.spectral import gram_singular_values, single_threaded_lapack
+from ckptscan.monitors.spectral import gram_singular_values
 
 _F64 = torch.float64
 
@@ -192,16 +192,15 @@ def qk_spectra(
 
     core_rank = min(2 * r, d)
     head_rank = min(r, d)
-    with single_threaded_lapack():
-        factor_a = _gram_factor(gram_a)
-        delta1 = _factored_product_sv(factor_a, gram_b1, core_rank)
-        delta2 = _factored_product_sv(factor_a, gram_b2, core_rank)
-        delta3 = product_singular_values(dqdq, dkdk_h, head_rank)
-        dwq = gram_singular_values(dqdq, head_rank)
-        dwk = gram_singular_values(dkdk, head_rank)
-        q_norm_b = gram_singular_values(qq_b, 1)[:, 0]
-        q_norm_a = gram_singular_values(qq_a, 1)[:, 0]
-        logit_bound = product_singular_values(qq_b, kk_b_h, 1)[:, 0]
+    factor_a = _gram_factor(gram_a)
+    delta1 = _factored_product_sv(factor_a, gram_b1, core_rank)
+    delta2 = _factored_product_sv(factor_a, gram_b2, core_rank)
+    delta3 = product_singular_values(dqdq, dkdk_h, head_rank)
+    dwq = gram_singular_values(dqdq, head_rank)
+    dwk = gram_singular_values(dkdk, head_rank)
+    q_norm_b = gram_singular_values(qq_b, 1)[:, 0]
+    q_norm_a = gram_singular_values(qq_a, 1)[:, 0]
+    logit_bound = product_singular_values(qq_b, kk_b_h, 1)[:, 0]
 
     nan = float("nan")
     return QKSpectra(

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ckptscan.monitors.spectral import SpectralStats, gram_singular_values, single_threaded_lapack, spectral_stats
+from ckptscan.monitors.spectral import SpectralStats, gram_singular_values, spectral_stats
 
 _F64 = torch.float64
 
@@ -75,8 +75,7 @@ def router_metrics(
         # float64 eigenvalues carry ~1e-16·σ_max² absolute error: every
         # σ ≥ 1e-3·σ_max is exact to ~1e-10 relative.
         gram = delta @ delta.T
-        with single_threaded_lapack():
-            sv = gram_singular_values(gram, min(rows, cols))
+        sv = gram_singular_values(gram, min(rows, cols))
     else:
         sv = torch.full((min(rows, cols),), float("nan"), dtype=_F64)
     base_norm = float(w_a.norm())

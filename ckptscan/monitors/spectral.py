@@ -8,11 +8,8 @@ sizes are directly comparable.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import threading
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 
@@ -77,28 +74,3 @@ def gram_singular_values(gram: torch.Tensor, rank: int | None = None) -> torch.T
     √λ of its eigenvalues, a rounding-negative λ read as 0."""
     evals = torch.linalg.eigvalsh(gram)  # ascending
     return evals.flip(-1)[..., :rank].clamp_min(0).sqrt()
-
-
-_THREADS_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def single_threaded_lapack() -> Iterator[None]:
-    """Run batched small (≤ a few hundred) dense LAPACK calls on one thread.
-
-    torch hands each small eigen/Cholesky problem to a multithreaded LAPACK
-    whose thread start-up and barriers cost more than the problem: measured on
-    a 2-core machine, eigvalsh of 32 matrices of 256² takes 0.09 s on one
-    thread versus 0.2–0.5 s on two, and 10–30× longer when the machine is
-    busy. The process-wide torch thread count is restored on exit.
-    """
-    with _THREADS_LOCK:
-        previous = torch.get_num_threads()
-        if previous == 1:
-            yield
-            return
-        torch.set_num_threads(1)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(previous)

@@ -6,11 +6,10 @@
 - `heatmap_<monitor>`: one per headline monitor, layers × steps, with each
   warn/alert finding of that monitor marked on its cell.
 
-The bands are not stored in the report; they are recomputed here from the
-report's own metrics and effective thresholds with the detector's code
-(`detection.series.track`), so they are exactly what each point was judged
-against. Only a reference run's expectations (`--baseline`) cannot be
-recomputed; the caption says so.
+The bands are what detection stored in the report: each series point's
+expected value and its warn and alert levels (`LayerResult.judgements`),
+including a reference run's expectations where that rule judged the point.
+Nothing is judged again here.
 
 matplotlib is an optional extra, imported only when a figure is drawn. The
 figures use `Figure` and the Agg canvas directly, never pyplot: no global
@@ -28,11 +27,10 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import numpy as np
 
 from ckptscan.detection.catalog import BY_NAME, Monitor
-from ckptscan.detection.rules import Thresholds, first_judged_pair
-from ckptscan.detection.series import Point, track
+from ckptscan.detection.rules import Thresholds
 from ckptscan.errors import CkptScanError
 from ckptscan.report.sparkline import cells
-from ckptscan.results import Finding, LayerResult, ScanReport
+from ckptscan.results import Finding, LayerResult, ScanReport, SeriesPoint
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -394,9 +392,6 @@ def draw_timeline(report: ScanReport, grid: Grid) -> tuple[MplFigure, str]:
         caption.append("Bottom: the mean training loss over each pair's updates, from the report's loss log.")
     else:
         caption.append("No loss in the report (ckptscan trend --loss-log adds it).")
-    if "reference" in report.settings:
-        caption.append("The report was also judged against a reference run, whose expectations are not stored "
-                       "in it: the bands show the run's self-baseline only.")
     return fig, " ".join(caption)
 
 
@@ -473,11 +468,11 @@ def _layer_panel(ax: Axes, report: ScanReport, grid: Grid, layer: int, threshold
         others = np.delete(values, row, axis=0)
         ax.plot(grid.steps, _nan_reduce(np.nanmedian, others), color="#9a9a9a", linewidth=0.9, zorder=2,
                 label="the other layer" if len(others) == 1 else "median of the other layers")
-    points = _band_points(report, grid, layer, monitor, thresholds)
+    points = _band_points(grid, layer, monitor)
     if points is not None:
         _draw_band(ax, grid.steps, points, monitor, thresholds)
     else:
-        notes.append("No band: the report carries no thresholds to recompute it with.")
+        notes.append("No band: the report carries no series judgements (a single pair, or an older report).")
     dense = len(grid.steps) > 60  # smaller markers, so that many do not merge into a blot
     ax.plot(grid.steps, series, color="#2166ac", marker="o", markersize=2.5 if dense else 3.5, linewidth=1.3,
             zorder=4, label="flagged layer")
@@ -523,22 +518,20 @@ def _thresholds(report: ScanReport) -> Thresholds | None:
         return None
 
 
-def _band_points(report: ScanReport, grid: Grid, layer: int, monitor: Monitor, thresholds: Thresholds | None
-                 ) -> list[Point] | None:
-    """What the series rule saw at each pair of this (layer, monitor) series."""
-    if thresholds is None or len(report.pairs) < 2:
-        return None
+def _band_points(grid: Grid, layer: int, monitor: Monitor) -> list[SeriesPoint | None] | None:
+    """What detection recorded at each pair of this (layer, monitor) series,
+    or None when the report carries no judgements for it."""
     results = [by_layer.get(layer) for by_layer in grid.results]
-    values = [monitor.read(r) if r is not None else None for r in results]
-    settings = thresholds.series_settings(first_judged_pair(report.pairs, thresholds))
-    return track(grid.steps, values, monitor.spec, settings)
+    points = [r.judgements.get(monitor.name) if r is not None else None for r in results]
+    return points if any(p is not None for p in points) else None
 
 
-def _draw_band(ax: Axes, steps: list[float], points: list[Point], monitor: Monitor, t: Thresholds) -> None:
+def _draw_band(ax: Axes, steps: list[float], points: list[SeriesPoint | None], monitor: Monitor,
+               t: Thresholds | None) -> None:
     n = len(points)
     centre, lo, hi, alert_lo, alert_hi = (np.full(n, np.nan) for _ in range(5))
     for k, p in enumerate(points):
-        if p.expected is None or p.warn_at is None or p.alert_at is None:
+        if p is None or p.expected is None or p.warn_at is None or p.alert_at is None:
             continue
         to = math.log if monitor.spec.log else float
         back = math.exp if monitor.spec.log else float
@@ -553,13 +546,15 @@ def _draw_band(ax: Axes, steps: list[float], points: list[Point], monitor: Monit
     known = np.isfinite(centre)
     if not known.any():
         return
+    warn_level = f" ({t.warn_sigma:g} robust σ)" if t is not None else ""
+    alert_level = f" ({t.alert_sigma:g} robust σ)" if t is not None else ""
     ax.fill_between(steps, lo, hi, where=known, color="#bdbdbd", alpha=0.55, linewidth=0, zorder=2,
-                    label=f"baseline ± warn level ({t.warn_sigma:g} robust σ)")
+                    label=f"baseline ± warn level{warn_level}")
     ax.plot(steps, centre, color="black", linestyle="--", linewidth=1.0, zorder=3, label="baseline")
     for bound in (alert_lo, alert_hi):
         if np.isfinite(bound).any():
             ax.plot(steps, bound, color="black", linestyle=":", linewidth=1.0, zorder=3,
-                    label=f"alert level ({t.alert_sigma:g} robust σ)")
+                    label=f"alert level{alert_level}")
 
 
 def _all_layers_panel(ax: Axes, grid: Grid, monitor: Monitor) -> None:

@@ -32,6 +32,12 @@ def read_report(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def load_report(path: str | Path) -> ScanReport:
+    """A ckptscan JSON report file as result objects, its schema version checked:
+    what `--reference` compares with and what `ckptscan report` renders."""
+    return report_from_dict(read_report(path), path)
+
+
 def as_json_values(data: dict[str, Any]) -> dict[str, Any]:
     """`data` as a JSON file gives it back (lists for tuples, str keys)."""
     return json.loads(json.dumps(data, allow_nan=False))

@@ -52,13 +52,14 @@ def test_warn_verdict_fails_only_a_warn_gate(runs):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--fail-on", "sometimes"], "--fail-on must be"),
-    (["--format", "yaml"], "--format must be"),
+    (["--fail-on", "sometimes"], "Invalid value for '--fail-on'"),
+    (["--format", "yaml"], "Invalid value for '--format'"),
     (["--stride", "0"], "--stride must be"),
-    (["--base", "last"], "--base must be"),
+    (["--base", "last"], "Invalid value for '--base'"),
     (["--set", "alert_sigm=5"], "unknown setting"),
     (["--set", "warn_sigma=9"], "invalid thresholds"),
-    (["--baseline", "missing.json"], "cannot read the reference report"),
+    (["--reference", "missing.json"], "cannot read the report"),
+    (["--baseline", "missing.json"], "cannot read the report"),
     (["--loss-log", "missing.jsonl"], "cannot read the loss log"),
     (["--layers", "7"], "no layer(s) [7]"),
     (["--config", "missing.toml"], "no such config file"),

@@ -96,16 +96,18 @@ class CtrlC:
         if name == "torch":
             raise KeyboardInterrupt
 sys.meta_path.insert(0, CtrlC())
-sys.argv = ["ckptscan", "--help"]
+sys.argv = ["ckptscan", "diff", "older", "newer"]
 from ckptscan.console import main
 main()
 """
 
 
 def test_ctrl_c_while_torch_imports_is_one_line_and_exit_130() -> None:
+    # The CLI imports torch inside the command (so --help stays fast): a
+    # Ctrl-C there is caught like any other Ctrl-C of a running command.
     proc = subprocess.run([sys.executable, "-c", INTERRUPTED_IMPORT], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 130, proc.stderr
-    assert proc.stderr == "interrupted during start-up\n"
+    assert proc.stderr.count("\n") == 1 and "interrupted" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_importing_the_package_does_not_import_torch() -> None:

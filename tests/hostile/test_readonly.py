@@ -216,15 +216,15 @@ def test_cache_entries_are_atomic_and_a_torn_entry_is_recomputed(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from ckptscan import ScanOptions
     from ckptscan.cache import PairCache
-    from ckptscan.readers import open_checkpoint
-    from ckptscan.scan import scan_checkpoints
+    from ckptscan.compute import compute
+    from ckptscan.run import resolve_pair
 
     a, b = write_pair(tmp_path / "ckpts")
-    older, newer = open_checkpoint(a), open_checkpoint(b)
-    options = ScanOptions()
-    layers = scan_checkpoints("diff", [older, newer], options).pairs[0].layers
-    cache = PairCache(tmp_path / "cache", options)
-    key = cache.key(older, newer)
+    spec = resolve_pair(a, b)
+    older, newer = spec.checkpoints
+    layers = compute(spec, ScanOptions()).pairs[0].layers
+    cache = PairCache(tmp_path / "cache")
+    key = cache.key(older, newer, ScanOptions().cache_key())
 
     def interrupted(fd):
         raise KeyboardInterrupt

@@ -3,10 +3,8 @@ the collapse run scanned with and without its loss log, and a healthy run."""
 
 import pytest
 
+from ckptscan import scan_run
 from ckptscan.cache import PairCache
-from ckptscan.probe import load_probe
-from ckptscan.scan import ScanOptions
-from ckptscan.trend import TrendOptions, scan_run
 
 from report.runs import write_collapse_run, write_healthy_run
 
@@ -27,11 +25,10 @@ def runs(tmp_path_factory):
 @pytest.fixture(scope="session")
 def reports(runs, tmp_path_factory):
     run = runs["collapse"]
-    options = ScanOptions(probe=load_probe(run / "probe.safetensors"))
     # One cache: the second scan of the run reuses the first one's pairs.
-    cache = PairCache(tmp_path_factory.mktemp("pair-cache"), options)
+    cache = PairCache(tmp_path_factory.mktemp("pair-cache"))
     return {
-        "loss": scan_run(run, options, TrendOptions(loss_log=run / "train_log.jsonl"), cache),
-        "no_loss": scan_run(run, options, TrendOptions(), cache),
+        "loss": scan_run(run, cache=cache),  # the run's own probe and loss log
+        "no_loss": scan_run(run, cache=cache, loss_log=None),
         "healthy": scan_run(runs["healthy"]),
     }

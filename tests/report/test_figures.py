@@ -199,7 +199,7 @@ def test_timeline_panels_are_capped_for_many_flagged_layers():
 def test_non_finite_weights_are_shaded_on_the_timeline_and_marked_on_the_heatmap(runs, tmp_path):
     from safetensors.torch import load_file, save_file
 
-    from ckptscan.trend import scan_run
+    from ckptscan import scan_run
 
     run = shutil.copytree(runs["healthy"], tmp_path / "nan-run")
     (shard,) = (run / "checkpoint-600").glob("*.safetensors")

@@ -218,7 +218,7 @@ def test_importing_the_cli_does_not_import_matplotlib():
 def test_a_single_pair_report_gets_a_per_layer_figure(runs, tmp_path):
     pytest.importorskip("matplotlib")
     from ckptscan.report.html import SECTIONS
-    from ckptscan.scan import scan_pair
+    from ckptscan import scan_pair
 
     run = runs["collapse"]
     report = scan_pair(run / "checkpoint-900", run / "checkpoint-1000")

@@ -1,0 +1,51 @@
+"""The one-call API: resolve + compute + judge, exactly what the CLI does.
+
+    report = ckptscan.scan_pair("run/checkpoint-1000", "run/checkpoint-1100")
+    report = ckptscan.scan_run("run/")   # the run's probe, loss log and config, as `ckptscan trend`
+
+The steps are public too, for callers that cache, schedule or judge on their
+own (`ckptscan trend`, live mode, the Ray executor):
+
+    spec = ckptscan.resolve_run("run/", stride=2)
+    metrics = ckptscan.compute(spec, ckptscan.ScanOptions(heads=[0, 1]))
+    report = ckptscan.judge(metrics, spec.config.thresholds, spec.reference, reference_path=spec.reference_path)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from ckptscan.cache import PairCache
+from ckptscan.compute import compute
+from ckptscan.detection.judge import judge
+from ckptscan.detection.rules import Thresholds
+from ckptscan.results import ScanReport
+from ckptscan.run import RunSpec, resolve_pair, resolve_run
+from ckptscan.scan import ScanOptions
+
+
+def scan_pair(older: str | Path, newer: str | Path, options: ScanOptions | None = None, *,
+              thresholds: Thresholds | None = None, **resolve: object) -> ScanReport:
+    """Compare two checkpoints (older, newer) layer by layer, judged.
+
+    `resolve`: `resolve_pair`'s side files (probe, reference, config, settings).
+    `thresholds` replaces the config's."""
+    return scan(resolve_pair(older, newer, **resolve), options, thresholds=thresholds)
+
+
+def scan_run(run_dir: str | Path, options: ScanOptions | None = None, *, thresholds: Thresholds | None = None,
+             cache: PairCache | None = None, progress: Callable[[int, int], None] | None = None,
+             **resolve: object) -> ScanReport:
+    """Scan a run directory's checkpoints pair by pair and judge the series.
+
+    `resolve`: `resolve_run`'s arguments (stride, base, probe, loss_log,
+    reference, config, settings). `thresholds` replaces the config's."""
+    return scan(resolve_run(run_dir, **resolve), options, thresholds=thresholds, cache=cache, progress=progress)
+
+
+def scan(spec: RunSpec, options: ScanOptions | None = None, *, thresholds: Thresholds | None = None,
+         cache: PairCache | None = None, progress: Callable[[int, int], None] | None = None) -> ScanReport:
+    """compute + judge of a resolved spec."""
+    metrics = compute(spec, options, cache=cache, progress=progress)
+    return judge(metrics, thresholds or spec.config.thresholds, spec.reference, reference_path=spec.reference_path)

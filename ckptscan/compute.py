@@ -1,0 +1,97 @@
+"""compute: a run spec -> metrics. No thresholds, no findings: cacheable.
+
+    metrics = compute(resolve_run("runs/main"), ScanOptions())
+    report = judge(metrics, spec.config.thresholds)
+
+Pairs already in the cache are not computed again, and only the checkpoints
+that the remaining pairs need are read (each once). Live mode and the Ray
+executor call this same function.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ckptscan.cache import PairCache, file_identity
+from ckptscan.layouts import ModelInfo, resolve_layout
+from ckptscan.loss_log import LossLog
+from ckptscan.results import CheckpointRef, LayerResult, PairResult
+from ckptscan.run import RunSpec
+from ckptscan.scan import ScanOptions, scan_layers
+
+
+@dataclass
+class Metrics:
+    """The numbers of a scan, before any judgement."""
+
+    kind: str  # "pair" | "run", as the spec
+    model: ModelInfo
+    checkpoints: list[CheckpointRef]
+    pairs: list[PairResult]  # layers carry metrics only (no findings, status "ok")
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)  # pairing, stride, the run, the loss log …
+    probe: str | None = None
+    loss_log: LossLog | None = None  # read by judge for the divergence step and the LR warm-up
+    cached: list[bool] = field(default_factory=list)  # per pair: taken from the cache rather than computed
+
+
+def compute(
+    spec: RunSpec,
+    options: ScanOptions | None = None,
+    *,
+    cache: PairCache | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Metrics:
+    """Every pair of `spec`, from the cache where it has them."""
+    options = options or ScanOptions()
+    ckpts, pairs = spec.checkpoints, spec.pairs
+    settings = pair_settings(options, spec)
+    keys = [cache.key(ckpts[a], ckpts[b], settings) for a, b in pairs] if cache is not None else []
+    layers: list[list[LayerResult] | None] = [cache.get(k) for k in keys] if cache is not None else [None] * len(pairs)
+    cached = [found is not None for found in layers]
+    missing = [k for k, found in enumerate(layers) if found is None]
+    model = None
+    if missing:
+        # Read only the checkpoints the missing pairs need, each once.
+        needed = sorted({i for k in missing for i in pairs[k]})
+        position = {i: p for p, i in enumerate(needed)}
+        model, computed = scan_layers([ckpts[i] for i in needed],
+                                      [(position[pairs[k][0]], position[pairs[k][1]]) for k in missing],
+                                      options, spec.probe, progress)
+        for k, pair_layers in zip(missing, computed):
+            layers[k] = pair_layers
+            if cache is not None:
+                cache.put(keys[k], pair_layers)
+    if model is None:
+        model = resolve_layout(ckpts[0], options.overrides, options.tensor_map).info
+
+    results = [PairResult(ckpts[a].step, ckpts[b].step, found, str(ckpts[a].path), str(ckpts[b].path))
+               for (a, b), found in zip(pairs, layers)]
+    run_settings: dict[str, Any] = {}
+    if spec.kind == "run":
+        run_settings = {"run": spec.path, **spec.pairing}
+    if spec.loss_log is not None:
+        for pair in results:
+            pair.loss = spec.loss_log.pair_loss(pair.from_step, pair.to_step)
+        run_settings.update(loss_log=str(spec.loss_log.path), lr_warmup_end_step=spec.loss_log.warmup_end())
+    return Metrics(
+        kind=spec.kind,
+        model=model,
+        checkpoints=[CheckpointRef(str(c.path), c.step) for c in ckpts],
+        pairs=results,
+        skipped=list(spec.skipped),
+        settings=run_settings,
+        probe=str(spec.probe.path) if spec.probe is not None else None,
+        loss_log=spec.loss_log,
+        cached=cached,
+    )
+
+
+def pair_settings(options: ScanOptions, spec: RunSpec) -> dict[str, str]:
+    """What besides the two checkpoints decides a pair's numbers: the options'
+    cache key and the probe file's identity."""
+    probe = spec.probe
+    return {**options.cache_key(),
+            "probe": "null" if probe is None else json.dumps(file_identity(probe.path), sort_keys=True)}

@@ -1,0 +1,170 @@
+"""What to scan: a run spec, resolved once from what the user named.
+
+    spec = resolve_run("runs/main")              # checkpoints, probe, loss log, config
+    spec = resolve_pair("ckpt-1000", "ckpt-1100")
+
+A `RunSpec` is everything a scan reads besides its options: the checkpoints
+in step order, the (older, newer) pairs to compare, and the run's side files.
+The defaults are the ones the CLI documents, and the CLI only maps its flags
+onto these arguments, so the library and the command line see the same run:
+
+- probe: `RUN/probe.safetensors` when present (routing entropy, expert load);
+- loss log: `RUN/train_log.jsonl` when present (lead time, LR warm-up);
+- config: the nearest `ckptscan.toml` / `pyproject.toml [tool.ckptscan]` from
+  the current directory up (thresholds, the gate's `fail_on`);
+- reference: none (a known-healthy run's JSON report, only when given).
+
+Each side file is `AUTO` (the default above), `None` (off) or a path. A file
+found by default that cannot be used is skipped with a note (it was not asked
+for); a file named explicitly that cannot be used is an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence, Union
+
+from ckptscan.config import Config, load_config
+from ckptscan.discovery import discover_run
+from ckptscan.errors import CkptScanError
+from ckptscan.loss_log import LossLog, read_loss_log
+from ckptscan.probe import Probe, load_probe
+from ckptscan.readers import Checkpoint, open_checkpoint
+from ckptscan.report.load import load_report
+from ckptscan.results import ScanReport
+
+
+class _Auto:
+    """The run's own file, found with the documented default."""
+
+    def __repr__(self) -> str:
+        return "AUTO"
+
+
+AUTO = _Auto()
+SideFile = Union[str, Path, _Auto, None]
+
+# Files a run directory may carry that a scan uses without being told.
+DEFAULT_PROBE = "probe.safetensors"
+DEFAULT_LOSS_LOG = "train_log.jsonl"
+BASES = ("previous", "first")
+
+
+@dataclass
+class RunSpec:
+    kind: str  # "pair" (two checkpoints) | "run" (a run directory)
+    path: str  # the run directory, or the newer checkpoint of a pair, as the user named it
+    checkpoints: list[Checkpoint]  # oldest first
+    pairs: list[tuple[int, int]]  # (older, newer) indices into `checkpoints`
+    probe: Probe | None = None
+    loss_log: LossLog | None = None
+    reference: ScanReport | None = None  # a known-healthy run's report
+    reference_path: str | None = None  # the file it was read from
+    config: Config = field(default_factory=Config)
+    skipped: list[dict[str, str]] = field(default_factory=list)  # checkpoints that looked usable but were not
+    pairing: dict[str, object] = field(default_factory=dict)  # how `pairs` were formed (stride, base, pending)
+    notes: list[str] = field(default_factory=list)  # which side files were used or ignored, and why
+
+
+def resolve_run(
+    run_dir: str | Path,
+    *,
+    stride: int = 1,
+    base: str = "previous",
+    probe: SideFile | Probe = AUTO,
+    loss_log: SideFile = AUTO,
+    reference: str | Path | None = None,
+    config: SideFile = AUTO,
+    settings: Sequence[str] = (),
+) -> RunSpec:
+    """A run directory's checkpoints (step order), its pairs and side files.
+
+    `stride` s: every s-th checkpoint from the first (a stable chain, so a
+    growing run keeps its cached pairs); `base="first"`: each against the
+    first. `settings`: "KEY=VALUE" overrides of the config's thresholds.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise CkptScanError("not a run directory", path=run_dir)
+    run = discover_run(run_dir)
+    if len(run.checkpoints) < 2:
+        raise CkptScanError(f"found {len(run.checkpoints)} usable checkpoint(s); a trend needs at least two",
+                            path=run_dir)
+    pairs = plan_pairs(len(run.checkpoints), stride, base)
+    if not pairs:
+        raise CkptScanError(f"--stride {stride} leaves no pair among {len(run.checkpoints)} checkpoints",
+                            path=run_dir)
+    newest = max(b for _, b in pairs)
+    spec = RunSpec("run", str(run_dir), run.checkpoints, pairs, skipped=run.skipped,
+                   config=_config(config, settings))
+    spec.pairing = {"pairing": base, "stride": stride,
+                    # Checkpoints newer than the newest scanned one: they wait for the stride.
+                    "pending_steps": [c.step for c in run.checkpoints[newest + 1:]]}
+    spec.probe = _side_file(probe, run_dir / DEFAULT_PROBE, _probe, "probe", spec.notes)
+    spec.loss_log = _side_file(loss_log, run_dir / DEFAULT_LOSS_LOG, read_loss_log, "loss log", spec.notes)
+    _reference(spec, reference)
+    return spec
+
+
+def resolve_pair(
+    older: str | Path,
+    newer: str | Path,
+    *,
+    probe: str | Path | Probe | None = None,
+    reference: str | Path | None = None,
+    config: SideFile = AUTO,
+    settings: Sequence[str] = (),
+) -> RunSpec:
+    """Two checkpoints (older, newer) compared as one update. `probe`: a
+    probe file (or an already loaded `Probe`) for routing entropy."""
+    checkpoints = [open_checkpoint(older), open_checkpoint(newer)]
+    spec = RunSpec("pair", str(newer), checkpoints, [(0, 1)], probe=_probe(probe), config=_config(config, settings))
+    _reference(spec, reference)
+    return spec
+
+
+def plan_pairs(count: int, stride: int = 1, base: str = "previous") -> list[tuple[int, int]]:
+    """(older, newer) checkpoint index pairs of a run of `count` checkpoints."""
+    if stride < 1:
+        raise CkptScanError(f"--stride must be ≥ 1, not {stride}")
+    if base not in BASES:
+        raise CkptScanError(f"--base must be one of {list(BASES)}, not {base!r}")
+    chain = list(range(0, count, stride))
+    if base == "first":
+        return [(0, j) for j in chain[1:]]
+    return list(zip(chain, chain[1:]))
+
+
+def _probe(probe: str | Path | Probe | None) -> Probe | None:
+    return probe if probe is None or isinstance(probe, Probe) else load_probe(probe)
+
+
+def _reference(spec: RunSpec, path: str | Path | None) -> None:
+    if path is not None:
+        spec.reference, spec.reference_path = load_report(path), str(path)
+
+
+def _config(config: SideFile, settings: Sequence[str]) -> Config:
+    if config is None:  # off: the built-in defaults, plus any explicit overrides
+        return load_config(None, settings, search=False)
+    return load_config(None if isinstance(config, _Auto) else Path(config), settings)
+
+
+def _side_file(choice: SideFile | Probe, default: Path, read: Callable[[Any], Any], what: str, notes: list[str]
+               ) -> Any:
+    """Load an explicitly named side file (errors are the user's to see), or
+    the run's own one when present (an unusable one is skipped with a note)."""
+    if choice is None:
+        return None
+    if not isinstance(choice, _Auto):
+        return read(choice)
+    if not default.is_file():
+        return None
+    try:
+        loaded = read(default)
+    except CkptScanError as e:
+        notes.append(f"ignoring the run's {what}: {e}")
+        return None
+    notes.append(f"using the run's {what}: {default}")
+    return loaded
