@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # The public API, imported on first use: `import ckptscan` itself stays cheap
 # (torch takes seconds to import), so the console entry point can turn a
@@ -31,13 +31,12 @@ _EXPORTS = {
     "RunSpec": "ckptscan.run",
     "resolve_run": "ckptscan.run",
     "resolve_pair": "ckptscan.run",
-    "Metrics": "ckptscan.compute",
-    "compute": "ckptscan.compute",
+    "Metrics": "ckptscan.metrics",
+    "compute": "ckptscan.metrics",
     "Thresholds": "ckptscan.detection.rules",
     "judge": "ckptscan.detection.judge",
     "load_report": "ckptscan.report.load",
     "PairCache": "ckptscan.cache",
-    "scan": "ckptscan.api",
     "scan_pair": "ckptscan.api",
     "scan_run": "ckptscan.api",
 }

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from ckptscan.cache import PairCache
-from ckptscan.compute import compute
+from ckptscan.metrics import compute
 from ckptscan.detection.judge import judge
 from ckptscan.detection.rules import Thresholds
 from ckptscan.results import ScanReport

@@ -10,7 +10,7 @@ its key. The key holds:
   metrics (so a changed monitor never serves stale numbers);
 - the monitor settings: `ScanOptions.cache_key()` (every option that can
   change a number: precision, layers, heads, head overrides, device …) and
-  the probe file's identity (`ckptscan.compute.pair_settings`).
+  the probe file's identity (`ckptscan.metrics.pair_settings`).
 Only metrics are cached, never findings: detection always runs afresh, so
 changed thresholds apply to cached pairs too.
 
@@ -38,7 +38,7 @@ from ckptscan.results import LayerResult, from_dict
 
 CACHE_FORMAT = 2
 # Modules whose code decides the numbers a pair's metrics hold.
-_METRIC_SOURCES = ("scan.py", "compute.py", "probe.py", "results.py", "monitors", "layouts", "readers")
+_METRIC_SOURCES = ("scan.py", "metrics.py", "probe.py", "results.py", "monitors", "layouts", "readers")
 # Files up to this size are hashed whole (config.json, shard index); larger
 # non-safetensors files hash their first this-many bytes.
 _WHOLE_FILE_BYTES = 1 << 20

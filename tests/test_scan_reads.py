@@ -16,7 +16,7 @@ import torch
 
 from ckptscan.layouts import resolve_layout
 from ckptscan.readers import Checkpoint, open_checkpoint
-from ckptscan.compute import Metrics, compute
+from ckptscan.metrics import Metrics, compute
 from ckptscan.run import RunSpec
 from ckptscan.scan import ScanOptions
 from factories import llama_config, llama_tensors, updated, write_hf_checkpoint

@@ -19,7 +19,7 @@ from ckptscan.loss_log import divergence_step
 from ckptscan.results import PairResult, ScanReport, Summary
 
 if TYPE_CHECKING:
-    from ckptscan.compute import Metrics
+    from ckptscan.metrics import Metrics
 
 # The JSON report's "command" for each kind of spec (a public key).
 COMMANDS = {"pair": "diff", "run": "trend"}

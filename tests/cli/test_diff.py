@@ -108,3 +108,14 @@ def test_bad_flag_values_are_usage_errors(tmp_path):
     assert runner.invoke(app, ["diff", a, b, "--layers", "x-y"]).exit_code == 2
     assert runner.invoke(app, ["diff", a, b, "--precision", "float16"]).exit_code == 2
     assert runner.invoke(app, ["diff", a]).exit_code == 2
+
+
+def test_diff_takes_the_same_output_options_as_trend(tmp_path):
+    a, b = _pair(tmp_path, plant=True)
+    html, png = tmp_path / "r.html", tmp_path / "figs"
+    result = runner.invoke(app, ["diff", str(a), str(b), "--format", "json", "--quiet", "--html", str(html),
+                                 "--png", str(png)])
+    assert result.exit_code == 1, result.output
+    assert json.loads(result.stdout)["command"] == "diff"
+    assert html.is_file() and list(png.glob("*.png"))
+    assert "wrote" not in result.stderr  # --quiet

@@ -216,7 +216,7 @@ def test_cache_entries_are_atomic_and_a_torn_entry_is_recomputed(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from ckptscan import ScanOptions
     from ckptscan.cache import PairCache
-    from ckptscan.compute import compute
+    from ckptscan.metrics import compute
     from ckptscan.run import resolve_pair
 
     a, b = write_pair(tmp_path / "ckpts")
