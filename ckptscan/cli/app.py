@@ -7,6 +7,7 @@ reached --fail-on), 2 usage or input error, 130 interrupted.
 from __future__ import annotations
 
 import os
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
@@ -20,7 +21,9 @@ from ckptscan.config import Config, load_config
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts import HeadOverrides, load_tensor_map
 from ckptscan.probe import load_probe
+from ckptscan.report.annotations import github_annotations
 from ckptscan.report.json import report_json, write_json
+from ckptscan.report.junit import junit_xml, write_junit
 from ckptscan.report.markdown import append_markdown, markdown_report
 from ckptscan.results import SEVERITIES, ScanReport
 from ckptscan.scan import ScanOptions, resolve_device
@@ -41,7 +44,7 @@ err = Console(stderr=True, soft_wrap=True, markup=False)
 
 EXIT_OK, EXIT_GATE, EXIT_INPUT, EXIT_INTERRUPT = 0, 1, 2, 130
 PRECISIONS = {"float32": torch.float32, "float64": torch.float64}
-FORMATS = ("table", "json", "markdown")
+FORMATS = ("table", "json", "markdown", "junit")
 
 
 @contextmanager
@@ -115,19 +118,32 @@ def load_settings(config: Path | None, overrides: list[str] | None) -> Config:
 
 
 def emit(report: ScanReport, output: str, json_path: Path | None, markdown_path: Path | None,
-         print_table: Callable[[Console, ScanReport], None]) -> None:
-    """The report on stdout in the chosen format, the JSON file, the Markdown
-    summary (appended to --markdown-summary, else to $GITHUB_STEP_SUMMARY when set)."""
+         print_table: Callable[[Console, ScanReport], None], junit_path: Path | None = None,
+         fail_on: str = "alert") -> None:
+    """The report on stdout in the chosen format, the JSON and JUnit files, the
+    Markdown summary (appended to --markdown-summary, else to $GITHUB_STEP_SUMMARY
+    when set), and GitHub annotations on stderr when GITHUB_ACTIONS=true.
+    `fail_on` (the gate level) decides what a JUnit failure and an error annotation are."""
     if output not in FORMATS:
         raise CkptScanError(f"--format must be one of {list(FORMATS)}, not {output!r}")
+    if fail_on not in ("warn", "alert"):
+        raise CkptScanError(f"--fail-on must be 'warn' or 'alert', not {fail_on!r}")
     if output == "json":
         print(report_json(report), end="")
     elif output == "markdown":
         print(markdown_report(report), end="")
+    elif output == "junit":
+        print(junit_xml(report, fail_on), end="")
     else:
         print_table(out, report)
     if json_path is not None:
         write_json(report, json_path)
+    if junit_path is not None:
+        write_junit(report, junit_path, fail_on)
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        # Raw lines: the runner must see each command whole, unwrapped and unstyled.
+        sys.stderr.write("".join(line + "\n" for line in github_annotations(report, fail_on)))
+        sys.stderr.flush()
     summary_path = markdown_path or os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_path:
         try:
@@ -149,7 +165,12 @@ JsonOut = typer.Option(None, "--json", help="Write the JSON report here (atomica
 ConfigFile = typer.Option(None, "--config", help="Thresholds file (ckptscan.toml, or pyproject.toml with "
                           "[tool.ckptscan]); default: the nearest one from the current directory up.")
 SetThreshold = typer.Option(None, "--set", help="Override a setting, KEY=VALUE (repeatable), e.g. --set alert_sigma=5.")
-Format = typer.Option("table", "--format", help="Report on stdout as 'table', 'json' or 'markdown'.")
+Format = typer.Option("table", "--format", help="Report on stdout as 'table', 'json', 'markdown' or 'junit'.")
+JunitOut = typer.Option(None, "--junit", help="Write a JUnit XML report here (atomically): one test case per "
+                        "layer and family, failing at the gate level.")
+TensorBoardDir = typer.Option(None, "--tensorboard", help="Append the monitors, per-family summaries and findings "
+                              "to TensorBoard event files in this directory (new steps only; needs the "
+                              "tensorboard extra).")
 MarkdownSummary = typer.Option(None, "--markdown-summary", help="Append a Markdown summary here "
                                "(default: $GITHUB_STEP_SUMMARY when set).")
 Quiet = typer.Option(False, "--quiet", "-q", help="No progress bar and no notes on stderr.")
@@ -164,6 +185,17 @@ Probe = typer.Option(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from ckptscan import __version__
+
+        print(f"ckptscan {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
     """Catch LLM training instability in saved checkpoints before the loss curve shows it."""

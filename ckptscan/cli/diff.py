@@ -17,6 +17,7 @@ from ckptscan.cli.app import (
     HeadDim,
     Heads,
     JsonOut,
+    JunitOut,
     Layers,
     MarkdownSummary,
     NumHeads,
@@ -24,6 +25,7 @@ from ckptscan.cli.app import (
     Precision,
     Probe,
     SetThreshold,
+    TensorBoardDir,
     TensorMapFile,
     app,
     emit,
@@ -32,6 +34,7 @@ from ckptscan.cli.app import (
     scan_options,
     user_errors,
 )
+from ckptscan.cli.report import check_tensorboard_output, write_tensorboard_output
 from ckptscan.report.table import print_model, print_pair, print_summary
 from ckptscan.results import ScanReport
 from ckptscan.scan import scan_pair
@@ -44,6 +47,8 @@ def diff(
     json_path: Optional[Path] = JsonOut,
     output: str = Format,
     markdown_summary: Optional[Path] = MarkdownSummary,
+    junit: Optional[Path] = JunitOut,
+    tensorboard: Optional[Path] = TensorBoardDir,
     fail_on: Optional[str] = FailOn,
     config: Optional[Path] = ConfigFile,
     set_: Optional[list[str]] = SetThreshold,
@@ -60,12 +65,14 @@ def diff(
 ) -> None:
     """Per-layer health table of the update from CKPT_A to CKPT_B."""
     with user_errors():
+        check_tensorboard_output(tensorboard)
         options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, probe, device, heads,
                                full_spectrum, tensor_map)
         settings = load_settings(config, set_)
         options.thresholds = settings.thresholds
         report = scan_pair(ckpt_a, ckpt_b, options)
-        emit(report, output, json_path, markdown_summary, _print_table)
+        emit(report, output, json_path, markdown_summary, _print_table, junit, fail_on or settings.fail_on)
+        write_tensorboard_output(report, tensorboard, quiet=False)
         code = gate(report, fail_on or settings.fail_on)
     raise typer.Exit(code)
 

@@ -18,6 +18,7 @@ from ckptscan.cli.app import (
     HeadDim,
     Heads,
     JsonOut,
+    JunitOut,
     Layers,
     MarkdownSummary,
     NumHeads,
@@ -25,6 +26,7 @@ from ckptscan.cli.app import (
     Precision,
     Quiet,
     SetThreshold,
+    TensorBoardDir,
     TensorMapFile,
     app,
     emit,
@@ -34,7 +36,14 @@ from ckptscan.cli.app import (
     scan_options,
     user_errors,
 )
-from ckptscan.cli.report import HtmlOut, PngDir, check_figure_outputs, write_figure_outputs
+from ckptscan.cli.report import (
+    HtmlOut,
+    PngDir,
+    check_figure_outputs,
+    check_tensorboard_output,
+    write_figure_outputs,
+    write_tensorboard_output,
+)
 from ckptscan.errors import CkptScanError
 from ckptscan.loss_log import read_loss_log
 from ckptscan.report.trend_table import print_trend
@@ -61,6 +70,8 @@ def trend(
     markdown_summary: Optional[Path] = MarkdownSummary,
     html: Optional[Path] = HtmlOut,
     png: Optional[Path] = PngDir,
+    tensorboard: Optional[Path] = TensorBoardDir,
+    junit: Optional[Path] = JunitOut,
     fail_on: Optional[str] = FailOn,
     config: Optional[Path] = ConfigFile,
     set_: Optional[list[str]] = SetThreshold,
@@ -86,6 +97,7 @@ def trend(
         if not run_dir.is_dir():
             raise CkptScanError("not a run directory", path=run_dir)
         check_figure_outputs(html, png)
+        check_tensorboard_output(tensorboard)
         found_probe = probe is None and (run_dir / DEFAULT_PROBE).is_file()
 
         def options_with(probe_file: Path | None) -> ScanOptions:
@@ -118,8 +130,9 @@ def trend(
                       highlight=False, style="dim")
             if cache.write_error:
                 err.print(f"cache not written: {cache.write_error}", highlight=False, style="yellow")
-        emit(report, output, json_path, markdown_summary, print_trend)
+        emit(report, output, json_path, markdown_summary, print_trend, junit, fail_on or settings.fail_on)
         write_figure_outputs(report, html, png, quiet)
+        write_tensorboard_output(report, tensorboard, quiet)
         code = gate(report, fail_on or settings.fail_on)
     raise typer.Exit(code)
 
