@@ -128,18 +128,19 @@ def emit(report: ScanReport, output: str, json_path: Path | None, markdown_path:
         raise CkptScanError(f"--format must be one of {list(FORMATS)}, not {output!r}")
     if fail_on not in ("warn", "alert"):
         raise CkptScanError(f"--fail-on must be 'warn' or 'alert', not {fail_on!r}")
+    junit = junit_xml(report, fail_on) if output == "junit" or junit_path is not None else ""
     if output == "json":
         print(report_json(report), end="")
     elif output == "markdown":
         print(markdown_report(report), end="")
     elif output == "junit":
-        print(junit_xml(report, fail_on), end="")
+        print(junit, end="")
     else:
         print_table(out, report)
     if json_path is not None:
         write_json(report, json_path)
     if junit_path is not None:
-        write_junit(report, junit_path, fail_on)
+        write_junit(junit, junit_path)
     if os.environ.get("GITHUB_ACTIONS") == "true":
         # Raw lines: the runner must see each command whole, unwrapped and unstyled.
         sys.stderr.write("".join(line + "\n" for line in github_annotations(report, fail_on)))

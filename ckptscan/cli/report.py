@@ -13,7 +13,7 @@ from ckptscan.errors import CkptScanError
 from ckptscan.report.figures import require_matplotlib
 from ckptscan.report.html import write_report_files
 from ckptscan.report.json import report_dict
-from ckptscan.report.junit import GATE_LEVELS, write_junit
+from ckptscan.report.junit import GATE_LEVELS, junit_xml, write_junit
 from ckptscan.report.load import read_report, report_from_dict
 from ckptscan.report.tensorboard import require_tensorboard, write_tensorboard
 from ckptscan.results import ScanReport
@@ -51,7 +51,7 @@ def report(
             report = report_from_dict(data, report_json)
             write_tensorboard_output(report, tensorboard, quiet)
             if junit is not None:
-                write_junit(report, junit, level)
+                write_junit(junit_xml(report, level), junit)
                 _announce([junit], quiet)
 
 

@@ -20,7 +20,9 @@ files in the same directory are neither read nor touched) are read back with
 TensorBoard's reader, and a point is written only when its step is newer than
 the newest step already there for its tag. Existing files are never
 rewritten (an event file is append-only by design); each run that has
-something new adds one file. A tag that first appears later (say a probe is
+something new adds one file. So a step shows what the scan that first wrote
+it said: should a later scan judge an old pair differently (the summary's
+verdict can change as a run grows), the new verdict is at the newest step. A tag that first appears later (say a probe is
 added) is written from its first step, which TensorBoard accepts: files of
 format version 2 are never purged for out-of-order steps.
 
