@@ -38,7 +38,8 @@ def report(
     """Render a saved JSON report as an HTML page, PNG figures, TensorBoard events and/or JUnit XML."""
     with user_errors():
         if html is None and png is None and tensorboard is None and junit is None:
-            raise CkptScanError("nothing to write: give --html FILE, --png DIR, --tensorboard DIR and/or --junit FILE")
+            raise CkptScanError("nothing to write: give --html FILE and/or --png DIR "
+                                "(or --tensorboard DIR, --junit FILE)")
         check_figure_outputs(html, png)
         check_tensorboard_output(tensorboard)
         level = fail_on or load_settings(None, None).fail_on

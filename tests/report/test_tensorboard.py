@@ -3,6 +3,7 @@
 per-family summaries and findings; a re-run over a grown run appends only
 the new steps; a training job's own event files are left alone."""
 
+import copy
 import json
 import shutil
 import sys
@@ -18,6 +19,7 @@ from typer.testing import CliRunner
 
 from ckptscan.cli import app
 from ckptscan.report.json import write_json
+from ckptscan.report.tensorboard import write_tensorboard
 
 runner = CliRunner()
 # Where each monitor lives in the JSON report (written out here, not taken from the catalog).
@@ -149,3 +151,16 @@ def test_diff_and_report_take_tensorboard_too(runs, reports, tmp_path, command):
     result = runner.invoke(app, [*args, "--tensorboard", str(tmp_path / "tb")])
     assert result.exit_code in (0, 1), result.output
     check_against_report(read_events(tmp_path / "tb"), json.loads((tmp_path / "r.json").read_text()))
+
+
+def test_a_pair_without_steps_is_written_at_its_position(reports, tmp_path):
+    """Two loose files given to diff carry no step: the pair goes to step 0, once."""
+    report = copy.deepcopy(reports["healthy"])
+    report.pairs = report.pairs[:1]
+    report.pairs[0].from_step = report.pairs[0].to_step = None
+    assert write_tensorboard(report, tmp_path / "tb") == (1, 0)
+    assert write_tensorboard(report, tmp_path / "tb") == (0, 1)
+    events = read_events(tmp_path / "tb")
+    assert {tag: [step for step, _ in points] for tag, points in events.items()} == {tag: [0] for tag in events}
+    value = report.pairs[0].layers[0].attention.delta2_entropy_norm
+    assert events["delta2_entropy_norm/layer_0"][0][1].item() == np.float32(value).item()
