@@ -42,7 +42,8 @@ def report(
                                 "(or --tensorboard DIR, --junit FILE)")
         check_figure_outputs(html, png)
         check_tensorboard_output(tensorboard)
-        level = fail_on or load_settings(None, None).fail_on
+        # The config is read only when it matters (a bad one must not stop an HTML rendering).
+        level = fail_on or (load_settings(None, None).fail_on if junit is not None else "alert")
         if level not in GATE_LEVELS:
             raise CkptScanError(f"--fail-on must be 'warn' or 'alert', not {level!r}")
         data = read_report(report_json)
