@@ -111,7 +111,7 @@ def _properties(report: ScanReport, fail_on: str) -> list[tuple[str, str]]:
 
     s = report.summary
     props = [("ckptscan.version", __version__), ("command", report.command), ("status", s.status),
-             ("fail_on", fail_on), ("model.family", str(report.model.family))]
+             ("fail_on", fail_on), ("model.family", report.model.family or "unknown")]
     props += [(f"first_alert_step.{family}", str(step)) for family, step in s.first_alert_step.items()
               if step is not None]
     if s.rollback_candidate is not None:

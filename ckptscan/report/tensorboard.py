@@ -22,9 +22,11 @@ the newest step already there for its tag. Existing files are never
 rewritten (an event file is append-only by design); each run that has
 something new adds one file. So a step shows what the scan that first wrote
 it said: should a later scan judge an old pair differently (the summary's
-verdict can change as a run grows), the new verdict is at the newest step. A tag that first appears later (say a probe is
-added) is written from its first step, which TensorBoard accepts: files of
-format version 2 are never purged for out-of-order steps.
+verdict can change as a run grows), the new verdict is at the newest step.
+A tag that first appears later (say a probe is added) is written from its
+first step, which TensorBoard accepts: files of format version 2 are never
+purged for out-of-order steps (event_accumulator purges only on a restart
+marker, which ckptscan never writes).
 
 Needs the `tensorboard` package (`pip install 'ckptscan[tensorboard]'`).
 """
@@ -35,7 +37,6 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
 
 from ckptscan.detection.catalog import MONITORS
 from ckptscan.detection.summary import worst
@@ -50,7 +51,7 @@ SEVERITY_LEVEL = {"ok": 0, "unchanged": 0, "info": 1, "warn": 2, "alert": 3}
 class Point:
     step: int
     tag: str
-    value: Union[float, str]  # str: Markdown, written as a text summary
+    value: float | str  # str: Markdown, written as a text summary
     description: str = ""
 
 

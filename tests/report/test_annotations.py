@@ -36,8 +36,8 @@ def first_findings(data):
     for pair in data["pairs"]:
         for layer in pair["layers"]:
             for f in layer["findings"]:
-                key = (layer["layer"], f["family"])
-                if RANK[f["severity"]] >= 2 and (key not in firsts or RANK[f["severity"]] > RANK[firsts[key][1]["severity"]]):
+                key, rank = (layer["layer"], f["family"]), RANK[f["severity"]]
+                if rank >= 2 and (key not in firsts or rank > RANK[firsts[key][1]["severity"]]):
                     firsts[key] = (pair, f)
     return firsts
 

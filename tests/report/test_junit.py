@@ -66,7 +66,8 @@ def test_valid_junit_with_one_case_per_layer_and_family_failing_as_the_report_sa
         else:
             assert cases[key] == f"step {first[0]}: {first[1]}", key
     failing = sum(v is not None for v in expected.values())
-    assert (int(suite.get("tests")), int(suite.get("failures")), int(suite.get("errors"))) == (len(expected), failing, 0)
+    counts = (int(suite.get("tests")), int(suite.get("failures")), int(suite.get("errors")))
+    assert counts == (len(expected), failing, 0)
     properties = {p.get("name"): p.get("value") for p in suite.find("properties")}
     assert properties["status"] == data["summary"]["status"]
     assert data["summary"]["message"] in suite.find("system-out").text
