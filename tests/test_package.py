@@ -1,5 +1,6 @@
 """A real package: `python -m build` makes the sdist and, from it, the wheel;
-the wheel holds the code and the metadata but none of the sample runs; installed
+the wheel holds the code and the metadata and the sdist the source, neither
+any of the sample runs; the wheel, installed
 into a fresh venv it runs `ckptscan --version`, `diff` on a sample pair and
 `trend` on a sample run, from outside the source tree.
 
@@ -15,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -66,6 +68,14 @@ def test_wheel_holds_the_code_and_metadata_but_no_sample_runs(dist):
     assert any(c.startswith("Programming Language :: Python :: 3.11") for c in metadata.get_all("Classifier"))
     assert {url.split(",")[0] for url in metadata.get_all("Project-URL")} >= {"Homepage", "Source", "Issues"}
     assert metadata.get_payload().startswith("# ckptscan")  # the README is the long description
+
+
+@pytest.mark.wheel
+def test_sdist_is_the_source_without_sample_runs_or_partial_tests(dist):
+    with tarfile.open(dist["sdist"]) as sdist:
+        names = [name.split("/", 1)[1] for name in sdist.getnames() if "/" in name]
+    assert {"README.md", "pyproject.toml", "ckptscan/cli/app.py", "ckptscan/report/junit.py"} <= set(names)
+    assert not [n for n in names if n.startswith(("sample_checkpoints", "tests/")) or n.endswith(".safetensors")]
 
 
 @pytest.mark.wheel
