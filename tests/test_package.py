@@ -1,8 +1,7 @@
 """A real package: `python -m build` makes the sdist and, from it, the wheel;
-the wheel holds the code and the metadata and the sdist the source, neither
-any of the sample runs; the wheel, installed
-into a fresh venv it runs `ckptscan --version`, `diff` on a sample pair and
-`trend` on a sample run, from outside the source tree.
+the wheel holds the code and the metadata, the sdist the source, neither any
+sample run; installed into a fresh venv, the wheel runs `ckptscan --version`,
+`diff` on a sample pair and `trend` on a sample run, outside the source tree.
 
 The build uses --no-isolation (the test extra brings setuptools and build), so
 nothing is downloaded; the fresh venv sees the dependencies (torch, …) through
