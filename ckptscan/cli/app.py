@@ -11,6 +11,7 @@ fraction of a second. Each command imports what it runs inside its body.
 from __future__ import annotations
 
 import os
+import sys
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
@@ -44,6 +45,7 @@ class Format(str, Enum):
     table = "table"
     json = "json"
     markdown = "markdown"
+    junit = "junit"
 
 
 class Precision(str, Enum):
@@ -160,21 +162,35 @@ def gate(report: ScanReport, fail_on: FailOn | str) -> int:
 
 
 def emit(report: ScanReport, output: Format | str, json_path: Path | None, markdown_path: Path | None,
-         print_table: Callable[[Console, ScanReport], None]) -> None:
-    """The report on stdout in the chosen format, the JSON file, the Markdown
-    summary (appended to --markdown-summary, else to $GITHUB_STEP_SUMMARY when set)."""
+         print_table: Callable[[Console, ScanReport], None], junit_path: Path | None = None,
+         fail_on: FailOn | str = FailOn.alert) -> None:
+    """The report on stdout in the chosen format, the JSON and JUnit files, the
+    Markdown summary (appended to --markdown-summary, else to $GITHUB_STEP_SUMMARY
+    when set), and GitHub annotations on stderr when GITHUB_ACTIONS=true.
+    `fail_on` (the gate level) decides what a JUnit failure and an error annotation are."""
+    from ckptscan.report.annotations import github_annotations
     from ckptscan.report.json import report_json, write_json
+    from ckptscan.report.junit import junit_xml, write_junit
     from ckptscan.report.markdown import append_markdown, markdown_report
 
-    output = Format(output)
+    output, fail_on = Format(output), FailOn(fail_on).value
+    junit = junit_xml(report, fail_on) if output is Format.junit or junit_path is not None else ""
     if output is Format.json:
         print(report_json(report), end="")
     elif output is Format.markdown:
         print(markdown_report(report), end="")
+    elif output is Format.junit:
+        print(junit, end="")
     else:
         print_table(out(), report)
     if json_path is not None:
         write_json(report, json_path)
+    if junit_path is not None:
+        write_junit(junit, junit_path)
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        # Raw lines: the runner must see each command whole, unwrapped and unstyled.
+        sys.stderr.write("".join(line + "\n" for line in github_annotations(report, fail_on)))
+        sys.stderr.flush()
     summary_path = markdown_path or os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_path:
         try:
@@ -204,7 +220,14 @@ ConfigFile = Annotated[Optional[Path], typer.Option(
     "(default: the nearest one from the current directory up).")]
 SetThreshold = Annotated[Optional[list[str]], typer.Option(
     "--set", help="Override a setting, KEY=VALUE (repeatable), e.g. --set alert_sigma=5.")]
-FormatOpt = Annotated[Format, typer.Option("--format", help="Report on stdout as a table, JSON or Markdown.")]
+FormatOpt = Annotated[Format, typer.Option("--format", help="Report on stdout as a table, JSON, Markdown or JUnit "
+                                           "XML.")]
+JunitOut = Annotated[Optional[Path], typer.Option(
+    "--junit", help="Write a JUnit XML report here (atomically): one test case per layer and family, failing at the "
+    "gate level.")]
+TensorBoardDir = Annotated[Optional[Path], typer.Option(
+    "--tensorboard", help="Append the monitors, per-family summaries and findings to TensorBoard event files in "
+    "this directory (new steps only; needs pip install 'ckptscan[tensorboard]').")]
 MarkdownSummary = Annotated[Optional[Path], typer.Option(
     "--markdown-summary", help="Append a Markdown summary here (default: $GITHUB_STEP_SUMMARY when set).")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no notes on stderr.")]

@@ -18,6 +18,7 @@ from ckptscan.cli.app import (
     Heads,
     HtmlOut,
     JsonOut,
+    JunitOut,
     Layers,
     MarkdownSummary,
     NumHeads,
@@ -27,6 +28,7 @@ from ckptscan.cli.app import (
     Quiet,
     Reference,
     SetThreshold,
+    TensorBoardDir,
     TensorMapFile,
     app,
     emit,
@@ -47,6 +49,8 @@ def diff(
     ckpt_a: Annotated[str, typer.Argument(help="Older checkpoint (directory or file).")],
     ckpt_b: Annotated[str, typer.Argument(help="Newer checkpoint.")],
     json_path: JsonOut = None,
+    junit: JunitOut = None,
+    tensorboard: TensorBoardDir = None,
     output: FormatOpt = Format.table,
     markdown_summary: MarkdownSummary = None,
     html: HtmlOut = None,
@@ -72,18 +76,22 @@ def diff(
     """Per-layer health table of the update from CKPT_A to CKPT_B."""
     with user_errors():
         from ckptscan.api import scan
-        from ckptscan.cli.report import check_figure_outputs, write_figure_outputs
+        from ckptscan.cli.report import check_figure_outputs, check_tensorboard_output, write_figure_outputs, \
+            write_tensorboard_output
         from ckptscan.run import AUTO, resolve_pair
 
         check_figure_outputs(html, png)
+        check_tensorboard_output(tensorboard)
         options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, device, heads,
                                full_spectrum, tensor_map)
         spec = resolve_pair(ckpt_a, ckpt_b, probe=probe, reference=reference,
                             config=config if config is not None else AUTO, settings=set_ or ())
         report = scan(spec, options)
-        emit(report, output, json_path, markdown_summary, _print_table)
+        level = fail_on or spec.config.fail_on
+        emit(report, output, json_path, markdown_summary, _print_table, junit, level)
         write_figure_outputs(report, html, png, quiet)
-        code = gate(report, fail_on or spec.config.fail_on)
+        write_tensorboard_output(report, tensorboard, quiet)
+        code = gate(report, level)
     raise typer.Exit(code)
 
 

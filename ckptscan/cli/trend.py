@@ -19,6 +19,7 @@ from ckptscan.cli.app import (
     Heads,
     HtmlOut,
     JsonOut,
+    JunitOut,
     Layers,
     MarkdownSummary,
     NumHeads,
@@ -29,6 +30,7 @@ from ckptscan.cli.app import (
     Quiet,
     Reference,
     SetThreshold,
+    TensorBoardDir,
     TensorMapFile,
     app,
     emit,
@@ -59,6 +61,8 @@ def trend(
     no_loss_log: Annotated[bool, typer.Option("--no-loss-log", help="Use no loss log, not even the run's "
                                               "own.")] = False,
     json_path: JsonOut = None,
+    junit: JunitOut = None,
+    tensorboard: TensorBoardDir = None,
     output: FormatOpt = Format.table,
     markdown_summary: MarkdownSummary = None,
     html: HtmlOut = None,
@@ -90,7 +94,8 @@ def trend(
     with user_errors():
         from ckptscan.api import scan
         from ckptscan.cache import PairCache, default_cache_dir
-        from ckptscan.cli.report import check_figure_outputs, write_figure_outputs
+        from ckptscan.cli.report import check_figure_outputs, check_tensorboard_output, write_figure_outputs, \
+            write_tensorboard_output
         from ckptscan.errors import CkptScanError
         from ckptscan.report.trend_table import print_trend
         from ckptscan.run import AUTO, resolve_run
@@ -101,6 +106,7 @@ def trend(
             note("--baseline is deprecated: use --reference (a known-healthy run's report)", "yellow", quiet)
             reference = baseline
         check_figure_outputs(html, png)
+        check_tensorboard_output(tensorboard)
         options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, device, heads,
                                full_spectrum, tensor_map)
         spec = resolve_run(run_dir, stride=stride, base=Base(base).value,
@@ -119,9 +125,11 @@ def trend(
             note(f"cache: {cache.hits} pair(s) reused, {cache.misses} computed ({cache.directory})", quiet=quiet)
             if cache.write_error:
                 note(f"cache not written: {cache.write_error}", "yellow", quiet)
-        emit(report, output, json_path, markdown_summary, print_trend)
+        level = fail_on or spec.config.fail_on
+        emit(report, output, json_path, markdown_summary, print_trend, junit, level)
         write_figure_outputs(report, html, png, quiet)
-        code = gate(report, fail_on or spec.config.fail_on)
+        write_tensorboard_output(report, tensorboard, quiet)
+        code = gate(report, level)
     raise typer.Exit(code)
 
 
