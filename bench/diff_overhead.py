@@ -73,7 +73,8 @@ def overlap(python: str, source: Path) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache", type=Path, default=Path("/tmp/ckptscan-bench"))
-    parser.add_argument("--before", default=None, help="a git revision to compare with (e.g. 2ac9f66)")
+    parser.add_argument("--before", default=None, help="a git revision to compare with (e.g. 2ac9f66), or a "
+                        "directory holding that revision's ckptscan/ package")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     python = sys.executable
@@ -82,11 +83,14 @@ def main() -> None:
     a, b = ensure_run(LLAMA_1B, args.cache / f"{LLAMA_1B.name}-run", [100, 200])
     sources = {"after": ROOT}
     with tempfile.TemporaryDirectory() as tmp:
-        if args.before:
-            before = Path(tmp) / "before"
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(before), args.before],
+        worktree = None
+        if args.before and Path(args.before).is_dir():
+            sources["before"] = Path(args.before).resolve()
+        elif args.before:
+            worktree = Path(tmp) / "before"
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(worktree), args.before],
                            check=True)
-            sources["before"] = before
+            sources["before"] = worktree
         try:
             timed: dict[str, list[float]] = {}
             for _ in range(args.rounds):
@@ -106,8 +110,8 @@ def main() -> None:
                     wall = min(run_child([python, "-m", "ckptscan", flag]).wall_s for _ in range(3))
                     timed.setdefault(f"ckptscan {flag}", []).append(wall)
         finally:
-            if "before" in sources:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(sources["before"])])
+            if worktree is not None:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)])
     best = {name: min(values) for name, values in timed.items()}
     print(f"load average after: {load_average()}")
     print(f"\n1B-shaped bf16 pair ({LLAMA_1B.layers} layers, {LLAMA_1B.heads} heads / {LLAMA_1B.kv_heads} KV, "

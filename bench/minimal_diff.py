@@ -1,13 +1,16 @@
 """The hand-written floor for `ckptscan diff` on a Llama-shaped safetensors
 pair: read each layer's q_proj/k_proj of both checkpoints and solve the
-same per-head cores with ckptscan's monitor function, in one plain loop.
-No layout resolution, no checks, no report: what a user would write.
+same per-head cores (float32 Grams, as `diff`'s default precision) with
+ckptscan's monitor function, layers shared out over two threads with one
+torch thread each (as a competent user would on 2 cores). No layout
+resolution, no checks, no report.
 
     python bench/minimal_diff.py OLDER NEWER
 """
 
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -33,13 +36,16 @@ def main() -> None:
     head_dim = config["hidden_size"] // heads
     files_a = json.loads((older / "model.safetensors.index.json").read_text())["weight_map"]
     files_b = json.loads((newer / "model.safetensors.index.json").read_text())["weight_map"]
-    torch.set_num_threads(2)
-    worst = float("inf")
-    for layer in range(config["num_hidden_layers"]):
+    torch.set_num_threads(1)
+
+    def layer_entropy(layer: int) -> float:
         qa, ka = layer_weights(files_a, older, layer, heads, kv_heads, head_dim)
         qb, kb = layer_weights(files_b, newer, layer, heads, kv_heads, head_dim)
-        stats = spectral_stats(qk_spectra(qa, ka, qb, kb).delta2)
-        worst = min(worst, float(stats.normalized_entropy.min()))
+        stats = spectral_stats(qk_spectra(qa, ka, qb, kb, compute_dtype=torch.float32).delta2)
+        return float(stats.normalized_entropy.min())
+
+    with ThreadPoolExecutor(2) as pool:
+        worst = min(pool.map(layer_entropy, range(config["num_hidden_layers"])))
     print(f"lowest normalised Δ2 entropy: {worst:.4f}")
 
 
