@@ -105,6 +105,8 @@ def scan_run(
         # Checkpoints newer than the newest scanned one: they wait for the stride.
         "pending_steps": [c.step for c in ckpts[newest + 1:]],
     }
+    if run.notes:  # e.g. accelerate's checkpoint_K: steps shown are save indices
+        report.settings["run_notes"] = run.notes
 
     thresholds = options.thresholds
     divergence = None

@@ -44,8 +44,8 @@ NOT_MODEL = {"optimizer", "optimizer_states", "optim", "lr_scheduler", "schedule
              "rng_state", "rng_tracker_states", "rerun_state_machine", "data_sampler", "dataloader"}
 
 # Metadata training frameworks store next to the weights (see Checkpoint.meta).
-META_KEYS = ("args", "model_args", "iteration", "iter_num", "global_steps", "global_step", "epoch",
-             "checkpoint_version", "ds_version")
+META_KEYS = ("args", "model_args", "iteration", "iter_num", "step_count", "global_steps", "global_step", "epoch",
+             "checkpoint_version", "ds_version", "hyper_parameters")
 
 # Module-wrapper name segments that are not part of the model's own names:
 # torch.compile, activation checkpointing, FSDP (torch's `_get_fqns` strips them too).
@@ -287,6 +287,8 @@ def split_state(obj: Any, where: Path) -> tuple[Any, dict[str, Any], str]:
         if isinstance(obj.get("config"), Mapping):
             meta["config"] = plain(obj["config"])
         return obj["model"], meta, "nanogpt"
+    if "pytorch-lightning_version" in obj and isinstance(obj.get("state_dict"), Mapping):
+        return obj["state_dict"], meta, "lightning"
     for key in ("state_dict", "model_state_dict", "model", "module"):
         if isinstance(obj.get(key), Mapping):
             return obj[key], meta, "torch"
