@@ -18,7 +18,7 @@ from rich.text import Text
 
 from ckptscan.config import Config, load_config
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts import HeadOverrides, load_tensor_map
+from ckptscan.layouts import HeadOverrides, load_model_config, load_tensor_map
 from ckptscan.probe import load_probe
 from ckptscan.report.json import report_json, write_json
 from ckptscan.report.markdown import append_markdown, markdown_report
@@ -83,12 +83,13 @@ def scan_options(
     heads: str | None = None,
     full_spectrum: bool = False,
     tensor_map: Path | None = None,
+    model_config: Path | None = None,
 ) -> ScanOptions:
     if precision not in PRECISIONS:
         raise CkptScanError(f"--precision must be one of {sorted(PRECISIONS)}, not {precision!r}")
     return ScanOptions(
         compute_dtype=PRECISIONS[precision],
-        overrides=HeadOverrides(num_heads, num_kv_heads, head_dim),
+        overrides=head_overrides(num_heads, num_kv_heads, head_dim, model_config),
         layers=parse_indices(layers),
         probe=load_probe(probe) if probe is not None else None,
         device=resolve_device(device),
@@ -96,6 +97,13 @@ def scan_options(
         full_spectrum=full_spectrum,
         tensor_map=load_tensor_map(tensor_map) if tensor_map is not None else None,
     )
+
+
+def head_overrides(num_heads: int | None, num_kv_heads: int | None, head_dim: int | None,
+                   model_config: Path | None) -> HeadOverrides:
+    """The geometry flags, with --model-config read and checked up front."""
+    return HeadOverrides(num_heads, num_kv_heads, head_dim,
+                         load_model_config(model_config) if model_config is not None else None)
 
 
 def gate(report: ScanReport, fail_on: str) -> int:
@@ -141,6 +149,9 @@ NumKvHeads = typer.Option(None, "--num-kv-heads", help="KV heads (GQA/MQA), when
 HeadDim = typer.Option(None, "--head-dim", help="Head dimension, when it is not hidden/heads.")
 TensorMapFile = typer.Option(None, "--tensor-map", help="TOML/JSON file mapping tensor-name regexes to roles (q, k, "
                              "q_norm, k_norm, router, …) for naming schemes ckptscan does not know.")
+ModelConfigFile = typer.Option(None, "--model-config", help="The model's config when the checkpoint carries none: "
+                               "a Hugging Face config.json, a litgpt model_config.yaml or a torchtitan job .toml "
+                               "(its model name and flavor); it takes precedence over a config found with the checkpoint.")
 Layers = typer.Option(None, "--layers", help="Only these layers, e.g. '0,3,8-11'.")
 Precision = typer.Option("float32", "--precision", help="Gram products in float32 (fast) or float64 (exact path).")
 FailOn = typer.Option(None, "--fail-on", help="Exit 1 when the verdict reaches 'warn' or 'alert' "

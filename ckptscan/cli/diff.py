@@ -19,6 +19,7 @@ from ckptscan.cli.app import (
     JsonOut,
     Layers,
     MarkdownSummary,
+    ModelConfigFile,
     NumHeads,
     NumKvHeads,
     Precision,
@@ -57,11 +58,12 @@ def diff(
     heads: Optional[str] = Heads,
     full_spectrum: bool = FullSpectrum,
     tensor_map: Optional[Path] = TensorMapFile,
+    model_config: Optional[Path] = ModelConfigFile,
 ) -> None:
     """Per-layer health table of the update from CKPT_A to CKPT_B."""
     with user_errors():
         options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, probe, device, heads,
-                               full_spectrum, tensor_map)
+                               full_spectrum, tensor_map, model_config)
         settings = load_settings(config, set_)
         options.thresholds = settings.thresholds
         report = scan_pair(ckpt_a, ckpt_b, options)

@@ -23,17 +23,19 @@ from ckptscan.cli.app import (
     HeadDim,
     JsonOut,
     Layers,
+    ModelConfigFile,
     NumHeads,
     NumKvHeads,
     TensorMapFile,
     app,
+    head_overrides,
     out,
     parse_indices,
     user_errors,
 )
 from ckptscan.errors import CkptScanError
 from ckptscan.inspect import inspect_path
-from ckptscan.layouts import HeadOverrides, load_tensor_map
+from ckptscan.layouts import load_tensor_map
 
 
 @app.command()
@@ -46,6 +48,7 @@ def inspect(
     head_dim: Optional[int] = HeadDim,
     layers: Optional[str] = Layers,
     tensor_map: Optional[Path] = TensorMapFile,
+    model_config: Optional[Path] = ModelConfigFile,
 ) -> None:
     """Show the format, model family, head geometry and the tensors each layer reads."""
     with user_errors():
@@ -53,7 +56,7 @@ def inspect(
             raise CkptScanError(f"--format must be 'table' or 'json', not {output!r}")
         description = inspect_path(
             path,
-            HeadOverrides(num_heads, num_kv_heads, head_dim),
+            head_overrides(num_heads, num_kv_heads, head_dim, model_config),
             load_tensor_map(tensor_map) if tensor_map is not None else None,
             parse_indices(layers),
         )

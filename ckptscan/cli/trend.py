@@ -20,6 +20,7 @@ from ckptscan.cli.app import (
     JsonOut,
     Layers,
     MarkdownSummary,
+    ModelConfigFile,
     NumHeads,
     NumKvHeads,
     Precision,
@@ -80,6 +81,7 @@ def trend(
     heads: Optional[str] = Heads,
     full_spectrum: bool = FullSpectrum,
     tensor_map: Optional[Path] = TensorMapFile,
+    model_config: Optional[Path] = ModelConfigFile,
 ) -> None:
     """When did each layer become abnormal, through which mechanism, and does the run pass the gate?"""
     with user_errors():
@@ -90,7 +92,7 @@ def trend(
 
         def options_with(probe_file: Path | None) -> ScanOptions:
             return scan_options(precision, num_heads, num_kv_heads, head_dim, layers, probe_file, device, heads,
-                                full_spectrum, tensor_map)
+                                full_spectrum, tensor_map, model_config)
 
         try:
             options = options_with(run_dir / DEFAULT_PROBE if found_probe else probe)
