@@ -88,6 +88,8 @@ def _print_run(console: Console, description: dict[str, Any]) -> None:
     for c in run["checkpoints"]:
         table.add_row(str(c["step"]), c["format"], c["path"])
     console.print(table)
+    for note in run.get("notes", []):
+        console.print(Text.assemble(("note ", "cyan"), note))
     for skipped in run["skipped"]:
         reason = skipped["reason"]  # reader errors already start with the path
         where = "" if reason.startswith(skipped["path"]) else f"{skipped['path']}: "
