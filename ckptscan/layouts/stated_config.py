@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -35,6 +36,7 @@ ALIASES = {
     "num_hidden_layers": ("n_layer", "n_layers", "num_layers"),
 }
 HEAD_KEYS = ("num_attention_heads", *ALIASES["num_attention_heads"])
+TRANSFORMERS_CONFIG = re.compile(r"^transformers\.models\.(\w+)\.configuration_\1\.\w+$")
 
 # torchtitan's model flavours (`torchtitan/models/llama3/__init__.py`,
 # torchtitan 0.3.0): the job TOML names one as [model] name / flavor and the
@@ -79,6 +81,11 @@ def normalise(values: Mapping[str, Any]) -> dict[str, Any] | None:
             found = next((values[a] for a in aliases if values.get(a) is not None), None)
             if found is not None:
                 out[name] = found
+    # A transformers config object (opened from a Lightning pickle) keeps its
+    # model_type on the class: transformers.models.<model_type>.configuration_<model_type>.
+    match = TRANSFORMERS_CONFIG.match(str(values.get("__class__", "")))
+    if out.get("model_type") is None and match:
+        out["model_type"] = match.group(1)
     # Megatron-style args: query groups count only with group_query_attention.
     if "num_query_groups" in values and values.get("group_query_attention") and out.get("num_key_value_heads") is None:
         out["num_key_value_heads"] = values["num_query_groups"]

@@ -58,7 +58,8 @@ def _fresh(name: str) -> Path:
 
 def lightning() -> None:
     """ModelCheckpoint every 2 steps, all kept, plus last.ckpt; the model's
-    config dict is the module's hyper-parameter, as save_hyperparameters() stores it."""
+    config dict is the module's hyper-parameter, as save_hyperparameters() stores it.
+    A second run keeps a transformers config object as the hyper-parameter."""
     import lightning as L
     import transformers
 
@@ -87,6 +88,31 @@ def lightning() -> None:
     trainer.fit(Module(config), data)
     for log in out.rglob("metrics.csv"):
         log.unlink()
+
+    # Second run: the module's hyper-parameter is a transformers config
+    # *object* (a tiny Mixtral), no logger, so checkpoints land in
+    # default_root_dir/checkpoints/.
+    class ConfigObjectModule(L.LightningModule):
+        def __init__(self, config):
+            super().__init__()
+            self.save_hyperparameters()
+            self.model = transformers.MixtralForCausalLM(config)
+
+        def training_step(self, batch, _):
+            return self.model(input_ids=batch, labels=batch).loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    mixtral = transformers.MixtralConfig(hidden_size=HIDDEN, intermediate_size=32, num_hidden_layers=LAYERS,
+                                         num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, vocab_size=VOCAB,
+                                         max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=2,
+                                         tie_word_embeddings=True)
+    checkpoint = L.pytorch.callbacks.ModelCheckpoint(every_n_train_steps=2, save_top_k=-1)
+    trainer = L.Trainer(max_steps=4, default_root_dir=out / "config_object", callbacks=[checkpoint],
+                        accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    L.seed_everything(0)
+    trainer.fit(ConfigObjectModule(mixtral), data)
 
 
 def accelerate() -> None:

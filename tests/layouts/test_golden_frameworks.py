@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from layout_factories import assert_heads_match, reference
+from layout_factories import assert_heads_match, assert_router_matches, reference
 from safetensors.torch import load_file
 
 from ckptscan.errors import CkptScanError
@@ -101,6 +101,38 @@ def test_lightning_model_checkpoint_files_with_hyper_parameters():
         report = _check_run(run, [2, 4, 6], [f"lightning/lightning_logs/version_0/checkpoints/{n}" for n in names],
                             "llama", truth)
         assert [Path(s["path"]).name for s in report.skipped] == ["last.ckpt"]  # same step as epoch=1-step=6
+
+
+def test_lightning_hyper_parameter_as_a_transformers_config_object_mixtral():
+    """save_hyperparameters() pickled a MixtralConfig object: read through an
+    inert stand-in (never imported), its fields give the geometry and its class
+    the model_type; transformers 5 keeps the router as mlp.gate in memory."""
+    folder = GOLDEN / "lightning/config_object/checkpoints"
+    names = ["epoch=0-step=2.ckpt", "epoch=0-step=4.ckpt"]
+    states = [_load_lightning(folder / n) for n in names]
+
+    def truth(i):
+        return _separate(states[i], "model.model.layers.", "self_attn.q_proj", "self_attn.k_proj")
+
+    report = _check_run(folder.parent, [2, 4], [f"lightning/config_object/checkpoints/{n}" for n in names],
+                        "mixtral", truth)
+    assert (report.model.num_experts, report.model.top_k, report.model.router_scoring) == (4, 2, "softmax")
+    for i, layer in enumerate(report.pairs[0].layers):
+        router = f"model.model.layers.{i}.mlp.gate.weight"
+        assert_router_matches(layer, states[0][router], states[1][router])
+
+
+class _Config:
+    """Takes the pickled MixtralConfig's place in the test's own torch.load."""
+
+    def __setstate__(self, state):
+        self.state = state
+
+
+def _load_lightning(path: Path) -> dict:
+    name = "transformers.models.mixtral.configuration_mixtral.MixtralConfig"
+    with torch.serialization.safe_globals([(_Config, name)]):
+        return torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
 
 
 def test_accelerate_step_folders_qwen3_without_config_json():
