@@ -46,6 +46,14 @@ def test_hf_trainer_run(tmp_path):
     assert "no checkpoint recognised" in reasons["checkpoint-160"]
 
 
+def test_checkpoint_paths_are_the_checkpoints_as_named_not_files_inside(tmp_path):
+    hf(tmp_path / "checkpoint-1", shards=2)  # opened through model.safetensors.index.json
+    tensors = {k: v.float() for k, v in llama_tensors(CONFIG, 1).items()}
+    write_deepspeed(tmp_path, 2, tensors)  # opened through mp_rank_00_model_states.pt
+    run = discover_run(tmp_path)
+    assert [c.path for c in run.checkpoints] == [tmp_path / "checkpoint-1", tmp_path / "global_step2"]
+
+
 def test_deepspeed_run_ignores_latest_and_skips_a_save_in_progress(tmp_path):
     tensors = {k: v.float() for k, v in llama_tensors(CONFIG, 1).items()}
     for step in (10, 5, 15):

@@ -251,13 +251,15 @@ def _step(folder: Path) -> int | None:
 def _torch_file(path: Path) -> Checkpoint:
     source, meta, kind = torch_pickle.open_torch_file(path)
     litgpt_config = path.parent / LITGPT_CONFIG
+    files = [path]
     if litgpt_config.is_file():
         meta["litgpt_config"] = _read_yaml(litgpt_config)
         kind = "litgpt"
+        files.append(litgpt_config)
     step = _step(path.parent)
     if step is None and path.parent.name.startswith("mp_rank_"):
         step = _step(path.parent.parent)
-    return Checkpoint(path, kind, step, source, _read_config(path.parent / "config.json"), [path], meta)
+    return Checkpoint(path, kind, step, source, _read_config(path.parent / "config.json"), files, meta)
 
 
 def _torch_index(index_path: Path) -> Checkpoint:
