@@ -151,7 +151,8 @@ TensorMapFile = typer.Option(None, "--tensor-map", help="TOML/JSON file mapping 
                              "q_norm, k_norm, router, …) for naming schemes ckptscan does not know.")
 ModelConfigFile = typer.Option(None, "--model-config", help="The model's config when the checkpoint carries none: "
                                "a Hugging Face config.json, a litgpt model_config.yaml or a torchtitan job .toml "
-                               "(its model name and flavor); it takes precedence over a config found with the checkpoint.")
+                               "(its model name and flavor); it takes precedence over a config found with the "
+                               "checkpoint.")
 Layers = typer.Option(None, "--layers", help="Only these layers, e.g. '0,3,8-11'.")
 Precision = typer.Option("float32", "--precision", help="Gram products in float32 (fast) or float64 (exact path).")
 FailOn = typer.Option(None, "--fail-on", help="Exit 1 when the verdict reaches 'warn' or 'alert' "

@@ -126,8 +126,6 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
     recorded = next(((k, v) for k in META_STEPS if isinstance(v := checkpoint.meta.get(k), int)
                      and not isinstance(v, bool)), None)
     if recorded is not None:
-        if checkpoint.step is not None and checkpoint.step != recorded[1]:
-            checkpoint.meta["step_in_name"] = checkpoint.step
         checkpoint.step = recorded[1]
         checkpoint.meta["step_source"] = recorded[0]
     # The checkpoint as the user named it (a folder, or the file they gave),
