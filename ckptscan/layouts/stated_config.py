@@ -132,15 +132,15 @@ def _torchtitan_toml(text: str, path: Path) -> dict[str, Any]:
     if not isinstance(model, Mapping):
         raise CkptScanError("--model-config: a TOML without a [model] table (expected a torchtitan job config)",
                             path=path)
-    if any(model.get(k) is not None for k in HEAD_KEYS):
-        return dict(model)
     name, flavor = model.get("name"), model.get("flavor", model.get("flavour"))
+    if any(model.get(k) is not None for k in HEAD_KEYS):
+        return {**model, "torchtitan_model": str(name)} if name is not None else dict(model)
     numbers = TORCHTITAN_FLAVORS.get((TORCHTITAN_NAMES.get(str(name), str(name)), str(flavor)))
     if numbers is None:
         known = ", ".join(f"{n}/{f}" for n, f in TORCHTITAN_FLAVORS)
         raise CkptScanError(f"--model-config: torchtitan model {name!r} flavor {flavor!r} is not in ckptscan's table "
                             f"({known}); add n_heads, n_kv_heads and dim to the [model] table", path=path)
-    return {**numbers, "torchtitan_flavor": f"{name}/{flavor}"}
+    return {**numbers, "torchtitan_model": str(name), "torchtitan_flavor": str(flavor)}
 
 
 def stated_config(checkpoint: Checkpoint, model_config: ModelConfigFile | None) -> Checkpoint:

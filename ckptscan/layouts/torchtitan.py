@@ -61,7 +61,10 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     geometry = separate_geometry(hints, (first_qk.q, shape(first_qk.q)), (first_qk.k, shape(first_qk.k)), path,
                                  looked=LOOKED)
     plans = [layer_plan(i, geometry, qk(layers[i]), _router(keys, layers[i]), shape, path) for i in sorted(layers)]
-    return ModelLayout(model_info("torchtitan", geometry, plans, shape), plans,
+    # The job TOML's [model] name (via --model-config) says which torchtitan model this is.
+    name = (config or {}).get("torchtitan_model")
+    family = f"torchtitan-{name}" if name else "torchtitan"
+    return ModelLayout(model_info(family, geometry, plans, shape), plans,
                        [*geometry.notes, "router score function: unknown"])
 
 

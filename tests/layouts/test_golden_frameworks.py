@@ -198,7 +198,8 @@ def test_torchtitan_dcp_with_its_job_toml(tmp_path):
         return _separate(state, "layers.", "attention.qkv_linear.wq", "attention.qkv_linear.wk")
 
     # step-2 records train_state.step; step-4 (the last save, model only) has only its name.
-    _check_run(run, [2, 4], ["torchtitan/checkpoint/step-2", "torchtitan/checkpoint/step-4"], "torchtitan", truth,
+    _check_run(run, [2, 4], ["torchtitan/checkpoint/step-2", "torchtitan/checkpoint/step-4"], "torchtitan-llama3",
+               truth,
                {"overrides": HeadOverrides(model_config=load_model_config(toml))})
     with pytest.raises(CkptScanError, match=r"the job's TOML names its flavour\); pass --num-heads, or --model-config"):
         scan_run(run)
