@@ -3,17 +3,18 @@
 A run is a folder of checkpoint folders whose names carry the step
 (`checkpoint-N` HF Trainer, `global_stepN` DeepSpeed, `iter_NNNNNNN`
 Megatron, `step-N` torchtitan and litgpt, `stepN` OLMo-core, `step_N`
-accelerate's examples), of accelerate's `checkpoint_K` folders (K counts
-saves), or of checkpoint files (Lightning `epoch=E-step=N.ckpt` and
-`last.ckpt`, plain `step_N.pt`). Where a framework records the step inside the
-checkpoint (Lightning `global_step`, DeepSpeed `global_steps`, litgpt
-`step_count`, torchtitan `train_state`, a step counter registered with
-accelerate), that step orders the run, whatever the name says. Pointer files
-(`latest`, `latest_checkpointed_iteration.txt`) are not checkpoints. What
-looks like a checkpoint but cannot be used is listed in `Run.skipped` with the
-reason: temporary directories, checkpoints newer than the framework's "latest"
-pointer (still being written), checkpoints that do not open, a second
-checkpoint of the same step (Lightning's `last.ckpt` copy of the newest one).
+accelerate's examples; also litgpt's `final/`), of accelerate's
+`checkpoint_K` folders (K counts saves), or of checkpoint files (Lightning
+`epoch=E-step=N.ckpt` and `last.ckpt`, plain `step_N.pt`). Where a framework
+records the step inside the checkpoint (Lightning `global_step`, DeepSpeed
+`global_steps`, litgpt `step_count`, torchtitan `train_state`, a step counter
+registered with accelerate), that step orders the run, whatever the name
+says. Pointer files (`latest`, `latest_checkpointed_iteration.txt`) are not
+checkpoints. What looks like a checkpoint but cannot be used is listed in
+`Run.skipped` with the reason: temporary directories, checkpoints newer than
+the framework's "latest" pointer (still being written), checkpoints that do
+not open, a second checkpoint of the same step (Lightning's `last.ckpt` or
+litgpt's `final/`, copies of the newest one).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ NESTED = ("checkpoint", "checkpoints")
 CHECKPOINT_FILE_SUFFIXES = (".ckpt", ".pt", ".pth")
 # A step in a file name: Lightning `epoch=0-step=200.ckpt`, `step_200.pt`, `iter-200.pth`.
 FILE_STEP = re.compile(r"(?:^|[-_=.])(?:step|iter|global_step)[-_=]?(\d+)(?:$|[-_.])")
+# litgpt's pretrain ends with out/final/lit_model.pth beside the step-N folders.
+LITGPT_FINAL = "final"
 # Lightning's copy of the newest checkpoint (`last.ckpt`, `last-v1.ckpt`).
 LAST = re.compile(r"^last(-v\d+)?$")
 
@@ -79,6 +82,8 @@ def discover_run(run_dir: str | Path) -> Run:
                                 "abandoned)"})
         elif entry.is_dir() and (match := ACCELERATE.match(entry.name)):
             candidates.append((entry, None, int(match.group(1))))
+        elif entry.name == LITGPT_FINAL and (entry / "lit_model.pth").is_file():
+            candidates.append((entry, None, None))  # its step is recorded inside (step_count)
     if not candidates:  # a run saved as files, unless the folder is itself one checkpoint
         _refuse_single_checkpoint(folder)
         candidates = [(e, _file_step(e.name), None) for e in entries
@@ -96,11 +101,12 @@ def discover_run(run_dir: str | Path) -> Run:
             continue
         checkpoint.step = step
         opened.append((step, bool(LAST.match(entry.stem)), entry.name, checkpoint))
-    opened.sort(key=lambda o: (o[0], o[1], o[2]))
+    opened.sort(key=lambda o: (o[0], o[1] or o[2] == LITGPT_FINAL, o[2]))
     for step, _, name, checkpoint in opened:
         if run.checkpoints and run.checkpoints[-1].step == step:
             run.skipped.append({"path": str(checkpoint.path), "reason": f"same step {step} as "
-                                f"{run.checkpoints[-1].path.name} (a copy, e.g. Lightning's last.ckpt)"})
+                                f"{run.checkpoints[-1].path.name} (a copy, e.g. Lightning's last.ckpt or litgpt's "
+                                "final/)"})
             continue
         run.checkpoints.append(checkpoint)
     if not run.checkpoints:

@@ -186,6 +186,10 @@ def litgpt() -> None:
                 file.parent.mkdir(parents=True)
                 fabric.save(file, state)
                 save_config(config, file.parent)
+    file = out / "final" / "lit_model.pth"  # pretrain.py's last save
+    file.parent.mkdir()
+    fabric.save(file, state)
+    save_config(config, file.parent)
 
 
 def deepspeed() -> None:

@@ -169,7 +169,8 @@ def test_litgpt_step_folders_with_model_config_yaml():
         return _litgpt(_load(run / f"step-{(i + 1) * 2:08d}" / "lit_model.pth")["model"])
 
     # step_count (optimizer steps), not iter_num (micro-batches, twice as many here)
-    _check_run(run, [2, 4], ["litgpt/step-00000002", "litgpt/step-00000004"], "litgpt", truth)
+    report = _check_run(run, [2, 4], ["litgpt/step-00000002", "litgpt/step-00000004"], "litgpt", truth)
+    assert [(Path(s["path"]).name, s["reason"][:11]) for s in report.skipped] == [("final", "same step 4")]
 
 
 def test_deepspeed_global_steps_with_args_in_client_state():

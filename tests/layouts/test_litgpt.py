@@ -83,3 +83,13 @@ def test_without_model_config_yaml_the_error_names_what_would_help(tmp_path):
 
     with pytest.raises(CkptScanError, match=r"no model_config.yaml beside lit_model.pth\); pass --num-heads"):
         resolve_layout(open_checkpoint(folder))
+
+
+def test_litgpts_final_folder_joins_the_run_at_the_step_it_records(tmp_path):
+    from ckptscan.discovery import discover_run
+
+    pair = head_pair(H, G, R, D, seed=3, dtype=torch.float32)
+    write_litgpt(tmp_path / "step-00000010", 10, (pair.q_a, pair.k_a), blocked)
+    write_litgpt(tmp_path / "final", 15, (pair.q_b, pair.k_b), blocked)  # training ended between saves
+    run = discover_run(tmp_path)
+    assert [(c.step, c.path.name) for c in run.checkpoints] == [(10, "step-00000010"), (15, "final")]
