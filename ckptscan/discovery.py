@@ -3,7 +3,8 @@
 A run is a folder of checkpoint folders whose names carry the step
 (`checkpoint-N` HF Trainer, `global_stepN` DeepSpeed, `iter_NNNNNNN`
 Megatron, `step-N` torchtitan and litgpt, `stepN` OLMo-core, `step_N`
-accelerate's examples; also litgpt's `final/`), of accelerate's
+accelerate's examples, a bare `N` with Orbax's `_CHECKPOINT_METADATA`; also
+litgpt's `final/`), of accelerate's
 `checkpoint_K` folders (K counts saves), or of checkpoint files (Lightning
 `epoch=E-step=N.ckpt` and `last.ckpt`, plain `step_N.pt`). Where a framework
 records the step inside the checkpoint (Lightning `global_step`, DeepSpeed
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from ckptscan.errors import CkptScanError
 from ckptscan.readers import Checkpoint, open_checkpoint, step_from_name
+from ckptscan.readers.orbax import CHECKPOINT_METADATA
 
 # Pointer files naming the newest complete checkpoint: DeepSpeed writes `latest`
 # (`global_stepN`) and Megatron `latest_checkpointed_iteration.txt` (N or
@@ -71,6 +73,8 @@ def discover_run(run_dir: str | Path) -> Run:
     candidates: list[tuple[Path, int | None, int | None]] = []
     for entry in entries:
         step = step_from_name(entry.name)
+        if step is None:
+            step = _orbax_step(entry)
         if step is not None and entry.is_dir():
             if newest is not None and step > newest:
                 run.skipped.append({"path": str(entry), "reason": f"newer than the 'latest' pointer (step {newest}):"
@@ -124,9 +128,16 @@ def looks_like_run(path: Path) -> bool:
     if not path.is_dir():
         return False
     entries = list(path.iterdir())
-    return any(step_from_name(e.name) is not None or ACCELERATE.match(e.name) or
+    return any(step_from_name(e.name) is not None or ACCELERATE.match(e.name) or _orbax_step(e) is not None or
                (e.name in NESTED and e.is_dir()) or (e.is_file() and e.suffix in CHECKPOINT_FILE_SUFFIXES)
                for e in entries)
+
+
+def _orbax_step(entry: Path) -> int | None:
+    """Orbax's CheckpointManager names step folders by the bare step (`1000/`)."""
+    if entry.name.isdigit() and (entry / CHECKPOINT_METADATA).is_file():
+        return int(entry.name)
+    return None
 
 
 def _file_step(name: str) -> int | None:
@@ -155,7 +166,8 @@ def _step(checkpoint: Checkpoint, entry: Path, name_step: int | None, index: int
 
 def _checkpoint_folder(run_dir: Path) -> Path:
     """`run_dir`, or its `checkpoint(s)/` subfolder when the checkpoints are there."""
-    if any(step_from_name(e.name) is not None or ACCELERATE.match(e.name) for e in run_dir.iterdir()):
+    if any(step_from_name(e.name) is not None or ACCELERATE.match(e.name) or _orbax_step(e) is not None
+           for e in run_dir.iterdir()):
         return run_dir
     for name in NESTED:
         if (run_dir / name).is_dir():

@@ -21,6 +21,7 @@ from ckptscan.layouts import (
     gptj,
     hf_llama,
     litgpt,
+    maxtext,
     megatron,
     megatron_legacy,
     nanogpt,
@@ -39,7 +40,7 @@ from ckptscan.readers import Checkpoint
 # under `encoder.`/`transformer.`, NeoX's does not).
 RESOLVERS = [
     deepseek, hf_llama, phi3, gpt2, nanogpt, litgpt, gptj, falcon, bert, switch,
-    megatron, megatron_legacy, gpt_neox, torchtitan, olmo_core,
+    megatron, megatron_legacy, gpt_neox, torchtitan, olmo_core, maxtext,
 ]
 
 __all__ = [

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from ckptscan.errors import CkptScanError
-from ckptscan.readers import fp8, megatron, torch_pickle
+from ckptscan.readers import fp8, megatron, orbax, torch_pickle
 from ckptscan.readers.base import DCP_METADATA_FILE, Checkpoint, TensorSource
 from ckptscan.readers.safetensors import TensorEntry, read_header, read_tensor
 
@@ -89,14 +89,16 @@ OLMO_CORE_DONE = ".metadata.json"
 # Where frameworks record the step inside a checkpoint (Megatron `iteration`,
 # litgpt `step_count` (optimizer steps; its `iter_num` counts micro-batches),
 # nanoGPT `iter_num`, DeepSpeed `global_steps`, Lightning `global_step`,
-# torchtitan `train_state.step`, a step in an accelerate registered object).
+# torchtitan `train_state.step`, a step in an accelerate registered object,
+# the `step` of an Orbax train state).
 # It wins over the step in the name: names can be custom, the record cannot.
 META_STEPS = ("iteration", "step_count", "iter_num", "global_steps", "global_step", "train_state.step",
-              "custom_step")
+              "custom_step", "step")
 
 EXPECTED = ("*.safetensors (+ *.safetensors.index.json), pytorch_model.bin (+ index), a .pt/.pth file "
             "(nanoGPT ckpt.pt, ...), a DCP directory (.metadata + *.distcp), a Megatron iter_NNNNNNN directory "
-            "(mp_rank_XX/model_optim_rng.pt) or a DeepSpeed global_stepN directory (mp_rank_00_model_states.pt)")
+            "(mp_rank_XX/model_optim_rng.pt), a DeepSpeed global_stepN directory (mp_rank_00_model_states.pt) or an "
+            "Orbax step directory (_CHECKPOINT_METADATA + an item with _METADATA)")
 
 
 def step_from_name(name: str) -> int | None:
@@ -182,6 +184,10 @@ def _open_dir(path: Path) -> Checkpoint:
     for name in TORCH_MODEL_FILES:
         if (path / name).is_file():
             return _torch_file(path / name)
+    if orbax.is_item_dir(path):
+        return _orbax(path)
+    if (path / orbax.CHECKPOINT_METADATA).is_file() and (item := orbax.item_dir(path)) is not None:
+        return _orbax(item)
     # The checkpoint one level down: OLMo-core `stepN/model_and_optim/`, HF FSDP
     # `pytorch_model_fsdp_0/` (beside `optimizer_0/`), DeepSpeed `checkpoint-N/global_stepN/`.
     inner = [d for d in sorted(path.iterdir()) if d.is_dir() and not d.name.startswith("optim") and
@@ -277,6 +283,20 @@ def _dcp(directory: Path) -> Checkpoint:
         stacked, megatron_meta = megatron.open_torch_dist(source)
         return Checkpoint(directory, "megatron-torch_dist", step, stacked, config, files, {**meta, **megatron_meta})
     return Checkpoint(directory, "dcp", step, source, config, files, meta)
+
+
+def _orbax(item: Path) -> Checkpoint:
+    """An Orbax item folder; its step folder (`<step>/`) is the checkpoint."""
+    source = orbax.OrbaxSource(item)
+    step_dir = item.parent if (item.parent / orbax.CHECKPOINT_METADATA).is_file() else item
+    step = int(step_dir.name) if step_dir.name.isdigit() else None
+    meta: dict[str, Any] = {}
+    if "step" in source.keys() and source.shape("step") == ():  # MaxText's train state records it
+        value = source.get("step")
+        if not value.is_floating_point():
+            meta["step"] = int(value.item())
+    return Checkpoint(step_dir, "orbax", step, source, _read_config(step_dir / "config.json"),
+                      sorted(f for f in item.rglob("*") if f.is_file()), meta)
 
 
 def _megatron_legacy(directory: Path) -> Checkpoint:

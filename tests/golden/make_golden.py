@@ -12,11 +12,15 @@ Run it in a separate environment, never ckptscan's own:
     /tmp/fwvenv/bin/pip install torch==2.13.0            # the CPU wheel
     /tmp/fwvenv/bin/pip install lightning==2.6.6 accelerate==1.15.0 transformers==5.23.0 deepspeed==0.19.8
     /tmp/fwvenv/bin/pip install --no-deps litgpt==0.5.13  # its pins conflict with transformers 5; GPT/Config need none
+    /tmp/fwvenv/bin/pip install --no-deps torchtitan==0.3.0
+    /tmp/fwvenv/bin/pip install tyro torchdata spmd_types==0.2.3 torch_checkpointing triton  # torchtitan's imports
+    /tmp/fwvenv/bin/pip install "jax[cpu]==0.10.2" orbax-checkpoint==0.12.8 tensorstore==0.1.86
     /tmp/fwvenv/bin/python tests/golden/make_golden.py [framework ...]
 
 Versions the committed files were written with: torch 2.13.0+cpu,
 lightning 2.6.6, accelerate 1.15.0, transformers 5.23.0, litgpt 0.5.13,
-deepspeed 0.19.8 (Python 3.11). Every file is rewritten from scratch; seeds are
+deepspeed 0.19.8, torchtitan 0.3.0, jax 0.10.2 with orbax-checkpoint 0.12.8
+and tensorstore 0.1.86 (Python 3.11). Every file is rewritten from scratch; seeds are
 fixed, but the frameworks' own metadata (paths, versions) may differ.
 """
 
@@ -284,8 +288,58 @@ def torchtitan() -> None:
     dist.destroy_process_group()
 
 
+def orbax() -> None:
+    """Orbax's CheckpointManager as MaxText uses it (`checkpoints/<step>/items/`,
+    a train state {params, step}), with a MaxText-shaped parameter tree:
+    scanned layers stacked on axis 1, Flax DenseGeneral kernels [D, heads, d]
+    (names from MaxText's source; MaxText itself is not run). A tiny GQA
+    decoder in plain JAX takes real SGD steps on next-token loss."""
+    import jax
+    import jax.numpy as jnp
+    import orbax.checkpoint as ocp
+
+    out = _fresh("orbax")
+    keys = iter(jax.random.split(jax.random.PRNGKey(0), 8))
+
+    def init(shape):
+        return 0.05 * jax.random.normal(next(keys), shape, jnp.float32)
+
+    attention = {"query": {"kernel": init((HIDDEN, LAYERS, HEADS, HEAD_DIM))},
+                 "key": {"kernel": init((HIDDEN, LAYERS, KV_HEADS, HEAD_DIM))},
+                 "value": {"kernel": init((HIDDEN, LAYERS, KV_HEADS, HEAD_DIM))},
+                 "out": {"kernel": init((HEADS, LAYERS, HEAD_DIM, HIDDEN))}}
+    params = {"params": {"token_embedder": {"embedding": init((VOCAB, HIDDEN))},
+                         "decoder": {"layers": {"self_attention": attention}}}}
+
+    def loss_fn(params, tokens):
+        p = params["params"]
+        x = p["token_embedder"]["embedding"][tokens[:, :-1]]
+        a = p["decoder"]["layers"]["self_attention"]
+        mask = jnp.tril(jnp.ones((SEQ - 1, SEQ - 1), bool))
+        for layer in range(LAYERS):
+            q = jnp.einsum("btd,dhk->bthk", x, a["query"]["kernel"][:, layer])
+            k = jnp.einsum("btd,dgk->btgk", x, a["key"]["kernel"][:, layer])
+            v = jnp.einsum("btd,dgk->btgk", x, a["value"]["kernel"][:, layer])
+            k, v = (jnp.repeat(t, HEADS // KV_HEADS, axis=2) for t in (k, v))
+            scores = jnp.where(mask, jnp.einsum("bqhk,bshk->bhqs", q, k) / HEAD_DIM**0.5, -1e9)
+            mixed = jnp.einsum("bhqs,bshk->bqhk", jax.nn.softmax(scores), v)
+            x = x + jnp.einsum("bqhk,hkd->bqd", mixed, a["out"]["kernel"][:, layer])
+        logits = x @ p["token_embedder"]["embedding"].T
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), tokens[:, 1:, None], -1))
+
+    grad = jax.jit(jax.grad(loss_fn))
+    manager = ocp.CheckpointManager(out / "checkpoints", item_names=("items",))
+    for step in range(1, 5):
+        tokens = jnp.asarray(_tokens(step).numpy())
+        params = jax.tree.map(lambda w, g: w - 0.5 * g, params, grad(params, tokens))
+        if step % 2 == 0:
+            state = {"params": params, "step": jnp.asarray(step, jnp.int32)}
+            manager.save(step, args=ocp.args.Composite(items=ocp.args.PyTreeSave(state)))
+    manager.wait_until_finished()
+
+
 FRAMEWORKS = {"lightning": lightning, "accelerate": accelerate, "litgpt": litgpt, "deepspeed": deepspeed,
-              "torchtitan": torchtitan}
+              "torchtitan": torchtitan, "orbax": orbax}
 
 if __name__ == "__main__":
     torch.set_num_threads(1)

@@ -206,6 +206,37 @@ def test_torchtitan_dcp_with_its_job_toml(tmp_path):
         scan_run(run)
 
 
+def _orbax_array(step: int, key: str):
+    """One array of the golden Orbax run, opened with tensorstore directly."""
+    import tensorstore
+
+    base = (GOLDEN / f"orbax/checkpoints/{step}/items").resolve().as_uri() + "/"
+    spec = {"driver": "zarr", "kvstore": {"driver": "ocdbt", "base": base}, "path": key}
+    return torch.from_numpy(tensorstore.open(spec).result().read().result().copy())
+
+
+def test_orbax_maxtext_shaped_run_with_scanned_layers():
+    pytest.importorskip("tensorstore")  # the `orbax` extra; in `test` too, so CI runs this
+    attention = "params.params.decoder.layers.self_attention."
+
+    def truth(i):
+        step = (i + 1) * 2
+        q, k = (_orbax_array(step, attention + f"{name}.kernel") for name in ("query", "key"))  # [D, L, n, d]
+        return [(q[:, layer].permute(1, 2, 0).to(F64), k[:, layer].permute(1, 2, 0).to(F64))
+                for layer in range(LAYERS)]
+
+    # no config and no flags: the kernels' shapes [D, n, d] give the geometry
+    _check_run(GOLDEN / "orbax", [2, 4], ["orbax/checkpoints/2", "orbax/checkpoints/4"], "maxtext", truth)
+
+
+def test_orbax_without_tensorstore_is_one_clear_line(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tensorstore", None)
+    with pytest.raises(CkptScanError, match=r"needs tensorstore: pip install 'ckptscan\[orbax\]'"):
+        scan_run(GOLDEN / "orbax")
+
+
 def test_golden_files_stay_small():
     total = sum(f.stat().st_size for f in GOLDEN.rglob("*") if f.is_file())
     assert total <= 5 * 2**20
