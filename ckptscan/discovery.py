@@ -1,14 +1,21 @@
 """Find the checkpoints of a run directory and order them by step.
 
-Checkpoint directories carry their step in their name (`checkpoint-N` HF
-Trainer, `global_stepN` DeepSpeed, `iter_NNNNNNN` Megatron, `step-N`
-torchtitan, `stepN` OLMo-core). Pointer files (`latest`,
-`latest_checkpointed_iteration.txt`) are not checkpoints. What looks like a
-checkpoint but cannot be used is listed in `Run.skipped` with the reason:
-temporary directories, checkpoints newer than the framework's "latest"
-pointer (still being written), checkpoints that do not open (missing shards,
-no index, no model files), and Accelerate's `checkpoint_K`, whose K counts
-saves, not steps.
+A run is a folder of checkpoint folders whose names carry the step
+(`checkpoint-N` HF Trainer, `global_stepN` DeepSpeed, `iter_NNNNNNN`
+Megatron, `step-N` torchtitan and litgpt, `stepN` OLMo-core, `step_N`
+accelerate's examples, a bare `N` with Orbax's `_CHECKPOINT_METADATA`; also
+litgpt's `final/`), of accelerate's
+`checkpoint_K` folders (K counts saves), or of checkpoint files (Lightning
+`epoch=E-step=N.ckpt` and `last.ckpt`, plain `step_N.pt`). Where a framework
+records the step inside the checkpoint (Lightning `global_step`, DeepSpeed
+`global_steps`, litgpt `step_count`, torchtitan `train_state`, a step counter
+registered with accelerate), that step orders the run, whatever the name
+says. Pointer files (`latest`, `latest_checkpointed_iteration.txt`) are not
+checkpoints. What looks like a checkpoint but cannot be used is listed in
+`Run.skipped` with the reason: temporary directories, checkpoints newer than
+the framework's "latest" pointer (still being written), checkpoints that do
+not open, a second checkpoint of the same step (Lightning's `last.ckpt` or
+litgpt's `final/`, copies of the newest one).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from pathlib import Path
 
 from ckptscan.errors import CkptScanError
 from ckptscan.readers import Checkpoint, open_checkpoint, step_from_name
+from ckptscan.readers.orbax import CHECKPOINT_METADATA
 
 # Pointer files naming the newest complete checkpoint: DeepSpeed writes `latest`
 # (`global_stepN`) and Megatron `latest_checkpointed_iteration.txt` (N or
@@ -27,10 +35,19 @@ POINTERS = {"latest": re.compile(r"^global_step(\d+)$"), "latest_checkpointed_it
 # Staging names around a checkpoint name: HF Trainer's tmp-checkpoint-N, and
 # N.tmp / N-tmp / tmp_N from other writers.
 TEMPORARY = re.compile(r"^(tmp[-_.]|\.tmp[-_.]?)|([-_.]tmp\d*)$", re.IGNORECASE)
+# accelerate's ProjectConfiguration(automatic_checkpoint_naming=True): K is a save index.
 ACCELERATE = re.compile(r"^checkpoint_(\d+)$")
 # Where frameworks put checkpoints below the directory users name (torchtitan
-# `dump/checkpoint/`, Accelerate `project/checkpoints/`).
+# `dump/checkpoint/`, accelerate `project/checkpoints/`, Lightning `version_K/checkpoints/`).
 NESTED = ("checkpoint", "checkpoints")
+# Checkpoint files of a run saved as files (Lightning .ckpt, torch.save .pt/.pth).
+CHECKPOINT_FILE_SUFFIXES = (".ckpt", ".pt", ".pth")
+# A step in a file name: Lightning `epoch=0-step=200.ckpt`, `step_200.pt`, `iter-200.pth`.
+FILE_STEP = re.compile(r"(?:^|[-_=.])(?:step|iter|global_step)[-_=]?(\d+)(?:$|[-_.])")
+# litgpt's pretrain ends with out/final/lit_model.pth beside the step-N folders.
+LITGPT_FINAL = "final"
+# Lightning's copy of the newest checkpoint (`last.ckpt`, `last-v1.ckpt`).
+LAST = re.compile(r"^last(-v\d+)?$")
 
 
 @dataclass
@@ -39,6 +56,8 @@ class Run:
     checkpoints: list[Checkpoint]
     # Entries that looked like checkpoints but could not be used, with why.
     skipped: list[dict[str, str]] = field(default_factory=list)
+    # What the user should know about the steps (save indices, names that disagree with the record).
+    notes: list[str] = field(default_factory=list)
 
 
 def discover_run(run_dir: str | Path) -> Run:
@@ -49,43 +68,106 @@ def discover_run(run_dir: str | Path) -> Run:
     folder = _checkpoint_folder(run_dir)
     run = Run(run_dir, [])
     newest = _newest_complete(folder)
-    candidates = []
-    for entry in sorted(folder.iterdir()):
+    entries = sorted(folder.iterdir())
+    # (entry, step in its name or None, accelerate save index or None)
+    candidates: list[tuple[Path, int | None, int | None]] = []
+    for entry in entries:
         step = step_from_name(entry.name)
+        if step is None:
+            step = _orbax_step(entry)
         if step is not None and entry.is_dir():
             if newest is not None and step > newest:
                 run.skipped.append({"path": str(entry), "reason": f"newer than the 'latest' pointer (step {newest}):"
                                     " still being written, or abandoned"})
             else:
-                candidates.append((step, entry))
+                candidates.append((entry, step, None))
         elif entry.is_dir() and step_from_name(TEMPORARY.sub("", entry.name)) is not None:
             run.skipped.append({"path": str(entry), "reason": "temporary directory (still being written, or "
                                 "abandoned)"})
-        elif ACCELERATE.match(entry.name) and entry.is_dir():
-            run.skipped.append({"path": str(entry), "reason": "Accelerate checkpoint_K: K counts saves, not "
-                                "training steps; pass these checkpoints explicitly to compare them"})
-    for step, entry in sorted(candidates, key=lambda c: (c[0], c[1].name)):
+        elif entry.is_dir() and (match := ACCELERATE.match(entry.name)):
+            candidates.append((entry, None, int(match.group(1))))
+        elif entry.name == LITGPT_FINAL and (entry / "lit_model.pth").is_file():
+            candidates.append((entry, None, None))  # its step is recorded inside (step_count)
+    if not candidates:  # a run saved as files, unless the folder is itself one checkpoint
+        _refuse_single_checkpoint(folder)
+        candidates = [(e, _file_step(e.name), None) for e in entries
+                      if e.is_file() and e.suffix in CHECKPOINT_FILE_SUFFIXES]
+    opened: list[tuple[int, int, str, Checkpoint]] = []
+    for entry, name_step, index in candidates:
         try:
             checkpoint = open_checkpoint(entry)
         except CkptScanError as e:
             run.skipped.append({"path": str(entry), "reason": str(e)})
             continue
+        step = _step(checkpoint, entry, name_step, index, run)
+        if step is None:
+            run.skipped.append({"path": str(entry), "reason": "no step in the name and none recorded inside"})
+            continue
         checkpoint.step = step
+        opened.append((step, bool(LAST.match(entry.stem)), entry.name, checkpoint))
+    opened.sort(key=lambda o: (o[0], o[1] or o[2] == LITGPT_FINAL, o[2]))
+    for step, _, name, checkpoint in opened:
+        if run.checkpoints and run.checkpoints[-1].step == step:
+            run.skipped.append({"path": str(checkpoint.path), "reason": f"same step {step} as "
+                                f"{run.checkpoints[-1].path.name} (a copy, e.g. Lightning's last.ckpt or litgpt's "
+                                "final/)"})
+            continue
         run.checkpoints.append(checkpoint)
     if not run.checkpoints:
-        if not candidates and not run.skipped:
-            _refuse_single_checkpoint(run_dir)
         what = "no checkpoint could be opened" if candidates or run.skipped else \
-            "no checkpoint directories (checkpoint-N, global_stepN, iter_NNNNNNN, step-N, stepN)"
+            ("no checkpoint directories (checkpoint-N, global_stepN, iter_NNNNNNN, step-N, stepN, step_N, "
+             "checkpoint_K) or checkpoint files (*.ckpt, *.pt, *.pth)")
         skipped = "; ".join(f"{Path(s['path']).name}: {s['reason']}" for s in run.skipped[:3])
         raise CkptScanError(f"{what} in this run directory" + (f" (skipped {skipped})" if skipped else ""),
                             path=run_dir)
     return run
 
 
+def looks_like_run(path: Path) -> bool:
+    """A directory holding checkpoints by any of the names `discover_run` knows."""
+    if not path.is_dir():
+        return False
+    entries = list(path.iterdir())
+    return any(step_from_name(e.name) is not None or ACCELERATE.match(e.name) or _orbax_step(e) is not None or
+               (e.name in NESTED and e.is_dir()) or (e.is_file() and e.suffix in CHECKPOINT_FILE_SUFFIXES)
+               for e in entries)
+
+
+def _orbax_step(entry: Path) -> int | None:
+    """Orbax's CheckpointManager names step folders by the bare step (`1000/`)."""
+    if entry.name.isdigit() and (entry / CHECKPOINT_METADATA).is_file():
+        return int(entry.name)
+    return None
+
+
+def _file_step(name: str) -> int | None:
+    stem = name.rsplit(".", 1)[0]
+    match = FILE_STEP.search(stem)
+    return int(match.group(1)) if match else None
+
+
+def _step(checkpoint: Checkpoint, entry: Path, name_step: int | None, index: int | None, run: Run) -> int | None:
+    """The step recorded inside the checkpoint, else the one in its name, else
+    (accelerate's checkpoint_K) the save index K, said so in the run's notes."""
+    recorded = checkpoint.meta.get("step_source")
+    if recorded is not None:
+        if name_step is not None and name_step != checkpoint.step:
+            run.notes.append(f"{entry.name}: step {checkpoint.step} from the checkpoint's '{recorded}', not "
+                             f"{name_step} from its name")
+        return checkpoint.step
+    if index is not None:
+        if not any("save index" in n for n in run.notes):
+            run.notes.append("checkpoint_K: K is accelerate's save index, not a training step (no step is recorded "
+                             "inside; register a step counter with accelerator.register_for_checkpointing to "
+                             "record one); steps shown are K")
+        return index
+    return name_step
+
+
 def _checkpoint_folder(run_dir: Path) -> Path:
     """`run_dir`, or its `checkpoint(s)/` subfolder when the checkpoints are there."""
-    if any(step_from_name(e.name) is not None for e in run_dir.iterdir()):
+    if any(step_from_name(e.name) is not None or ACCELERATE.match(e.name) or _orbax_step(e) is not None
+           for e in run_dir.iterdir()):
         return run_dir
     for name in NESTED:
         if (run_dir / name).is_dir():
@@ -118,5 +200,6 @@ def _refuse_single_checkpoint(run_dir: Path) -> None:
     except CkptScanError:
         return
     raise CkptScanError("this is a single checkpoint, not a run directory of checkpoint-N / global_stepN / "
-                        "iter_NNNNNNN / step-N subdirectories (nanoGPT overwrites its one ckpt.pt at each save)",
+                        "iter_NNNNNNN / step-N subdirectories or of checkpoint files (nanoGPT overwrites its one "
+                        "ckpt.pt at each save)",
                         path=run_dir)

@@ -17,10 +17,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
-from ckptscan.discovery import NESTED, discover_run
+from ckptscan.discovery import discover_run, looks_like_run
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts import HeadOverrides, TensorMap, resolve_layout
-from ckptscan.readers import Checkpoint, open_checkpoint, step_from_name
+from ckptscan.readers import Checkpoint, open_checkpoint
 
 # Metadata worth showing; `args` and the like are too large to print whole.
 SHOWN_META = ("key_prefix", "checkpoint_version", "tensor_parallel", "pipeline_parallel", "expert_parallel",
@@ -43,7 +43,7 @@ def inspect_path(
     try:
         checkpoint = open_checkpoint(path)
     except CkptScanError:
-        if not _looks_like_run(path):
+        if not looks_like_run(path):
             raise
         run = discover_run(path)
         return {
@@ -51,6 +51,7 @@ def inspect_path(
             "kind": "run",
             "run": {
                 "checkpoints": [{"step": c.step, "path": str(c.path), "format": c.format} for c in run.checkpoints],
+                "notes": run.notes,
                 "skipped": run.skipped,
             },
             "checkpoint": describe_checkpoint(run.checkpoints[-1], overrides, tensor_map, layers),
@@ -105,11 +106,3 @@ def name_patterns(keys: Sequence[str]) -> list[dict[str, Any]]:
     """Tensor names with layer numbers replaced by N, and how many names each covers."""
     counts = Counter(_LAYER_NUMBER.sub("N", key) for key in keys)
     return [{"pattern": pattern, "count": count} for pattern, count in sorted(counts.items())]
-
-
-def _looks_like_run(path: Path) -> bool:
-    if not path.is_dir():
-        return False
-    entries = list(path.iterdir())
-    return any(step_from_name(e.name) is not None for e in entries) or any(
-        e.name in NESTED and e.is_dir() for e in entries)

@@ -72,6 +72,8 @@ def compute(
     run_settings: dict[str, Any] = {}
     if spec.kind == "run":
         run_settings = {"run": spec.path, **spec.pairing}
+        if spec.run_notes:  # e.g. accelerate's checkpoint_K: the steps shown are save indices
+            run_settings["run_notes"] = list(spec.run_notes)
     if spec.loss_log is not None:
         for pair in results:
             pair.loss = spec.loss_log.pair_loss(pair.from_step, pair.to_step)

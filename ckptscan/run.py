@@ -65,6 +65,7 @@ class RunSpec:
     skipped: list[dict[str, str]] = field(default_factory=list)  # checkpoints that looked usable but were not
     pairing: dict[str, object] = field(default_factory=dict)  # how `pairs` were formed (stride, base, pending)
     notes: list[str] = field(default_factory=list)  # which side files were used or ignored, and why
+    run_notes: list[str] = field(default_factory=list)  # discovery's notes, e.g. steps that are save indices
 
 
 def resolve_run(
@@ -97,7 +98,7 @@ def resolve_run(
                             path=run_dir)
     newest = max(b for _, b in pairs)
     spec = RunSpec("run", str(run_dir), run.checkpoints, pairs, skipped=run.skipped,
-                   config=_config(config, settings))
+                   config=_config(config, settings), run_notes=list(run.notes))
     spec.pairing = {"pairing": base, "stride": stride,
                     # Checkpoints newer than the newest scanned one: they wait for the stride.
                     "pending_steps": [c.step for c in run.checkpoints[newest + 1:]]}

@@ -46,6 +46,14 @@ def test_hf_trainer_run(tmp_path):
     assert "no checkpoint recognised" in reasons["checkpoint-160"]
 
 
+def test_checkpoint_paths_are_the_checkpoints_as_named_not_files_inside(tmp_path):
+    hf(tmp_path / "checkpoint-1", shards=2)  # opened through model.safetensors.index.json
+    tensors = {k: v.float() for k, v in llama_tensors(CONFIG, 1).items()}
+    write_deepspeed(tmp_path, 2, tensors)  # opened through mp_rank_00_model_states.pt
+    run = discover_run(tmp_path)
+    assert [c.path for c in run.checkpoints] == [tmp_path / "checkpoint-1", tmp_path / "global_step2"]
+
+
 def test_deepspeed_run_ignores_latest_and_skips_a_save_in_progress(tmp_path):
     tensors = {k: v.float() for k, v in llama_tensors(CONFIG, 1).items()}
     for step in (10, 5, 15):
@@ -95,11 +103,36 @@ def test_olmo_core_run(tmp_path):
     assert "temporary" in skipped(run)["step300-tmp"]
 
 
-def test_accelerate_save_counters_are_not_steps(tmp_path):
-    for k in (0, 1):
-        hf(tmp_path / "checkpoints" / f"checkpoint_{k}")
-    with pytest.raises(CkptScanError, match="checkpoint_0: Accelerate checkpoint_K: K counts saves"):
-        discover_run(tmp_path)
+def test_accelerate_save_indices_order_the_run_and_are_said_to_be_indices(tmp_path):
+    for k in (10, 2, 0):
+        hf(tmp_path / "checkpoints" / f"checkpoint_{k}", seed=k)
+    run = discover_run(tmp_path)
+    assert steps(run) == [0, 2, 10]  # numeric order of K
+    assert any("save index, not a training step" in note for note in run.notes)
+
+
+def test_steps_recorded_inside_win_over_names(tmp_path):
+    """A registered accelerate object records the step; the folder name does not count."""
+    for k, step in ((0, 500), (1, 1000)):
+        folder = tmp_path / "checkpoints" / f"checkpoint_{k}"
+        hf(folder, seed=k)
+        torch.save({"step": step}, folder / "custom_checkpoint_0.pkl")
+    run = discover_run(tmp_path)
+    assert steps(run) == [500, 1000] and run.notes == []
+
+
+def test_a_run_of_checkpoint_files_orders_by_the_step_inside_and_drops_the_last_copy(tmp_path):
+    tensors = {k: v.float() for k, v in llama_tensors(CONFIG, 1).items()}
+    for name, step in (("epoch=0-step=20.ckpt", 20), ("epoch=1-step=3.ckpt", 300), ("last.ckpt", 300)):
+        torch.save({"state_dict": tensors, "global_step": step, "pytorch-lightning_version": "2.6.6"},
+                   tmp_path / name)
+    torch.save({"state_dict": tensors}, tmp_path / "step_7.pt")  # no step inside: the name's
+    (tmp_path / "notes.txt").write_text("not a checkpoint")
+    run = discover_run(tmp_path)
+    assert steps(run) == [7, 20, 300]
+    assert [c.path.name for c in run.checkpoints] == ["step_7.pt", "epoch=0-step=20.ckpt", "epoch=1-step=3.ckpt"]
+    assert "same step 300" in skipped(run)["last.ckpt"]
+    assert any("step 300 from the checkpoint's 'global_step', not 3 from its name" in n for n in run.notes)
 
 
 def test_a_single_nanogpt_checkpoint_is_not_a_run(tmp_path):

@@ -25,6 +25,7 @@ from ckptscan.errors import CkptScanError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ckptscan.layouts import HeadOverrides
     from ckptscan.results import ScanReport
     from ckptscan.scan import ScanOptions
 
@@ -130,23 +131,33 @@ def scan_options(
     heads: str | None = None,
     full_spectrum: bool = False,
     tensor_map: Path | None = None,
+    model_config: Path | None = None,
 ) -> ScanOptions:
     """The flags that decide how metrics are computed, as ScanOptions."""
     import torch
 
-    from ckptscan.layouts import HeadOverrides, load_tensor_map
+    from ckptscan.layouts import load_tensor_map
     from ckptscan.scan import ScanOptions, resolve_device
 
     precision = Precision(precision)
     return ScanOptions(
         compute_dtype=torch.float64 if precision is Precision.float64 else torch.float32,
-        overrides=HeadOverrides(num_heads, num_kv_heads, head_dim),
+        overrides=head_overrides(num_heads, num_kv_heads, head_dim, model_config),
         layers=parse_indices(layers),
         device=resolve_device(device),
         heads=parse_indices(heads, "--heads"),
         full_spectrum=full_spectrum,
         tensor_map=load_tensor_map(tensor_map) if tensor_map is not None else None,
     )
+
+
+def head_overrides(num_heads: int | None, num_kv_heads: int | None, head_dim: int | None,
+                   model_config: Path | None) -> HeadOverrides:
+    """The geometry flags, with --model-config read and checked up front."""
+    from ckptscan.layouts import HeadOverrides, load_model_config
+
+    return HeadOverrides(num_heads, num_kv_heads, head_dim,
+                         load_model_config(model_config) if model_config is not None else None)
 
 
 def gate(report: ScanReport, fail_on: FailOn | str) -> int:
@@ -205,6 +216,10 @@ NumHeads = Annotated[Optional[int], typer.Option("--num-heads", help="Query head
                                                  "no config.")]
 NumKvHeads = Annotated[Optional[int], typer.Option("--num-kv-heads", help="KV heads (GQA/MQA), when the checkpoint "
                                                    "carries no config.")]
+ModelConfigFile = Annotated[Optional[Path], typer.Option(
+    "--model-config", help="The model's config when the checkpoint carries none: a Hugging Face config.json, a "
+    "litgpt model_config.yaml or a torchtitan job .toml (its model name and flavor); it takes precedence over a "
+    "config found with the checkpoint.")]
 HeadDim = Annotated[Optional[int], typer.Option("--head-dim", help="Head dimension, when it is not hidden/heads.")]
 TensorMapFile = Annotated[Optional[Path], typer.Option(
     "--tensor-map", help="TOML/JSON file mapping tensor-name regexes to roles (q, k, q_norm, k_norm, router, ...) "

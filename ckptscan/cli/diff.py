@@ -21,6 +21,7 @@ from ckptscan.cli.app import (
     JunitOut,
     Layers,
     MarkdownSummary,
+    ModelConfigFile,
     NumHeads,
     NumKvHeads,
     Precision,
@@ -62,6 +63,7 @@ def diff(
     num_heads: NumHeads = None,
     num_kv_heads: NumKvHeads = None,
     head_dim: HeadDim = None,
+    model_config: ModelConfigFile = None,
     layers: Layers = None,
     precision: PrecisionOpt = Precision.float32,
     probe: Annotated[Optional[Path], typer.Option(
@@ -83,7 +85,7 @@ def diff(
         check_figure_outputs(html, png)
         check_tensorboard_output(tensorboard)
         options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, device, heads,
-                               full_spectrum, tensor_map)
+                               full_spectrum, tensor_map, model_config)
         spec = resolve_pair(ckpt_a, ckpt_b, probe=probe, reference=reference,
                             config=config if config is not None else AUTO, settings=set_ or ())
         report = scan(spec, options)

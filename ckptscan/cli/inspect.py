@@ -15,8 +15,20 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ckptscan.cli.app import HeadDim, JsonOut, Layers, NumHeads, NumKvHeads, TensorMapFile, app, out, parse_indices, \
-    user_errors
+from ckptscan.cli.app import (
+    HeadDim,
+    JsonOut,
+    Layers,
+    ModelConfigFile,
+    NumHeads,
+    NumKvHeads,
+    TensorMapFile,
+    app,
+    head_overrides,
+    out,
+    parse_indices,
+    user_errors,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -35,6 +47,7 @@ def inspect(
     num_heads: NumHeads = None,
     num_kv_heads: NumKvHeads = None,
     head_dim: HeadDim = None,
+    model_config: ModelConfigFile = None,
     layers: Layers = None,
     tensor_map: TensorMapFile = None,
 ) -> None:
@@ -44,13 +57,13 @@ def inspect(
         from ckptscan.atomic import write_atomic
         from ckptscan.errors import CkptScanError
         from ckptscan.inspect import inspect_path
-        from ckptscan.layouts import HeadOverrides, load_tensor_map
+        from ckptscan.layouts import load_tensor_map
 
         if output not in ("table", "json"):
             raise CkptScanError(f"--format must be 'table' or 'json', not {output!r}")
         description = inspect_path(
             Path(path),
-            HeadOverrides(num_heads, num_kv_heads, head_dim),
+            head_overrides(num_heads, num_kv_heads, head_dim, model_config),
             load_tensor_map(tensor_map) if tensor_map is not None else None,
             parse_indices(layers),
         )
@@ -91,6 +104,8 @@ def _print_run(console: Console, description: dict[str, Any]) -> None:
         reason = skipped["reason"]  # reader errors already start with the path
         where = "" if reason.startswith(skipped["path"]) else f"{skipped['path']}: "
         console.print(Text.assemble(("skipped ", "yellow"), where + reason))
+    for note in run.get("notes", []):
+        console.print(Text.assemble(("note ", "cyan"), note))
 
 
 def _print_checkpoint(console: Console, c: dict[str, Any], newest: bool) -> None:

@@ -22,6 +22,7 @@ from ckptscan.cli.app import (
     JunitOut,
     Layers,
     MarkdownSummary,
+    ModelConfigFile,
     NumHeads,
     NumKvHeads,
     PngDir,
@@ -79,6 +80,7 @@ def trend(
     num_heads: NumHeads = None,
     num_kv_heads: NumKvHeads = None,
     head_dim: HeadDim = None,
+    model_config: ModelConfigFile = None,
     layers: Layers = None,
     precision: PrecisionOpt = Precision.float32,
     probe: Annotated[Optional[Path], typer.Option(
@@ -108,7 +110,7 @@ def trend(
         check_figure_outputs(html, png)
         check_tensorboard_output(tensorboard)
         options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, device, heads,
-                               full_spectrum, tensor_map)
+                               full_spectrum, tensor_map, model_config)
         spec = resolve_run(run_dir, stride=stride, base=Base(base).value,
                            probe=None if no_probe else probe or AUTO,
                            loss_log=None if no_loss_log else loss_log or AUTO,

@@ -20,6 +20,8 @@ from ckptscan.layouts import (
     gpt_neox,
     gptj,
     hf_llama,
+    litgpt,
+    maxtext,
     megatron,
     megatron_legacy,
     nanogpt,
@@ -29,6 +31,7 @@ from ckptscan.layouts import (
     torchtitan,
 )
 from ckptscan.layouts.base import HeadOverrides, LayerPlan, LayerWeights, ModelInfo, ModelLayout, model_types
+from ckptscan.layouts.stated_config import ModelConfigFile, load_model_config, stated_config
 from ckptscan.layouts.tensor_map import TensorMap, load_tensor_map
 from ckptscan.readers import Checkpoint
 
@@ -36,13 +39,13 @@ from ckptscan.readers import Checkpoint
 # (DeepSeek's q_proj has no k_proj; legacy Megatron's query_key_value sits
 # under `encoder.`/`transformer.`, NeoX's does not).
 RESOLVERS = [
-    deepseek, hf_llama, phi3, gpt2, nanogpt, gptj, falcon, bert, switch,
-    megatron, megatron_legacy, gpt_neox, torchtitan, olmo_core,
+    deepseek, hf_llama, phi3, gpt2, nanogpt, litgpt, gptj, falcon, bert, switch,
+    megatron, megatron_legacy, gpt_neox, torchtitan, olmo_core, maxtext,
 ]
 
 __all__ = [
-    "HeadOverrides", "LayerPlan", "LayerWeights", "ModelInfo", "ModelLayout", "TensorMap", "load_tensor_map",
-    "resolve_layout",
+    "HeadOverrides", "LayerPlan", "LayerWeights", "ModelConfigFile", "ModelInfo", "ModelLayout", "TensorMap",
+    "load_model_config", "load_tensor_map", "resolve_layout",
 ]
 
 
@@ -50,6 +53,7 @@ def resolve_layout(
     checkpoint: Checkpoint, overrides: HeadOverrides = HeadOverrides(), tensor_map: TensorMap | None = None
 ) -> ModelLayout:
     keys = set(checkpoint.tensors.keys())
+    checkpoint = stated_config(checkpoint, overrides.model_config)
     if tensor_map is not None:
         return tensor_map.resolve(checkpoint, keys, overrides)
     for model_type in model_types(checkpoint.config):

@@ -82,11 +82,13 @@ class ModelLayout:
 
 @dataclass(frozen=True)
 class HeadOverrides:
-    """Head geometry from CLI flags, for checkpoints that carry no config."""
+    """Head geometry from CLI flags, for checkpoints that carry no config;
+    `model_config` is `--model-config FILE` (stated_config.ModelConfigFile)."""
 
     num_heads: int | None = None
     num_kv_heads: int | None = None
     head_dim: int | None = None
+    model_config: Any = None
 
 
 def config_value(config: Mapping[str, Any] | None, *names: str) -> Any:
@@ -97,7 +99,9 @@ def config_value(config: Mapping[str, Any] | None, *names: str) -> Any:
 
 
 def config_entry(config: Mapping[str, Any] | None, *names: str, source: str = "config.json") -> tuple[Any, str] | None:
-    """(value, where) of the first of `names` in the config or its `text_config`."""
+    """(value, where) of the first of `names` in the config or its `text_config`;
+    `where` names the file the config came from when it knows (SourcedConfig)."""
+    source = getattr(config, "source", source)
     scopes = (("", config or {}), ("text_config.", (config or {}).get("text_config") or {}))
     for scope_name, scope in scopes:
         for name in names:

@@ -28,6 +28,8 @@ from ckptscan.layouts.base import HeadOverrides, require_shape
 FUSED_LAYOUTS = ("blocked", "grouped", "grouped_gated", "row_interleaved")
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
+# What --model-config reads (stated_config.load_model_config).
+MODEL_CONFIG_KINDS = "a config.json, a litgpt model_config.yaml, a torchtitan job .toml"
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,8 @@ class Geometry:
 def missing(what: str, flag: str, path: Any, looked: str = "") -> CkptScanError:
     """The error for a head count the checkpoint does not state."""
     where = f" ({looked})" if looked else ""
-    return CkptScanError(f"cannot split attention heads: {what} is unknown{where}; pass {flag}", path=path)
+    return CkptScanError(f"cannot split attention heads: {what} is unknown{where}; pass {flag}, or --model-config "
+                         f"FILE with the model's config ({MODEL_CONFIG_KINDS})", path=path)
 
 
 def separate_geometry(

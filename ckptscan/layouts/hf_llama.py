@@ -11,9 +11,14 @@ Qwen-MoE's `mlp.shared_expert_gate` [1, D] gates the shared expert and is not
 a router; the exact key match keeps it out.
 
 Given H, the shapes fix d = rows/H and G = k rows/d, so checkpoints without
-a config need only --num-heads. A checkpoint of an unknown model_type with
+a config need only --num-heads; per-head QK-norm gains [d] (Qwen3, Gemma3)
+fix d, and so H, without it. A checkpoint of an unknown model_type with
 these names is read too, but its QK-norm convention is not known: one with
-q_norm/k_norm is refused rather than folded by a guessed rule.
+q_norm/k_norm is refused rather than folded by a guessed rule. Without any
+model_type (no config at all: accelerate's save_state, Lightning without
+hyper-parameters) the names decide, and `inspect` says so: Gemma's (1 + w)
+only with Gemma 2/3's `pre_feedforward_layernorm`, else w (Qwen3, OLMo2);
+the family is named from the names too ("qwen3-like", "mixtral-like").
 """
 
 from __future__ import annotations
@@ -60,7 +65,9 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     path, config = ckpt.path, ckpt.config
     layers = find_layers(keys, _Q_PROJ, path, "*layers.N.self_attn.q_proj.weight")
     known = [t for t in model_types(config) if t in MODEL_TYPES]
-    family = known[0] if known else (model_types(config) or ["llama-like"])[0]
+    untyped = not model_types(config)  # no config, or one that names no model_type
+    shape = ckpt.tensors.shape
+    family = known[0] if known else (model_types(config) or [_family_from_names(keys, layers, shape)])[0]
 
     first = layers[min(layers)]
     k_first = first.replace(".q_proj.", ".k_proj.")
@@ -68,17 +75,20 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
         raise CkptScanError("no matching k_proj", path=path, tensor=k_first)
     hints = HeadHints.gather(
         overrides,
-        num_heads=config_entry(config, "num_attention_heads", "n_head"),
+        num_heads=config_entry(config, "num_attention_heads", "n_head") or _heads_from_q_norm(keys, first, shape),
         num_kv_heads=config_entry(config, "num_key_value_heads", "num_kv_heads"),
         head_dim=config_entry(config, "head_dim"),
         path=path,
     )
-    shape = ckpt.tensors.shape
     geometry = separate_geometry(hints, (first, shape(first)), (k_first, shape(k_first)), path)
 
     config_experts = config_value(config, *EXPERT_KEYS)
-    scoring = "softmax" if family in SOFTMAX_ROUTERS else config_value(config, "scoring_func")
+    base_family = family.removesuffix("-like")
+    scoring = "softmax" if base_family in SOFTMAX_ROUTERS else config_value(config, "scoring_func")
     notes = list(geometry.notes)
+    if untyped:
+        notes.append(f"family {family}: from the tensor names (no config states a model_type)")
+    gemma_names = any(_GEMMA_NORM in k for k in keys)
     plans = []
     for layer in sorted(layers):
         q_name = layers[layer]
@@ -88,15 +98,19 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
             k=q_name.replace(".q_proj.", ".k_proj."),
             q_norm=present(keys, base + "self_attn.q_norm.weight"),
             k_norm=present(keys, base + "self_attn.k_norm.weight"),
-            gain_offset=1.0 if family in ONE_PLUS_GAIN else 0.0,
+            gain_offset=1.0 if family in ONE_PLUS_GAIN or (untyped and gemma_names) else 0.0,
         )
-        if (qk.q_norm or qk.k_norm) and not known:
+        if (qk.q_norm or qk.k_norm) and untyped and layer == min(layers):
+            notes.append("QK-norm convention inferred from the tensor names: " + (
+                "Gemma 2/3 names (pre_feedforward_layernorm), so the gain is 1 + w" if gemma_names else
+                "no Gemma 2/3 names (pre_feedforward_layernorm), so the gain is w, as in Qwen3/OLMo2"))
+        if (qk.q_norm or qk.k_norm) and not known and not untyped:
             raise CkptScanError(
                 f"QK-norm gains of model_type '{family}' (convention unknown: Gemma scales by 1 + w, others by w); "
                 "describe the layout with --tensor-map (norm_offset)",
                 path=path, tensor=qk.q_norm or qk.k_norm,
             )
-        router = _router(keys, base, shape, config_experts, known, path, notes)
+        router = _router(keys, base, shape, config_experts, known, path, notes, untyped)
         plans.append(layer_plan(layer, geometry, qk, router, shape, path, router_scoring=scoring))
 
     info = model_info(family, geometry, plans, shape, top_k=config_value(config, "num_experts_per_tok"),
@@ -105,11 +119,19 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
 
 
 def _router(
-    keys: set[str], base: str, shape: Any, config_experts: Any, known: list[str], path: Any, notes: list[str]
+    keys: set[str], base: str, shape: Any, config_experts: Any, known: list[str], path: Any, notes: list[str],
+    untyped: bool = False,
 ) -> RouterTensors | None:
     name = next((base + s for s in ROUTER_SUFFIXES if base + s in keys), None)
     if name is None:
         return None
+    if untyped and config_experts is None:
+        # No config at all: a gate is a router only with experts beside it.
+        experts_prefix = name[: -len("gate.weight")] + "experts."
+        if not any(k.startswith(experts_prefix) for k in keys):
+            notes.append(f"ignored {name}: no config, and no experts beside it")
+            return None
+        return RouterTensors(name)
     experts = shape(name)[0] if shape(name) else None
     if config_experts is not None and experts != config_experts:
         if not known:
@@ -122,3 +144,43 @@ def _router(
         notes.append(f"ignored {name}: model_type unknown and the config states no expert count")
         return None
     return RouterTensors(name)
+
+
+# Gemma 2/3 decoder layers (and no other family here) norm before the MLP
+# under this name; their RMSNorm scales by (1 + w).
+_GEMMA_NORM = ".pre_feedforward_layernorm."
+
+
+def _heads_from_q_norm(keys: set[str], q_name: str, shape: Any) -> tuple[int, str] | None:
+    """H = q_proj rows / d when a per-head q_norm [d] states d (Qwen3, Gemma3).
+    A flat OLMo2 gain [H·d] is as long as the rows and says nothing."""
+    norm = q_name.replace(".q_proj.weight", ".q_norm.weight")
+    if norm not in keys or len(shape(norm)) != 1 or len(shape(q_name)) != 2:
+        return None
+    d, rows = shape(norm)[0], shape(q_name)[0]
+    if d < 1 or d >= rows or rows % d:
+        return None
+    return rows // d, f"{q_name} rows / per-head {norm.rsplit('.', 2)[-2]} size {d}"
+
+
+def _family_from_names(keys: set[str], layers: dict[int, str], shape: Any) -> str:
+    """The most precise family the tensor names support, as "<family>-like"."""
+    first = layers[min(layers)]
+    base = first[: -len("self_attn.q_proj.weight")]
+    norm = base + "self_attn.q_norm.weight"
+    moe = any(".block_sparse_moe.gate.weight" in k for k in keys)
+    experts = any(".mlp.experts." in k for k in keys) and any(k.endswith(".mlp.gate.weight") for k in keys)
+    if any(_GEMMA_NORM in k for k in keys):
+        name = "gemma3" if norm in keys else "gemma2"
+    elif norm in keys:
+        flat = tuple(shape(norm)) == (shape(first)[0],)
+        name = ("olmoe" if flat else "qwen3_moe") if experts else ("olmo2" if flat else "qwen3")
+    elif moe:
+        name = "mixtral"
+    elif experts:
+        name = "qwen2_moe" if any(".shared_expert." in k for k in keys) else "mixtral"
+    elif base + "self_attn.q_proj.bias" in keys:
+        name = "qwen2"
+    else:
+        name = "llama"
+    return f"{name}-like"

@@ -12,9 +12,10 @@ DeepSeek-V3 uses MLA (see mla.py) as `wq_a`/`q_norm`/`wq_b` (or `wq`),
 Routers: `moe.router.gate.weight` [E, D], selection bias `moe.expert_bias`
 (2025) or `moe.expert_bias_E` (2026).
 
-The checkpoint holds no model config: --num-heads is required (G and d
-follow from the shapes), and the router's score function (a training
-setting) is reported as unknown.
+The checkpoint holds no model config: the job's TOML names a model flavour,
+so `--model-config job.toml` (or a config.json, or --num-heads) gives H; G
+and d follow from the shapes. The router's score function (a training
+setting) is reported as unknown. The step is `train_state.step` (reader).
 """
 
 from __future__ import annotations
@@ -22,14 +23,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ckptscan.layouts.base import HeadOverrides, ModelLayout, find_layers, module_prefixes, present
+from ckptscan.layouts.base import HeadOverrides, ModelLayout, config_entry, find_layers, module_prefixes, present
 from ckptscan.layouts.geometry import HeadHints, separate_geometry
 from ckptscan.layouts.mla import MLATensors, mla_geometry, mla_plan
 from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan, model_info
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES: set[str] = set()
-LOOKED = "torchtitan checkpoints carry no model config"
+LOOKED = "torchtitan checkpoints carry no model config; the job's TOML names its flavour"
 
 _ATTENTION = re.compile(r"(?P<prefix>.*?)layers\.(?P<layer>\d+)\.attention\.(?:qkv_linear\.wq|wq|wkv_a)\.weight")
 
@@ -43,7 +44,10 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     found = find_layers(keys, _ATTENTION, path, "*layers.N.attention.wq.weight")
     layers = module_prefixes(found, ".attention.")
     shape = ckpt.tensors.shape
-    hints = HeadHints.gather(overrides, path=path)
+    config = ckpt.config
+    hints = HeadHints.gather(overrides, config_entry(config, "num_attention_heads", "n_heads"),
+                             config_entry(config, "num_key_value_heads", "n_kv_heads"),
+                             config_entry(config, "head_dim"), path=path)
     first = layers[min(layers)]
     if first + "wkv_a.weight" in keys:
         return _mla(ckpt, keys, layers, hints, path)
@@ -57,7 +61,10 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     geometry = separate_geometry(hints, (first_qk.q, shape(first_qk.q)), (first_qk.k, shape(first_qk.k)), path,
                                  looked=LOOKED)
     plans = [layer_plan(i, geometry, qk(layers[i]), _router(keys, layers[i]), shape, path) for i in sorted(layers)]
-    return ModelLayout(model_info("torchtitan", geometry, plans, shape), plans,
+    # The job TOML's [model] name (via --model-config) says which torchtitan model this is.
+    name = (config or {}).get("torchtitan_model")
+    family = f"torchtitan-{name}" if name else "torchtitan"
+    return ModelLayout(model_info(family, geometry, plans, shape), plans,
                        [*geometry.notes, "router score function: unknown"])
 
 

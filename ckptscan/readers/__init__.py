@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from ckptscan.errors import CkptScanError
-from ckptscan.readers import fp8, megatron, torch_pickle
+from ckptscan.readers import fp8, megatron, orbax, torch_pickle
 from ckptscan.readers.base import DCP_METADATA_FILE, Checkpoint, TensorSource
 from ckptscan.readers.safetensors import TensorEntry, read_header, read_tensor
 
@@ -71,25 +71,34 @@ STEP_PATTERNS = [
     re.compile(r"^checkpoint-(\d+)$"),  # HF Trainer
     re.compile(r"^global_step(\d+)$"),  # DeepSpeed
     re.compile(r"^iter_(\d+)$"),  # Megatron
-    re.compile(r"^step-?(\d+)$"),  # torchtitan (step-N), OLMo-core (stepN)
+    re.compile(r"^step[-_]?(\d+)$"),  # torchtitan and litgpt (step-N), OLMo-core (stepN), accelerate examples (step_N)
 ]
 
 # A shard of a sharded safetensors checkpoint: model-00001-of-00004.safetensors.
 SHARD_NAME = re.compile(r"^(.*)-(\d+)-of-(\d+)\.safetensors$")
 
 # Model files of a torch-pickle checkpoint directory, by producer.
-TORCH_MODEL_FILES = ("pytorch_model.bin", "ckpt.pt", "model.pt", "model.pth", "consolidated.00.pth")
+TORCH_MODEL_FILES = ("pytorch_model.bin", "ckpt.pt", "model.pt", "model.pth", "consolidated.00.pth", "lit_model.pth")
+# litgpt writes its model config beside lit_model.pth (`save_config`).
+LITGPT_CONFIG = "model_config.yaml"
 DEEPSPEED_MODEL_FILE = "mp_rank_00_model_states.pt"
 # OLMo-core `train/checkpoint.py`: stepN/model_and_optim/ (DCP), stepN/train/rankR.pt,
 # and stepN/.metadata.json, written once everything else is saved.
 OLMO_CORE_MODEL_DIR = "model_and_optim"
 OLMO_CORE_DONE = ".metadata.json"
-# Where a step may be recorded inside a checkpoint, when its name carries none.
-META_STEPS = ("iteration", "iter_num", "global_steps", "global_step")
+# Where frameworks record the step inside a checkpoint (Megatron `iteration`,
+# litgpt `step_count` (optimizer steps; its `iter_num` counts micro-batches),
+# nanoGPT `iter_num`, DeepSpeed `global_steps`, Lightning `global_step`,
+# torchtitan `train_state.step`, a step in an accelerate registered object,
+# the `step` of an Orbax train state).
+# It wins over the step in the name: names can be custom, the record cannot.
+META_STEPS = ("iteration", "step_count", "iter_num", "global_steps", "global_step", "train_state.step",
+              "custom_step", "step")
 
 EXPECTED = ("*.safetensors (+ *.safetensors.index.json), pytorch_model.bin (+ index), a .pt/.pth file "
             "(nanoGPT ckpt.pt, ...), a DCP directory (.metadata + *.distcp), a Megatron iter_NNNNNNN directory "
-            "(mp_rank_XX/model_optim_rng.pt) or a DeepSpeed global_stepN directory (mp_rank_00_model_states.pt)")
+            "(mp_rank_XX/model_optim_rng.pt), a DeepSpeed global_stepN directory (mp_rank_00_model_states.pt) or an "
+            "Orbax step directory (_CHECKPOINT_METADATA + an item with _METADATA)")
 
 
 def step_from_name(name: str) -> int | None:
@@ -112,9 +121,20 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
         checkpoint = _open_dir(path)
     else:
         raise CkptScanError("not a file or directory", path=path)
-    if checkpoint.step is None:
-        checkpoint.step = next((v for k in META_STEPS if isinstance(v := checkpoint.meta.get(k), int)
-                                and not isinstance(v, bool)), None)
+    if path.is_dir():
+        step = _registered_step(path)
+        if step is not None:
+            checkpoint.meta["custom_step"] = step
+    recorded = next(((k, v) for k in META_STEPS if isinstance(v := checkpoint.meta.get(k), int)
+                     and not isinstance(v, bool)), None)
+    if recorded is not None:
+        checkpoint.step = recorded[1]
+        checkpoint.meta["step_source"] = recorded[0]
+    # The checkpoint as the user named it (a folder, or the file they gave),
+    # not the index or model file inside that the reader opened; a Megatron
+    # rank file stands for its whole iteration folder, which is what is read.
+    if path.is_dir() or checkpoint.path.parent == path.parent:
+        checkpoint.path = path
     if fp8.has_block_scaled_fp8(checkpoint.tensors):
         checkpoint.tensors = fp8.BlockFp8Source(checkpoint.tensors, fp8.block_size(checkpoint.config, path), path)
     return checkpoint
@@ -164,6 +184,10 @@ def _open_dir(path: Path) -> Checkpoint:
     for name in TORCH_MODEL_FILES:
         if (path / name).is_file():
             return _torch_file(path / name)
+    if orbax.is_item_dir(path):
+        return _orbax(path)
+    if (path / orbax.CHECKPOINT_METADATA).is_file() and (item := orbax.item_dir(path)) is not None:
+        return _orbax(item)
     # The checkpoint one level down: OLMo-core `stepN/model_and_optim/`, HF FSDP
     # `pytorch_model_fsdp_0/` (beside `optimizer_0/`), DeepSpeed `checkpoint-N/global_stepN/`.
     inner = [d for d in sorted(path.iterdir()) if d.is_dir() and not d.name.startswith("optim") and
@@ -181,6 +205,31 @@ def _open_dir(path: Path) -> Checkpoint:
         raise CkptScanError(f"several checkpoints inside ({', '.join(d.name for d in inner)}); open one of them",
                             path=path)
     raise CkptScanError(f"no checkpoint recognised here; expected {EXPECTED}", path=path)
+
+
+# accelerate's `register_for_checkpointing` objects, saved by torch.save as
+# custom_checkpoint_{i}.pkl; a step counter among them records the step.
+ACCELERATE_CUSTOM = "custom_checkpoint_*.pkl"
+CUSTOM_STEP_KEYS = ("step", "global_step", "step_count", "iteration")
+
+
+def _registered_step(folder: Path) -> int | None:
+    """The step an accelerate registered object records (its state dict's
+    `step`, `global_step`, ...), if one does. An object that cannot be
+    unpickled safely is not a step counter: it is ignored, never run."""
+    for file in sorted(folder.glob(ACCELERATE_CUSTOM)):
+        try:
+            state = torch_pickle.load_pickle(file)
+        except CkptScanError:
+            continue
+        if isinstance(state, dict):
+            for key in CUSTOM_STEP_KEYS:
+                value = state.get(key)
+                if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+                    value = int(value.item())
+                if isinstance(value, int) and not isinstance(value, bool):
+                    return value
+    return None
 
 
 def _require_every_shard(folder: Path, files: list[Path]) -> None:
@@ -205,10 +254,16 @@ def _step(folder: Path) -> int | None:
 
 def _torch_file(path: Path) -> Checkpoint:
     source, meta, kind = torch_pickle.open_torch_file(path)
+    litgpt_config = path.parent / LITGPT_CONFIG
+    files = [path]
+    if litgpt_config.is_file():
+        meta["litgpt_config"] = _read_yaml(litgpt_config)
+        kind = "litgpt"
+        files.append(litgpt_config)
     step = _step(path.parent)
     if step is None and path.parent.name.startswith("mp_rank_"):
         step = _step(path.parent.parent)
-    return Checkpoint(path, kind, step, source, _read_config(path.parent / "config.json"), [path], meta)
+    return Checkpoint(path, kind, step, source, _read_config(path.parent / "config.json"), files, meta)
 
 
 def _torch_index(index_path: Path) -> Checkpoint:
@@ -228,6 +283,20 @@ def _dcp(directory: Path) -> Checkpoint:
         stacked, megatron_meta = megatron.open_torch_dist(source)
         return Checkpoint(directory, "megatron-torch_dist", step, stacked, config, files, {**meta, **megatron_meta})
     return Checkpoint(directory, "dcp", step, source, config, files, meta)
+
+
+def _orbax(item: Path) -> Checkpoint:
+    """An Orbax item folder; its step folder (`<step>/`) is the checkpoint."""
+    source = orbax.OrbaxSource(item)
+    step_dir = item.parent if (item.parent / orbax.CHECKPOINT_METADATA).is_file() else item
+    step = int(step_dir.name) if step_dir.name.isdigit() else None
+    meta: dict[str, Any] = {}
+    if "step" in source.keys() and source.shape("step") == ():  # MaxText's train state records it
+        value = source.get("step")
+        if not value.is_floating_point():
+            meta["step"] = int(value.item())
+    return Checkpoint(step_dir, "orbax", step, source, _read_config(step_dir / "config.json"),
+                      sorted(f for f in item.rglob("*") if f.is_file()), meta)
 
 
 def _megatron_legacy(directory: Path) -> Checkpoint:
@@ -270,6 +339,20 @@ def _read_config(path: Path) -> dict[str, Any] | None:
     if not isinstance(config, dict):
         raise CkptScanError("config is not a JSON object", path=path)
     return config
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        value = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise CkptScanError(f"cannot read: {e.strerror or e}", path=path) from None
+    except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
+        raise CkptScanError(f"invalid YAML ({type(e).__name__})", path=path) from None
+    if not isinstance(value, dict):
+        raise CkptScanError("expected a YAML mapping", path=path)
+    return value
 
 
 def _read_json(path: Path) -> Any:

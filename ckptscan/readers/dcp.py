@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.metadata import (
+    BytesStorageMetadata,
     ChunkStorageMetadata,
     Metadata,
     MetadataIndex,
@@ -38,7 +39,7 @@ from torch.distributed.checkpoint.planner_helpers import create_read_items_for_c
 
 from ckptscan.errors import CkptScanError
 from ckptscan.readers.base import DCP_METADATA_FILE, dtype_name
-from ckptscan.readers.torch_pickle import clean_key
+from ckptscan.readers.torch_pickle import clean_key, load_pickle
 
 
 # Top-level namespaces of training state that are not model weights
@@ -259,5 +260,28 @@ def open_dcp(directory: Path) -> tuple[DcpSource, dict[str, Any], list[Path]]:
     metadata = read_metadata(directory)
     files = check_files(metadata, directory)
     names, prefix = model_names(metadata, directory)
-    meta = {"key_prefix": prefix} if prefix else {}
-    return DcpSource(directory, metadata, names), meta, [directory / DCP_METADATA_FILE, *files]
+    meta: dict[str, Any] = {"key_prefix": prefix} if prefix else {}
+    source = DcpSource(directory, metadata, names)
+    step = _train_state_step(source, metadata, directory)
+    if step is not None:
+        meta[TRAIN_STATE_STEP] = step
+    return source, meta, [directory / DCP_METADATA_FILE, *files]
+
+
+# torchtitan's TrainState (the Trainer in 0.3) saves {"step": int, ...} as
+# `train_state`; DCP stores the int as a pickled byte entry (a tensor in
+# versions that kept it as one).
+TRAIN_STATE_STEP = "train_state.step"
+
+
+def _train_state_step(source: DcpSource, metadata: Metadata, directory: Path) -> int | None:
+    entry = metadata.state_dict_metadata.get(TRAIN_STATE_STEP)
+    if isinstance(entry, BytesStorageMetadata):
+        value = load_pickle(io.BytesIO(source.read_bytes(TRAIN_STATE_STEP)), where=directory / DCP_METADATA_FILE)
+    elif isinstance(entry, TensorStorageMetadata) and entry.size.numel() == 1:
+        value = DcpSource(directory, metadata, {TRAIN_STATE_STEP: TRAIN_STATE_STEP}).get(TRAIN_STATE_STEP)
+    else:
+        return None
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        value = int(value.item())
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

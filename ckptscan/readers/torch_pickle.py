@@ -37,15 +37,19 @@ from ckptscan.errors import CkptScanError
 from ckptscan.readers.base import dtype_name
 
 # Classes from these packages become inert stand-ins instead of being imported.
-FRAMEWORK_PACKAGES = ("megatron", "transformer_engine", "deepspeed")
+# Lightning checkpoints pickle whatever `save_hyperparameters()` kept, often a
+# transformers config object; accelerate, litgpt and torchtitan objects can
+# ride along in user state the same way.
+FRAMEWORK_PACKAGES = ("megatron", "transformer_engine", "deepspeed", "transformers", "lightning",
+                      "pytorch_lightning", "lightning_fabric", "litgpt", "torchtitan", "accelerate")
 
 # Top-level entries of training checkpoints that are not model weights.
 NOT_MODEL = {"optimizer", "optimizer_states", "optim", "lr_scheduler", "scheduler", "opt_param_scheduler",
              "rng_state", "rng_tracker_states", "rerun_state_machine", "data_sampler", "dataloader"}
 
 # Metadata training frameworks store next to the weights (see Checkpoint.meta).
-META_KEYS = ("args", "model_args", "iteration", "iter_num", "global_steps", "global_step", "epoch",
-             "checkpoint_version", "ds_version")
+META_KEYS = ("args", "model_args", "iteration", "iter_num", "step_count", "global_steps", "global_step", "epoch",
+             "checkpoint_version", "ds_version", "hyper_parameters")
 
 # Module-wrapper name segments that are not part of the model's own names:
 # torch.compile, activation checkpointing, FSDP (torch's `_get_fqns` strips them too).
@@ -224,14 +228,19 @@ def _is_zip(file: Path | BinaryIO) -> bool:
     return magic == b"PK\x03\x04"
 
 
-def plain(value: Any) -> Any:
-    """Checkpoint metadata as JSON-like data (namespaces become dicts)."""
+def plain(value: Any, open_stand_ins: bool = False) -> Any:
+    """Checkpoint metadata as JSON-like data (namespaces become dicts). With
+    `open_stand_ins`, a stand-in whose pickled state is a dict (a transformers
+    config object in Lightning's hyper_parameters) becomes that dict, with the
+    class it stands for under "__class__"."""
+    if open_stand_ins and isinstance(value, StandIn) and isinstance(value.state, Mapping):
+        value = {"__class__": value.qualified_name, **value.state}
     if isinstance(value, (argparse.Namespace, types.SimpleNamespace)):
         value = vars(value)
     if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
+        return {str(k): plain(v, open_stand_ins) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
+        return [plain(v, open_stand_ins) for v in value]
     if isinstance(value, torch.Tensor):
         return value.item() if value.numel() == 1 else f"tensor{list(value.shape)}"
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -266,7 +275,7 @@ def split_state(obj: Any, where: Path) -> tuple[Any, dict[str, Any], str]:
     """(model state dict, metadata, wrapper kind) of a loaded checkpoint object."""
     if not isinstance(obj, Mapping):
         raise CkptScanError(f"expected a dict of tensors, found a {type(obj).__name__}", path=where)
-    meta = {k: plain(obj[k]) for k in META_KEYS if k in obj}
+    meta = {k: plain(obj[k], open_stand_ins=k == "hyper_parameters") for k in META_KEYS if k in obj}
     if "module" in obj and ("ds_version" in obj or "global_steps" in obj):
         stage = (obj.get("ds_config") or {}).get("zero_optimization", {}).get("stage") \
             if isinstance(obj.get("ds_config"), Mapping) else None
@@ -287,6 +296,8 @@ def split_state(obj: Any, where: Path) -> tuple[Any, dict[str, Any], str]:
         if isinstance(obj.get("config"), Mapping):
             meta["config"] = plain(obj["config"])
         return obj["model"], meta, "nanogpt"
+    if "pytorch-lightning_version" in obj and isinstance(obj.get("state_dict"), Mapping):
+        return obj["state_dict"], meta, "lightning"
     for key in ("state_dict", "model_state_dict", "model", "module"):
         if isinstance(obj.get(key), Mapping):
             return obj[key], meta, "torch"

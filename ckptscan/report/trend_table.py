@@ -157,6 +157,8 @@ def _print_summary(console: Console, report: ScanReport) -> None:
             style = STATUS_STYLE[f.severity]
             console.print(Text(f"  layer {summary.layer} step {step} [{f.family}] {f.severity}: {f.message}",
                                style=style))
+    for note in report.settings.get("run_notes", []):  # e.g. steps that are accelerate save indices
+        console.print(f"note: {note}", highlight=False, style="dim")
     for skipped in report.skipped:
         console.print(f"skipped {skipped['path']}: {skipped['reason']}", highlight=False, style="dim")
     pending = report.settings.get("pending_steps")

@@ -176,3 +176,60 @@ def test_without_config_num_heads_alone_fixes_the_split(tmp_path):
     report = scan(path_a, path_b, overrides=HeadOverrides(num_heads=8))
     assert (report.model.num_heads, report.model.num_kv_heads, report.model.head_dim) == (8, 2, 4)
     assert_heads_match(report.pairs[0].layers[1], truth[1][0])
+
+
+def _qk_norm_run(tmp_path, extra_names: tuple[str, ...], flat: bool = False):
+    """Two checkpoints with per-head (or flat) q_norm/k_norm and no config.json."""
+    heads, kv_heads, d = 4, 2, 8
+    pair = head_pair(heads, kv_heads, d, HIDDEN, seed=21, dtype=torch.float32)
+    gq = exact((heads * d,) if flat else (d,), 22, torch.float32, scale=0.5)
+    gk = exact((kv_heads * d,) if flat else (d,), 23, torch.float32, scale=0.5)
+    paths = []
+    for side, (q, k) in enumerate(((pair.q_a, pair.k_a), (pair.q_b, pair.k_b))):
+        p = "model.layers.0."
+        tensors = {p + "self_attn.q_proj.weight": q.reshape(-1, HIDDEN), p + "self_attn.k_proj.weight":
+                   k.reshape(-1, HIDDEN), p + "self_attn.q_norm.weight": gq, p + "self_attn.k_norm.weight": gk}
+        tensors.update({p + name + ".weight": torch.ones(HIDDEN) for name in extra_names})
+        paths.append(write_hf_checkpoint(tmp_path / f"step_{side + 1}", tensors, None))
+    return pair, gq, gk, paths
+
+
+def _fold(blocks, gain, offset, heads=None):
+    return blocks * (gain + offset).reshape(heads or 1, blocks.shape[1], 1)
+
+
+def test_without_config_qk_norm_without_gemma_names_is_folded_as_w_and_fixes_the_heads(tmp_path):
+    pair, gq, gk, paths = _qk_norm_run(tmp_path, ("input_layernorm", "post_attention_layernorm"))
+    report = scan(*paths)  # no --num-heads: the per-head q_norm [d] gives d, so H = rows / d
+    assert (report.model.family, report.model.num_heads, report.model.num_kv_heads) == ("qwen3-like", 4, 2)
+    from ckptscan.inspect import inspect_path
+
+    notes = inspect_path(paths[0])["checkpoint"]["notes"]  # inspect says what was inferred, and from what
+    assert any("QK-norm convention inferred from the tensor names" in n and "gain is w" in n for n in notes)
+    assert any(n.startswith("query heads 4: ") and "per-head q_norm size 8" in n for n in notes)
+    expected = reference(_fold(pair.q_a, gq, 0), _fold(pair.k_a, gk, 0), _fold(pair.q_b, gq, 0),
+                         _fold(pair.k_b, gk, 0))
+    assert_heads_match(report.pairs[0].layers[0], expected)
+
+
+def test_without_config_gemma_names_fold_one_plus_w(tmp_path):
+    pair, gq, gk, paths = _qk_norm_run(tmp_path, ("pre_feedforward_layernorm", "post_feedforward_layernorm"))
+    report = scan(*paths)
+    assert report.model.family == "gemma3-like"
+    expected = reference(_fold(pair.q_a, gq, 1), _fold(pair.k_a, gk, 1), _fold(pair.q_b, gq, 1),
+                         _fold(pair.k_b, gk, 1))
+    assert_heads_match(report.pairs[0].layers[0], expected)
+
+
+def test_without_config_flat_qk_norm_needs_the_head_count_and_is_folded_as_w(tmp_path):
+    from ckptscan.errors import CkptScanError
+    from ckptscan.layouts import HeadOverrides
+
+    pair, gq, gk, paths = _qk_norm_run(tmp_path, ("post_feedforward_layernorm",), flat=True)
+    with pytest.raises(CkptScanError, match="--num-heads, or --model-config"):
+        scan(*paths)  # a flat [H·d] gain says nothing about d
+    report = scan(*paths, overrides=HeadOverrides(num_heads=4))
+    assert report.model.family == "olmo2-like"
+    expected = reference(_fold(pair.q_a, gq, 0, 4), _fold(pair.k_a, gk, 0, 2), _fold(pair.q_b, gq, 0, 4),
+                         _fold(pair.k_b, gk, 0, 2))
+    assert_heads_match(report.pairs[0].layers[0], expected)

@@ -47,7 +47,8 @@ def test_torchtitan_step(tmp_path):
     model = torchtitan_model()
     write_torchtitan(tmp_path / "checkpoint" / "step-10", model)
     checkpoint = open_checkpoint(tmp_path / "checkpoint" / "step-10")
-    assert (checkpoint.format, checkpoint.step, checkpoint.meta) == ("dcp", 10, {})
+    assert (checkpoint.format, checkpoint.step) == ("dcp", 10)
+    assert checkpoint.meta == {"train_state.step": 10, "step_source": "train_state.step"}  # the step recorded inside
     assert sorted(checkpoint.tensors.keys()) == sorted(model)
     for name, value in model.items():
         got = checkpoint.tensors.get(name)

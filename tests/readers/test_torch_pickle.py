@@ -185,3 +185,31 @@ def test_no_unsafe_torch_load_anywhere():
     package = Path(__file__).parents[2] / "ckptscan"
     offenders = [str(p) for p in package.rglob("*.py") if "weights_only=False" in p.read_text()]
     assert offenders == []
+
+
+def test_a_transformers_config_in_lightning_hyper_parameters_is_an_inert_record(tmp_path):
+    """Lightning pickles what save_hyperparameters() kept, e.g. a transformers
+    config object: its class is never imported, its state is kept as data, and
+    a transformers-namespace callable is recorded, not called."""
+    marker = tmp_path / "pwned"
+
+    def run(path):
+        Path(path).touch()
+
+    class LlamaConfig:
+        def __init__(self):
+            self.num_attention_heads = 4
+
+    class CallsRun:
+        def __reduce__(self):
+            return run, (str(marker),)
+
+    with fake_module("transformers.models.llama.configuration_llama", LlamaConfig=LlamaConfig, run=run):
+        torch.save({"state_dict": {"w": torch.ones(3)}, "pytorch-lightning_version": "2.6.6", "global_step": 7,
+                    "hyper_parameters": {"config": LlamaConfig(), "hook": CallsRun()}}, tmp_path / "a.ckpt")
+    checkpoint = open_checkpoint(tmp_path / "a.ckpt")
+    assert (checkpoint.format, checkpoint.step, checkpoint.tensors.keys()) == ("lightning", 7, ["w"])
+    config = checkpoint.meta["hyper_parameters"]["config"]
+    assert config == {"__class__": "transformers.models.llama.configuration_llama.LlamaConfig",
+                      "num_attention_heads": 4}
+    assert not marker.exists()
