@@ -6,11 +6,11 @@ Timeouts are guards only (a hung test fails instead of hanging).
 """
 
 import os
-import queue
 import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 GUARD_S = 120  # generous: the machine may be busy; a passing test never waits this long
@@ -51,43 +51,40 @@ class Writer:
 
 
 class Lines:
-    """The lines a stream prints, read by a thread as they come."""
+    """The lines a stream prints, collected by a thread as they come."""
 
     def __init__(self, stream):
         self.lines: list[str] = []
-        self._new: queue.Queue = queue.Queue()
-        self._seen = 0  # lines already matched by expect()
+        self.ended = False
+        self._seen = 0  # lines already passed by expect()
+        self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
         self._thread.start()
 
     def _read(self, stream) -> None:
         for line in stream:
-            self._new.put(line.rstrip("\n"))
-        self._new.put(None)
+            with self._changed:
+                self.lines.append(line.rstrip("\n"))
+                self._changed.notify_all()
+        with self._changed:
+            self.ended = True
+            self._changed.notify_all()
 
     def expect(self, pattern: str, guard: float = GUARD_S) -> re.Match:
         """Wait for the next line matching `pattern` after the last one matched."""
         regex = re.compile(pattern)
-        while True:
-            while self._seen < len(self.lines):
-                line = self.lines[self._seen]
-                self._seen += 1
-                if match := regex.search(line):
-                    return match
-            try:
-                line = self._new.get(timeout=guard)
-            except queue.Empty:
-                raise AssertionError(f"no line matching {pattern!r} within {guard} s; got:\n"
-                                     + "\n".join(self.lines)) from None
-            if line is None:
-                self._new.put(None)  # stays ended for later calls
-                raise AssertionError(f"stream ended before a line matching {pattern!r}; got:\n"
-                                     + "\n".join(self.lines))
-            self.lines.append(line)
+        deadline = time.monotonic() + guard
+        with self._changed:
+            while True:
+                while self._seen < len(self.lines):
+                    self._seen += 1
+                    if match := regex.search(self.lines[self._seen - 1]):
+                        return match
+                if self.ended or not self._changed.wait(max(0.0, deadline - time.monotonic())):
+                    why = "the stream ended" if self.ended else f"none within {guard} s"
+                    raise AssertionError(f"no line matching {pattern!r}: {why}; got:\n" + "\n".join(self.lines))
 
     def rest(self) -> list[str]:
         """Every line, once the stream has ended."""
         self._thread.join(GUARD_S)
-        while (line := self._new.get_nowait() if not self._new.empty() else None) is not None:
-            self.lines.append(line)
         return self.lines

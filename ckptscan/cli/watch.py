@@ -124,8 +124,10 @@ def watch(
         with closing(events):
             try:
                 for event in events:
-                    _show(event, first=last is None, json_path=json_path, markdown_path=markdown_summary)
-                    last = event
+                    first = last is None
+                    _write(event, json_path, markdown_summary)
+                    last = event  # the reports hold it now, whatever interrupts the printing
+                    _print(event, first)
                     gate_on = fail_on or event.spec.config.fail_on
                     if not keep_going and _fails(event.report, gate_on):
                         raise typer.Exit(gate(event.report, gate_on))
@@ -140,18 +142,12 @@ def watch(
     raise typer.Exit(code)
 
 
-def _show(event: WatchEvent, first: bool, json_path: Path | None, markdown_path: Path | None) -> None:
-    """The new rows on stdout, and the outputs that follow the run."""
+def _write(event: WatchEvent, json_path: Path | None, markdown_path: Path | None) -> None:
+    """The outputs that follow the run, before the rows: a printed row's pair is in them."""
     from ckptscan.errors import CkptScanError
     from ckptscan.report.json import write_json
-    from ckptscan.report.table import print_model
-    from ckptscan.report.watch_rows import markdown_rows, print_rows
+    from ckptscan.report.watch_rows import markdown_rows
 
-    console = out()
-    if first:
-        print_model(console, event.report)
-    print_rows(console, event.report, event.new, header=first)
-    console.file.flush()  # a pipe (CI log, `tee`) gets each row when it is judged
     if json_path is not None:
         write_json(event.report, json_path)
     summary_path = markdown_path or os.environ.get("GITHUB_STEP_SUMMARY")
@@ -163,6 +159,18 @@ def _show(event: WatchEvent, first: bool, json_path: Path | None, markdown_path:
             raise CkptScanError(f"cannot append the Markdown summary: {e.strerror or e}", path=summary_path) from None
     # TensorBoard (issue #19, ckptscan/report/tensorboard.py, on another branch): append the new pairs'
     # scalars here when --tensorboard DIR is given; not wired on this branch.
+
+
+def _print(event: WatchEvent, first: bool) -> None:
+    """The new rows on stdout (the model and the column names first)."""
+    from ckptscan.report.table import print_model
+    from ckptscan.report.watch_rows import print_rows
+
+    console = out()
+    if first:
+        print_model(console, event.report)
+    print_rows(console, event.report, event.new, header=first)
+    console.file.flush()  # a pipe (CI log, `tee`) gets each row when it is judged
 
 
 def _fails(report: ScanReport, fail_on: FailOn | str) -> bool:
