@@ -148,11 +148,14 @@ class Watcher:
         """Add the checkpoints complete since the last look to the series; return them."""
         if not self.run_dir.is_dir():
             raise CkptScanError("not a run directory (or it was removed while watching)", path=self.run_dir)
-        folder = checkpoint_folder(self.run_dir)
-        pointer = newest_complete(folder)
+        try:
+            folder = checkpoint_folder(self.run_dir)
+            pointer = newest_complete(folder)
+            entries = sorted((step, entry) for entry in folder.iterdir()
+                             if (step := step_from_name(entry.name)) is not None and entry.is_dir())
+        except OSError as e:  # removed or unreadable between the check and the listing
+            raise CkptScanError(f"cannot list the run directory: {e.strerror or e}", path=self.run_dir) from None
         last = self.series[-1].step if self.series else None
-        entries = sorted((step, entry) for entry in folder.iterdir()
-                         if (step := step_from_name(entry.name)) is not None and entry.is_dir())
         joined, examined, blocked = [], set(), False
         for step, entry in entries:
             if last is not None and step <= last:
@@ -201,7 +204,7 @@ class Watcher:
         files = _files(entry)
         try:
             checkpoint = open_checkpoint(entry)
-        except CkptScanError as e:
+        except (CkptScanError, OSError) as e:  # OSError: a file removed while opened (a save retried)
             self._seen.pop(entry, None)
             self._wait(entry, str(e))
             return None
