@@ -125,7 +125,7 @@ def test_a_staging_directory_joins_once_renamed(writer):
     assert steps(watcher) == [0, 100]
 
 
-def test_the_series_is_judged_as_scan_run_judges_the_finished_run(writer, tmp_path):
+def test_the_series_is_judged_as_scan_run_judges_the_finished_run(writer):
     cache = SeriesCache()
     watcher = Watcher(writer.target, settle=0, cache=cache)
     reports = []
