@@ -57,6 +57,10 @@ from ckptscan.scan import ScanOptions
 # Looks at most this often however many filesystem events arrive (a shard
 # being written sends one per write).
 MIN_LOOK_GAP_S = 0.05
+# Filesystem events that mean a change. Not "opened" / "closed_no_write":
+# a look opens the files of a checkpoint still being written, and must not
+# wake itself.
+CHANGES = frozenset({"created", "modified", "moved", "deleted", "closed"})
 
 
 @dataclass
@@ -157,11 +161,12 @@ class Watcher:
             raise CkptScanError(f"cannot list the run directory: {e.strerror or e}", path=self.run_dir) from None
         last = self.series[-1].step if self.series else None
         joined, examined, blocked = [], set(), False
+        now = time.monotonic()  # one time per look: what opened in one look settles together
         for step, entry in entries:
             if last is not None and step <= last:
                 continue  # in the series already, or older than it: a pair is never formed twice
             examined.add(entry)
-            checkpoint = self._complete(entry, step, pointer)
+            checkpoint = self._complete(entry, step, pointer, now)
             # Newer checkpoints wait behind an unfinished one (they still settle meanwhile).
             blocked = blocked or checkpoint is None
             if not blocked:
@@ -196,7 +201,7 @@ class Watcher:
             return None
         return max(0.0, min(seen.since + self.settle for seen in self._seen.values()) - now)
 
-    def _complete(self, entry: Path, step: int, pointer: int | None) -> Checkpoint | None:
+    def _complete(self, entry: Path, step: int, pointer: int | None, now: float) -> Checkpoint | None:
         """The opened checkpoint when it is complete, else None (noted once per reason)."""
         if pointer is not None and step > pointer:
             self._wait(entry, f"newer than the framework's pointer file (step {pointer})")
@@ -213,7 +218,6 @@ class Watcher:
             # No completion marker: complete once nothing changed for `settle`
             # seconds, over at least two looks (the files seen before and after
             # opening must match the ones seen before).
-            now = time.monotonic()
             seen = self._seen.get(entry)
             if seen is None or seen.files != files or _files(entry) != files:
                 self._seen[entry] = _Seen(files, now)
@@ -299,6 +303,17 @@ def watch_run(
             observer.join()
 
 
+class Wake:
+    """A watchdog event handler: sets `wake` on a change, not on a mere read."""
+
+    def __init__(self, wake: threading.Event) -> None:
+        self.wake = wake
+
+    def dispatch(self, event: Any) -> None:
+        if event.event_type in CHANGES:
+            self.wake.set()
+
+
 def _observe(run_dir: Path, wake: threading.Event, events: bool | None, interval: float) -> tuple[Any, str]:
     """A watchdog observer that sets `wake` on any change under `run_dir`,
     and how the watch waits."""
@@ -306,20 +321,15 @@ def _observe(run_dir: Path, wake: threading.Event, events: bool | None, interval
     if events is False:
         return None, polling
     try:
-        from watchdog.events import FileSystemEventHandler
         from watchdog.observers import Observer
     except ImportError:
         if events:
             raise CkptScanError("filesystem events need watchdog: pip install 'ckptscan[watch]'") from None
         return None, polling + " (pip install 'ckptscan[watch]' for inotify)"
 
-    class Wake(FileSystemEventHandler):
-        def on_any_event(self, event: Any) -> None:
-            wake.set()
-
     observer = Observer()
     try:
-        observer.schedule(Wake(), str(run_dir), recursive=True)
+        observer.schedule(Wake(wake), str(run_dir), recursive=True)
         observer.start()
     except OSError as e:  # e.g. the inotify watch limit
         if events:

@@ -12,7 +12,7 @@ import pytest
 
 from ckptscan.api import scan_run
 from ckptscan.errors import CkptScanError
-from ckptscan.watch import SeriesCache, Watcher, watch_run
+from ckptscan.watch import SeriesCache, Wake, Watcher, watch_run
 
 from live import GUARD_S, Writer
 from run_factory import write_run
@@ -257,3 +257,20 @@ def test_inputs_are_never_written(writer):
     watcher.look(), watcher.look()
     watcher.judge_series(0.0)
     assert {p: p.stat().st_mtime_ns for p in writer.target.rglob("*")} == before
+
+
+def test_only_changes_wake_the_watch_not_its_own_reads():
+    """A look opens the files of a checkpoint still being written: those
+    events must not wake it again (it would look in a loop)."""
+    from watchdog import events
+
+    wake = threading.Event()
+    handler = Wake(wake)
+    for read in (events.FileOpenedEvent("x"), events.FileClosedNoWriteEvent("x")):
+        handler.dispatch(read)
+        assert not wake.is_set()
+    for change in (events.FileCreatedEvent("x"), events.FileModifiedEvent("x"), events.FileClosedEvent("x"),
+                   events.FileMovedEvent("x", "y"), events.FileDeletedEvent("x"), events.DirCreatedEvent("d")):
+        wake.clear()
+        handler.dispatch(change)
+        assert wake.is_set()
