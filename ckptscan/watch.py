@@ -70,7 +70,6 @@ class WatchEvent:
     report: ScanReport  # every pair so far, judged together
     new: list[int]  # indices into report.pairs of the pairs this event added
     spec: RunSpec  # what was judged (its config holds the gate's fail_on)
-    complete_at: float  # time.monotonic() when the newest checkpoint was found complete
 
 
 @dataclass
@@ -176,7 +175,7 @@ class Watcher:
         self.series += joined
         return joined
 
-    def judge_series(self, complete_at: float) -> WatchEvent | None:
+    def judge_series(self) -> WatchEvent | None:
         """compute + judge of the series; None when it holds no new pair (the stride's, or a first checkpoint)."""
         pairs = plan_pairs(len(self.series), self.stride, self.base)
         if len(pairs) <= self.judged:
@@ -191,7 +190,7 @@ class Watcher:
         metrics = compute(spec, self.options, cache=self.cache, progress=self.progress)
         report = judge(metrics, self.thresholds or spec.config.thresholds, spec.reference,
                        reference_path=spec.reference_path)
-        event = WatchEvent(report, list(range(self.judged, len(pairs))), spec, complete_at)
+        event = WatchEvent(report, list(range(self.judged, len(pairs))), spec)
         self.judged = len(pairs)
         return event
 
@@ -275,12 +274,12 @@ def watch_run(
     if on_start is not None:
         on_start(mode)
     try:
-        idle_since = last_look = time.monotonic()
+        idle_since = time.monotonic()
         while True:
             wake.clear()
             last_look = time.monotonic()
             if watcher.look():
-                event = watcher.judge_series(time.monotonic())
+                event = watcher.judge_series()
                 idle_since = time.monotonic()
                 if event is not None:
                     yield event

@@ -3,6 +3,7 @@ complete, the order checkpoints join the series, each pair computed once,
 and the series judged exactly as `scan_run` judges the finished run."""
 
 import dataclasses
+import json
 import queue
 import shutil
 import sys
@@ -132,7 +133,7 @@ def test_the_series_is_judged_as_scan_run_judges_the_finished_run(writer):
     for step in STEPS:
         writer.publish(f"checkpoint-{step}")
         watcher.look(), watcher.look()
-        event = watcher.judge_series(0.0)
+        event = watcher.judge_series()
         if step == 0:
             assert event is None  # one checkpoint: no pair yet
             continue
@@ -156,11 +157,11 @@ def test_deleted_older_checkpoints_keep_their_judged_pairs(writer):
     for step in STEPS[:3]:
         writer.publish(f"checkpoint-{step}")
     watcher.look(), watcher.look()
-    assert len(watcher.judge_series(0.0).report.pairs) == 2
+    assert len(watcher.judge_series().report.pairs) == 2
     writer.send("remove checkpoint-0")
     writer.publish("checkpoint-300")
     watcher.look(), watcher.look()
-    event = watcher.judge_series(0.0)
+    event = watcher.judge_series()
     assert [p.to_step for p in event.report.pairs] == [100, 200, 300] and event.new == [2]
 
 
@@ -169,11 +170,11 @@ def test_stride_waits_for_the_next_checkpoint_on_it(writer):
     for step in STEPS[:3]:
         writer.publish(f"checkpoint-{step}")
     watcher.look(), watcher.look()
-    event = watcher.judge_series(0.0)
+    event = watcher.judge_series()
     assert [(p.from_step, p.to_step) for p in event.report.pairs] == [(0, 200)]
     writer.publish("checkpoint-300")
     watcher.look(), watcher.look()
-    assert watcher.judge_series(0.0) is None  # 300 is off the stride: no new pair
+    assert watcher.judge_series() is None  # 300 is off the stride: no new pair
 
 
 def _follow(writer, **kwargs):
@@ -255,7 +256,7 @@ def test_inputs_are_never_written(writer):
     before = {p: p.stat().st_mtime_ns for p in writer.target.rglob("*")}
     watcher = Watcher(writer.target, settle=0)
     watcher.look(), watcher.look()
-    watcher.judge_series(0.0)
+    watcher.judge_series()
     assert {p: p.stat().st_mtime_ns for p in writer.target.rglob("*")} == before
 
 
@@ -274,3 +275,22 @@ def test_only_changes_wake_the_watch_not_its_own_reads():
         wake.clear()
         handler.dispatch(change)
         assert wake.is_set()
+
+
+def test_the_loss_log_is_read_again_as_the_run_writes_it(writer):
+    def log(steps):
+        with (writer.target / "train_log.jsonl").open("a") as f:
+            f.writelines(json.dumps({"step": s, "loss": 2.0 + s / 1000}) + "\n" for s in steps)
+
+    watcher = Watcher(writer.target, settle=0)
+    for step in STEPS[:2]:
+        writer.publish(f"checkpoint-{step}")
+    log(range(0, 100))
+    watcher.look(), watcher.look()
+    first = watcher.judge_series().report
+    assert first.pairs[0].loss == pytest.approx(2.0 + 49.5 / 1000)
+    writer.publish("checkpoint-200")
+    log(range(100, 200))
+    watcher.look(), watcher.look()
+    second = watcher.judge_series().report
+    assert [p.loss for p in second.pairs] == pytest.approx([2.0495, 2.1495])
