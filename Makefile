@@ -1,5 +1,5 @@
 # The two commands of the README. Each sets up .venv on first use.
-.PHONY: demo test setup bench bench-scale bench-trend bench-diff
+.PHONY: demo test setup bench bench-scale bench-trend bench-diff bench-watch
 
 setup:
 	@scripts/setup
@@ -24,3 +24,6 @@ bench-trend: setup   # 20 checkpoints of a 1.1B-shaped model
 
 bench-diff: setup    # 1B-shaped pair: diff vs a hand-written floor, start-up, worker overlap
 	.venv/bin/python bench/diff_overhead.py --before 2ac9f66
+
+bench-watch: setup   # ~1.3 GB of generated checkpoints under /tmp/ckptscan-bench
+	.venv/bin/python bench/watch_latency.py

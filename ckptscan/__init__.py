@@ -39,6 +39,9 @@ _EXPORTS = {
     "PairCache": "ckptscan.cache",
     "scan_pair": "ckptscan.api",
     "scan_run": "ckptscan.api",
+    "run_spec": "ckptscan.run",
+    "watch_run": "ckptscan.watch",
+    "WatchEvent": "ckptscan.watch",
 }
 
 __all__ = ["__version__", *_EXPORTS]

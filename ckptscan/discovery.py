@@ -65,9 +65,9 @@ def discover_run(run_dir: str | Path) -> Run:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise CkptScanError("not a run directory", path=run_dir)
-    folder = _checkpoint_folder(run_dir)
+    folder = checkpoint_folder(run_dir)
     run = Run(run_dir, [])
-    newest = _newest_complete(folder)
+    newest = newest_complete(folder)
     entries = sorted(folder.iterdir())
     # (entry, step in its name or None, accelerate save index or None)
     candidates: list[tuple[Path, int | None, int | None]] = []
@@ -164,7 +164,7 @@ def _step(checkpoint: Checkpoint, entry: Path, name_step: int | None, index: int
     return name_step
 
 
-def _checkpoint_folder(run_dir: Path) -> Path:
+def checkpoint_folder(run_dir: Path) -> Path:
     """`run_dir`, or its `checkpoint(s)/` subfolder when the checkpoints are there."""
     if any(step_from_name(e.name) is not None or ACCELERATE.match(e.name) or _orbax_step(e) is not None
            for e in run_dir.iterdir()):
@@ -175,7 +175,7 @@ def _checkpoint_folder(run_dir: Path) -> Path:
     return run_dir
 
 
-def _newest_complete(folder: Path) -> int | None:
+def newest_complete(folder: Path) -> int | None:
     """The step the framework's pointer file names, if that checkpoint exists."""
     for name, pattern in POINTERS.items():
         pointer = folder / name

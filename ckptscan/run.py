@@ -92,16 +92,39 @@ def resolve_run(
     if len(run.checkpoints) < 2:
         raise CkptScanError(f"found {len(run.checkpoints)} usable checkpoint(s); a trend needs at least two",
                             path=run_dir)
-    pairs = plan_pairs(len(run.checkpoints), stride, base)
-    if not pairs:
+    if not plan_pairs(len(run.checkpoints), stride, base):
         raise CkptScanError(f"--stride {stride} leaves no pair among {len(run.checkpoints)} checkpoints",
                             path=run_dir)
-    newest = max(b for _, b in pairs)
-    spec = RunSpec("run", str(run_dir), run.checkpoints, pairs, skipped=run.skipped,
-                   config=_config(config, settings), run_notes=list(run.notes))
+    return run_spec(run_dir, run.checkpoints, stride=stride, base=base, probe=probe, loss_log=loss_log,
+                    reference=reference, config=config, settings=settings, skipped=run.skipped,
+                    run_notes=run.notes)
+
+
+def run_spec(
+    run_dir: str | Path,
+    checkpoints: list[Checkpoint],
+    *,
+    stride: int = 1,
+    base: str = "previous",
+    probe: SideFile | Probe = AUTO,
+    loss_log: SideFile = AUTO,
+    reference: str | Path | None = None,
+    config: SideFile = AUTO,
+    settings: Sequence[str] = (),
+    skipped: Sequence[dict[str, str]] = (),
+    run_notes: Sequence[str] = (),
+) -> RunSpec:
+    """The spec of these checkpoints (step order) of `run_dir`, with the run's
+    pairs and side files: `resolve_run` after discovery, and `ckptscan watch`
+    each time a checkpoint of a live run is complete (the loss log has grown)."""
+    run_dir = Path(run_dir)
+    pairs = plan_pairs(len(checkpoints), stride, base)
+    newest = max((b for _, b in pairs), default=len(checkpoints) - 1)
+    spec = RunSpec("run", str(run_dir), list(checkpoints), pairs, skipped=list(skipped),
+                   config=_config(config, settings), run_notes=list(run_notes))
     spec.pairing = {"pairing": base, "stride": stride,
                     # Checkpoints newer than the newest scanned one: they wait for the stride.
-                    "pending_steps": [c.step for c in run.checkpoints[newest + 1:]]}
+                    "pending_steps": [c.step for c in checkpoints[newest + 1:]]}
     spec.probe = _side_file(probe, run_dir / DEFAULT_PROBE, _probe, "probe", spec.notes)
     spec.loss_log = _side_file(loss_log, run_dir / DEFAULT_LOSS_LOG, read_loss_log, "loss log", spec.notes)
     _reference(spec, reference)

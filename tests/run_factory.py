@@ -27,9 +27,10 @@ def lr_schedule(k, count, warmup=4, floor=0.1):
 
 
 def write_run(directory: Path, count=24, interval=100, layers=2, collapse_layer=None, collapse_from=None,
-              collapse_rank=1, experts=4, seed=0, schedule=lr_schedule, loss=None) -> Path:
+              collapse_rank=1, experts=4, seed=0, schedule=lr_schedule, loss=None, shards=1) -> Path:
     """Checkpoints at steps 0, interval, …; `collapse_from` is the first step
-    whose checkpoint carries a collapsed (rank `collapse_rank`) q_proj update."""
+    whose checkpoint carries a collapsed (rank `collapse_rank`) q_proj update.
+    `shards` > 1 writes each checkpoint as that many safetensors shards plus an index."""
     config = llama_config(layers=layers, hidden=64, heads=4, kv_heads=2, experts=experts)
     tensors = llama_tensors(config, seed)
     gen = torch.Generator().manual_seed(seed + 1)
@@ -48,7 +49,7 @@ def write_run(directory: Path, count=24, interval=100, layers=2, collapse_layer=
                     v = torch.randn(collapse_rank, weight.shape[1], generator=gen, dtype=torch.float64)
                     update = u @ v * (update.norm() / (u @ v).norm()) * 3
                 tensors[name] = weight + update
-        write_hf_checkpoint(directory / f"checkpoint-{step}", tensors, config)
+        write_hf_checkpoint(directory / f"checkpoint-{step}", tensors, config, shards=shards)
     if loss is not None:
         with (directory / "train_log.jsonl").open("w") as f:
             for step in range((count - 1) * interval):

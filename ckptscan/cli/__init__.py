@@ -11,6 +11,7 @@ from ckptscan.cli import diff  # noqa: F401  (registers the command)
 from ckptscan.cli import trend  # noqa: F401  (registers the command)
 from ckptscan.cli import inspect  # noqa: F401  (registers the command)
 from ckptscan.cli import report  # noqa: F401  (registers the command)
+from ckptscan.cli import watch  # noqa: F401  (registers the command)
 from ckptscan.cli.app import EXIT_INPUT, app, err
 from ckptscan.errors import CkptScanError
 

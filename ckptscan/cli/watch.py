@@ -1,0 +1,190 @@
+"""`ckptscan watch RUN_DIR`: follow a live run, judge each checkpoint as it completes.
+
+Exit codes, as every command: 1 as soon as the verdict reaches --fail-on
+(unless --keep-going), 130 on Ctrl-C. After --timeout seconds without a new
+checkpoint: the gate's code for the run so far (0 or 1), or 2 when no pair
+was judged at all. The JSON report (--json) is rewritten atomically after
+each new pair, so it always holds the whole series judged so far.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import closing
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from ckptscan.cli.app import (
+    EXIT_INTERRUPT,
+    Base,
+    ConfigFile,
+    Device,
+    FailOn,
+    FailOnOpt,
+    FullSpectrum,
+    HeadDim,
+    Heads,
+    JsonOut,
+    Layers,
+    MarkdownSummary,
+    ModelConfigFile,
+    NumHeads,
+    NumKvHeads,
+    Precision,
+    PrecisionOpt,
+    Quiet,
+    Reference,
+    SetThreshold,
+    TensorBoardDir,
+    TensorMapFile,
+    app,
+    err,
+    gate,
+    note,
+    out,
+    scan_options,
+    user_errors,
+)
+
+if TYPE_CHECKING:
+    from ckptscan.results import ScanReport
+    from ckptscan.watch import WatchEvent
+
+
+@app.command()
+def watch(
+    run_dir: Annotated[str, typer.Argument(help="Run directory the training job saves checkpoint-N/ (or step-N/, "
+                                           "iter_N/ ...) folders into.")],
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between looks at the run directory "
+                                            "(with inotify: a safety look, in case an event is missed).")] = 2.0,
+    timeout: Annotated[Optional[float], typer.Option(
+        "--timeout", help="Stop after this many seconds without a new complete checkpoint; exit with the gate's "
+        "code for the run so far (2 when no pair was judged). Default: watch until Ctrl-C.")] = None,
+    keep_going: Annotated[bool, typer.Option("--keep-going", help="Do not stop at the first failed gate: keep "
+                                             "judging new checkpoints.")] = False,
+    settle: Annotated[float, typer.Option("--settle", help="Seconds a checkpoint's files must stay unchanged "
+                                          "before it counts as complete (when the run has no framework pointer "
+                                          "file such as DeepSpeed's 'latest').")] = 0.5,
+    poll: Annotated[bool, typer.Option("--poll", help="Poll every --interval seconds even when watchdog "
+                                       "(inotify) is installed.")] = False,
+    stride: Annotated[int, typer.Option("--stride", help="Use every N-th checkpoint (from the first).")] = 1,
+    base: Annotated[Base, typer.Option("--base", help="previous: each checkpoint against the one before; "
+                                       "first: each against the first.")] = Base.previous,
+    reference: Reference = None,
+    loss_log: Annotated[Optional[Path], typer.Option(
+        "--loss-log", help="Loss log (JSON Lines or CSV with step, loss; default: RUN_DIR/train_log.jsonl when "
+        "present), read again at each new checkpoint.")] = None,
+    no_loss_log: Annotated[bool, typer.Option("--no-loss-log", help="Use no loss log, not even the run's "
+                                              "own.")] = False,
+    json_path: JsonOut = None,
+    markdown_summary: MarkdownSummary = None,
+    tensorboard: TensorBoardDir = None,
+    fail_on: FailOnOpt = None,
+    config: ConfigFile = None,
+    set_: SetThreshold = None,
+    cache_dir: Annotated[Optional[Path], typer.Option(
+        "--cache-dir", help="Where per-pair results are cached (default: $XDG_CACHE_HOME/ckptscan or "
+        "~/.cache/ckptscan).")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Read and write no cache on disk (each pair is "
+                                           "still computed only once while watching).")] = False,
+    quiet: Quiet = False,
+    num_heads: NumHeads = None,
+    num_kv_heads: NumKvHeads = None,
+    head_dim: HeadDim = None,
+    layers: Layers = None,
+    precision: PrecisionOpt = Precision.float32,
+    probe: Annotated[Optional[Path], typer.Option(
+        "--probe", help="Router inputs (safetensors, keys layers.{i}.router_input [T, d]) for routing entropy "
+        "and expert load (default: RUN_DIR/probe.safetensors when present).")] = None,
+    no_probe: Annotated[bool, typer.Option("--no-probe", help="Use no probe, not even the run's own.")] = False,
+    device: Device = "cpu",
+    heads: Heads = None,
+    full_spectrum: FullSpectrum = False,
+    tensor_map: TensorMapFile = None,
+    model_config: ModelConfigFile = None,
+) -> None:
+    """Follow a live run: print each new checkpoint's row as soon as it is complete; exit 1 at the first alert."""
+    with user_errors():
+        from ckptscan.cache import PairCache, default_cache_dir
+        from ckptscan.cli.report import check_tensorboard_output
+        from ckptscan.errors import CkptScanError
+        from ckptscan.run import AUTO
+        from ckptscan.watch import watch_run
+
+        if timeout is not None and timeout <= 0:
+            raise CkptScanError(f"--timeout must be > 0 seconds, not {timeout:g}")
+        check_tensorboard_output(tensorboard)
+        options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, device, heads,
+                               full_spectrum, tensor_map, model_config)
+        events = watch_run(
+            run_dir, options, timeout=timeout, interval=interval, settle=settle, events=False if poll else None,
+            cache=None if no_cache else PairCache(cache_dir or default_cache_dir()),
+            notify=lambda message: note(message, "yellow" if message.startswith("ignoring") else "dim", quiet),
+            on_start=lambda mode: note(f"watching {run_dir} ({mode}); Ctrl-C to stop", quiet=quiet),
+            stride=stride, base=Base(base).value, probe=None if no_probe else probe or AUTO,
+            loss_log=None if no_loss_log else loss_log or AUTO, reference=reference,
+            config=config if config is not None else AUTO, settings=set_ or ())
+        last: WatchEvent | None = None
+        with closing(events):
+            try:
+                for event in events:
+                    first = last is None
+                    _write(event, json_path, markdown_summary, tensorboard, quiet)
+                    last = event  # the reports hold it now, whatever interrupts the printing
+                    _print(event, first)
+                    gate_on = fail_on or event.spec.config.fail_on
+                    if not keep_going and _fails(event.report, gate_on):
+                        raise typer.Exit(gate(event.report, gate_on))
+            except KeyboardInterrupt:
+                kept = f"; {json_path} holds the series judged so far" if json_path is not None and last else ""
+                err().print(f"interrupted: stopped watching{kept}", highlight=False)
+                raise typer.Exit(EXIT_INTERRUPT) from None
+        note(f"no new checkpoint for {timeout:g} s: stopped watching", quiet=quiet)
+        if last is None:
+            raise CkptScanError(f"no checkpoint pair was complete within --timeout {timeout:g} s", path=run_dir)
+        code = gate(last.report, fail_on or last.spec.config.fail_on)
+    raise typer.Exit(code)
+
+
+def _write(event: WatchEvent, json_path: Path | None, markdown_path: Path | None, tensorboard: Path | None,
+           quiet: bool) -> None:
+    """The outputs that follow the run, before the rows: a printed row's pair is in them."""
+    from ckptscan.errors import CkptScanError
+    from ckptscan.report.json import write_json
+    from ckptscan.report.watch_rows import markdown_rows
+
+    if json_path is not None:
+        write_json(event.report, json_path)
+    summary_path = markdown_path or os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_path:
+        try:
+            with Path(summary_path).open("a", encoding="utf-8") as f:
+                f.write(markdown_rows(event.report, event.new))
+        except OSError as e:
+            raise CkptScanError(f"cannot append the Markdown summary: {e.strerror or e}", path=summary_path) from None
+    if tensorboard is not None:  # only steps not yet in the event files are appended
+        from ckptscan.cli.report import write_tensorboard_output
+
+        write_tensorboard_output(event.report, tensorboard, quiet)
+
+
+def _print(event: WatchEvent, first: bool) -> None:
+    """The new rows on stdout (the model and the column names first)."""
+    from ckptscan.report.table import print_model
+    from ckptscan.report.watch_rows import print_rows
+
+    console = out()
+    if first:
+        print_model(console, event.report)
+    print_rows(console, event.report, event.new, header=first)
+    console.file.flush()  # a pipe (CI log, `tee`) gets each row when it is judged
+
+
+def _fails(report: ScanReport, fail_on: FailOn | str) -> bool:
+    """Whether the gate fails, without printing its line (printed once, on exit)."""
+    from ckptscan.results import SEVERITIES
+
+    status = report.summary.status
+    return status in SEVERITIES and SEVERITIES.index(status) >= SEVERITIES.index(FailOn(fail_on).value)

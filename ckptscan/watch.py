@@ -1,0 +1,351 @@
+"""Follow a live run: judge the series again each time a checkpoint completes.
+
+    for event in watch_run("runs/main", ScanOptions()):
+        for i in event.new:
+            print(event.report.pairs[i].to_step, event.report.pairs[i].status)
+
+A checkpoint directory (the names `discovery` knows: checkpoint-N, global_stepN,
+iter_N, step-N, stepN) joins the series once it is complete:
+
+- when the run has a framework pointer file (DeepSpeed `latest`, Megatron
+  `latest_checkpointed_iteration.txt`), once the pointer names its step or a
+  later one: frameworks write it after every shard is on disk;
+- otherwise once it opens (a safetensors index and every shard it names, each
+  as long as its header declares; a torch zip with its central directory at
+  the end; OLMo-core's `.metadata.json`, written last) and none of its files
+  has changed size or modification time for `settle` seconds.
+
+Staging directories (HF Trainer's tmp-checkpoint-N, renamed when complete)
+are not checkpoints until renamed. Checkpoints join in step order: a newer one
+waits behind an older one still being written, so each pair is formed once
+and its row never changes (the rules look only backward).
+
+Each look is resolve + compute + judge: the run spec of the checkpoints so far
+(`run_spec`, so the growing loss log is read again), its metrics with every
+pair computed once (`SeriesCache`), and the whole series judged, so the
+summary, the gate and the JSON report always cover the run so far.
+
+Wake-ups: watchdog (inotify on Linux) when it is installed (`pip install
+'ckptscan[watch]'`), else polling every `interval` seconds; with watchdog a
+look still happens every `interval` seconds, in case events are missed (some
+network filesystems send none).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import stat
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from ckptscan.cache import PairCache
+from ckptscan.metrics import compute
+from ckptscan.detection.judge import judge
+from ckptscan.detection.rules import Thresholds
+from ckptscan.discovery import checkpoint_folder, newest_complete
+from ckptscan.errors import CkptScanError
+from ckptscan.probe import Probe
+from ckptscan.readers import Checkpoint, open_checkpoint, step_from_name
+from ckptscan.results import LayerResult, ScanReport
+from ckptscan.run import AUTO, RunSpec, SideFile, plan_pairs, run_spec
+from ckptscan.scan import ScanOptions
+
+# Looks at most this often however many filesystem events arrive (a shard
+# being written sends one per write).
+MIN_LOOK_GAP_S = 0.05
+# Filesystem events that mean a change. Not "opened" / "closed_no_write":
+# a look opens the files of a checkpoint still being written, and must not
+# wake itself.
+CHANGES = frozenset({"created", "modified", "moved", "deleted", "closed"})
+
+
+@dataclass
+class WatchEvent:
+    """The series judged after new pairs appeared."""
+
+    report: ScanReport  # every pair so far, judged together
+    new: list[int]  # indices into report.pairs of the pairs this event added
+    spec: RunSpec  # what was judged (its config holds the gate's fail_on)
+
+
+@dataclass
+class _Seen:
+    """A checkpoint that opened, waiting for its files to stay unchanged."""
+
+    files: tuple[tuple[str, int, int], ...]
+    since: float
+
+
+class SeriesCache:
+    """compute()'s cache while watching: each pair is computed once.
+
+    Pairs computed in this session are kept in memory by checkpoint path, not
+    by file identity: a trainer that keeps only its last few checkpoints
+    (HF `save_total_limit`) deletes older ones, and their pairs must still be
+    judged. Other pairs come from the on-disk `PairCache` when one is given.
+    """
+
+    def __init__(self, disk: PairCache | None = None) -> None:
+        self.disk = disk
+        self.hits = 0
+        self.misses = 0
+        self._pairs: dict[str, list[LayerResult]] = {}
+
+    def key(self, older: Checkpoint, newer: Checkpoint, settings: dict[str, str]) -> dict[str, Any]:
+        return {"older": older, "newer": newer, "settings": settings,
+                "id": json.dumps([str(older.path), str(newer.path), settings], sort_keys=True)}
+
+    def get(self, key: dict[str, Any]) -> list[LayerResult] | None:
+        found = self._pairs.get(key["id"])
+        if found is None and self.disk is not None:
+            found = self.disk.get(self._disk_key(key))
+            if found is not None:
+                self._pairs[key["id"]] = found
+        if found is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return found
+
+    def put(self, key: dict[str, Any], layers: list[LayerResult]) -> None:
+        self._pairs[key["id"]] = layers
+        if self.disk is not None:
+            self.disk.put(self._disk_key(key), layers)
+
+    def _disk_key(self, key: dict[str, Any]) -> dict[str, Any]:
+        if "disk" not in key:
+            key["disk"] = self.disk.key(key["older"], key["newer"], key["settings"])
+        return key["disk"]
+
+
+@dataclass
+class Watcher:
+    """The state of one watch: the series so far and the checkpoints coming in."""
+
+    run_dir: Path
+    options: ScanOptions = field(default_factory=ScanOptions)
+    stride: int = 1
+    base: str = "previous"
+    probe: SideFile | Probe = AUTO
+    loss_log: SideFile = AUTO
+    reference: str | Path | None = None
+    config: SideFile = AUTO
+    settings: Sequence[str] = ()
+    thresholds: Thresholds | None = None  # replaces the config's
+    cache: SeriesCache = field(default_factory=SeriesCache)
+    interval: float = 2.0  # seconds between looks without events
+    settle: float = 0.5  # seconds a checkpoint without pointer file must stay unchanged
+    notify: Callable[[str], None] = lambda message: None  # why a checkpoint is waited for, which side files
+    progress: Callable[[int, int], None] | None = None
+    series: list[Checkpoint] = field(default_factory=list)
+    judged: int = 0  # pairs judged so far
+    _seen: dict[Path, _Seen] = field(default_factory=dict)
+    _waiting: dict[Path, str] = field(default_factory=dict)
+    _notes: set[str] = field(default_factory=set)
+
+    def look(self) -> list[Checkpoint]:
+        """Add the checkpoints complete since the last look to the series; return them."""
+        if not self.run_dir.is_dir():
+            raise CkptScanError("not a run directory (or it was removed while watching)", path=self.run_dir)
+        try:
+            folder = checkpoint_folder(self.run_dir)
+            pointer = newest_complete(folder)
+            entries = sorted((step, entry) for entry in folder.iterdir()
+                             if (step := step_from_name(entry.name)) is not None and entry.is_dir())
+        except OSError as e:  # removed or unreadable between the check and the listing
+            raise CkptScanError(f"cannot list the run directory: {e.strerror or e}", path=self.run_dir) from None
+        last = self.series[-1].step if self.series else None
+        joined, examined, blocked = [], set(), False
+        now = time.monotonic()  # one time per look: what opened in one look settles together
+        for step, entry in entries:
+            if last is not None and step <= last:
+                continue  # in the series already, or older than it: a pair is never formed twice
+            examined.add(entry)
+            checkpoint = self._complete(entry, step, pointer, now)
+            # Newer checkpoints wait behind an unfinished one (they still settle meanwhile).
+            blocked = blocked or checkpoint is None
+            if not blocked:
+                joined.append(checkpoint)
+        # Forget what was not looked at (removed, or joined the series).
+        self._seen = {entry: seen for entry, seen in self._seen.items() if entry in examined}
+        self.series += joined
+        return joined
+
+    def judge_series(self) -> WatchEvent | None:
+        """compute + judge of the series; None when it holds no new pair (the stride's, or a first checkpoint)."""
+        pairs = plan_pairs(len(self.series), self.stride, self.base)
+        if len(pairs) <= self.judged:
+            return None
+        spec = run_spec(self.run_dir, self.series, stride=self.stride, base=self.base, probe=self.probe,
+                        loss_log=self.loss_log, reference=self.reference, config=self.config,
+                        settings=self.settings)
+        for message in spec.notes:
+            if message not in self._notes:
+                self._notes.add(message)
+                self.notify(message)
+        metrics = compute(spec, self.options, cache=self.cache, progress=self.progress)
+        report = judge(metrics, self.thresholds or spec.config.thresholds, spec.reference,
+                       reference_path=spec.reference_path)
+        event = WatchEvent(report, list(range(self.judged, len(pairs))), spec)
+        self.judged = len(pairs)
+        return event
+
+    def awaiting_settle(self, now: float) -> float | None:
+        """Seconds until the next checkpoint that opened may count as settled."""
+        if not self._seen:
+            return None
+        return max(0.0, min(seen.since + self.settle for seen in self._seen.values()) - now)
+
+    def _complete(self, entry: Path, step: int, pointer: int | None, now: float) -> Checkpoint | None:
+        """The opened checkpoint when it is complete, else None (noted once per reason)."""
+        if pointer is not None and step > pointer:
+            self._wait(entry, f"newer than the framework's pointer file (step {pointer})")
+            return None
+        files = _files(entry)
+        try:
+            checkpoint = open_checkpoint(entry)
+        except (CkptScanError, OSError) as e:  # OSError: a file removed while opened (a save retried)
+            self._seen.pop(entry, None)
+            self._wait(entry, str(e))
+            return None
+        checkpoint.step = step
+        if pointer is None:
+            # No completion marker: complete once nothing changed for `settle`
+            # seconds, over at least two looks (the files seen before and after
+            # opening must match the ones seen before).
+            seen = self._seen.get(entry)
+            if seen is None or seen.files != files or _files(entry) != files:
+                self._seen[entry] = _Seen(files, now)
+                return None
+            if now - seen.since < self.settle:
+                return None
+        self._seen.pop(entry, None)
+        self._waiting.pop(entry, None)
+        return checkpoint
+
+    def _wait(self, entry: Path, reason: str) -> None:
+        """Say why a checkpoint is waited for, when the reason is new (sizes aside)."""
+        kind = re.sub(r"\d+", "#", reason)
+        if self._waiting.get(entry) != kind:
+            self._waiting[entry] = kind
+            self.notify(f"waiting for {entry.name}: {reason}")
+
+
+def watch_run(
+    run_dir: str | Path,
+    options: ScanOptions | None = None,
+    *,
+    timeout: float | None = None,
+    interval: float = 2.0,
+    settle: float = 0.5,
+    events: bool | None = None,
+    cache: PairCache | None = None,
+    thresholds: Thresholds | None = None,
+    notify: Callable[[str], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    on_start: Callable[[str], None] | None = None,
+    **resolve: Any,
+) -> Iterator[WatchEvent]:
+    """Yield a judged `WatchEvent` each time new checkpoints of `run_dir` complete.
+
+    Checkpoints already complete at the start form the first event. Ends
+    when no checkpoint completed for `timeout` seconds (None: never; stop
+    it by closing the generator, or with Ctrl-C). `events`: wake on
+    filesystem events (True: required, None: when watchdog is installed,
+    False: poll). `on_start` is told how it waits ("inotify", "polling every
+    2 s"). `resolve`: `run_spec`'s side files and pairing (stride, base,
+    probe, loss_log, reference, config, settings).
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise CkptScanError("not a run directory", path=run_dir)
+    if interval <= 0 or settle < 0:
+        raise CkptScanError(f"--interval must be > 0 and --settle ≥ 0 (got {interval}, {settle})")
+    watcher = Watcher(run_dir, options or ScanOptions(), cache=SeriesCache(cache), interval=interval,
+                      settle=settle, thresholds=thresholds, notify=notify or (lambda message: None),
+                      progress=progress, **resolve)
+    plan_pairs(2, watcher.stride, watcher.base)  # a bad --stride / --base is an error now, not at the first pair
+    wake = threading.Event()
+    observer, mode = _observe(run_dir, wake, events, interval)
+    if on_start is not None:
+        on_start(mode)
+    try:
+        idle_since = time.monotonic()
+        while True:
+            wake.clear()
+            last_look = time.monotonic()
+            if watcher.look():
+                event = watcher.judge_series()
+                idle_since = time.monotonic()
+                if event is not None:
+                    yield event
+                continue  # more may have completed meanwhile
+            now = time.monotonic()
+            if timeout is not None and now - idle_since >= timeout:
+                return
+            wait = interval
+            settling = watcher.awaiting_settle(now)
+            if settling is not None:
+                wait = min(wait, settling)
+            if timeout is not None:
+                wait = min(wait, idle_since + timeout - now)
+            if wake.wait(wait):
+                # An event: look soon, but not once per written block.
+                time.sleep(max(0.0, last_look + MIN_LOOK_GAP_S - time.monotonic()))
+    finally:
+        if observer is not None:
+            observer.stop()
+            observer.join()
+
+
+class Wake:
+    """A watchdog event handler: sets `wake` on a change, not on a mere read."""
+
+    def __init__(self, wake: threading.Event) -> None:
+        self.wake = wake
+
+    def dispatch(self, event: Any) -> None:
+        if event.event_type in CHANGES:
+            self.wake.set()
+
+
+def _observe(run_dir: Path, wake: threading.Event, events: bool | None, interval: float) -> tuple[Any, str]:
+    """A watchdog observer that sets `wake` on any change under `run_dir`,
+    and how the watch waits."""
+    polling = f"polling every {interval:g} s"
+    if events is False:
+        return None, polling
+    try:
+        from watchdog.observers import Observer
+    except ImportError:
+        if events:
+            raise CkptScanError("filesystem events need watchdog: pip install 'ckptscan[watch]'") from None
+        return None, polling + " (pip install 'ckptscan[watch]' for inotify)"
+
+    observer = Observer()
+    try:
+        observer.schedule(Wake(wake), str(run_dir), recursive=True)
+        observer.start()
+    except OSError as e:  # e.g. the inotify watch limit
+        if events:
+            raise CkptScanError(f"cannot watch for filesystem events: {e.strerror or e}", path=run_dir) from None
+        return None, f"{polling} (filesystem events unavailable: {e.strerror or e})"
+    name = type(observer).__name__.removesuffix("Observer").lower() or "events"
+    return observer, f"{name} events, and a look every {interval:g} s"
+
+
+def _files(entry: Path) -> tuple[tuple[str, int, int], ...]:
+    """Every file under a checkpoint directory with its size and mtime."""
+    found = []
+    for path in entry.rglob("*"):
+        try:
+            st = path.stat()
+        except OSError:  # removed between listing and stat: the next look sees it
+            continue
+        if stat.S_ISREG(st.st_mode):
+            found.append((str(path.relative_to(entry)), st.st_size, st.st_mtime_ns))
+    return tuple(sorted(found))

@@ -1,0 +1,186 @@
+"""`ckptscan watch RUN_DIR` against a real writer process adding checkpoints.
+
+The command runs as its own process (Ctrl-C is a real SIGINT); the writer
+(tests/live_writer.py) copies the files of a prepared run into the watched
+directory one command at a time, including a checkpoint whose second shard
+appears late and then grows. Every wait is for a printed line or the
+writer's answer: no sleeps.
+"""
+
+import json
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from ckptscan.cli import app
+
+from live import GUARD_S, Lines, Writer, environment
+from run_factory import write_run
+
+STEPS = list(range(0, 1000, 100))
+COLLAPSE = 800  # the first checkpoint whose q_proj update in layer 1 has collapsed
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("watch-sources")
+    return {
+        "collapse": write_run(root / "collapse", count=len(STEPS), collapse_layer=1, collapse_from=COLLAPSE,
+                              shards=2),
+        "healthy": write_run(root / "healthy", count=6),
+    }
+
+
+class Watch:
+    """`ckptscan watch` as a process, its stdout and stderr read as they come."""
+
+    def __init__(self, *args):
+        self.process = subprocess.Popen([sys.executable, "-m", "ckptscan", "watch", *map(str, args)], text=True,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment())
+        self.out, self.err = Lines(self.process.stdout), Lines(self.process.stderr)
+
+    def wait(self) -> int:
+        code = self.process.wait(GUARD_S)
+        self.out.rest(), self.err.rest()
+        return code
+
+
+def row(step):
+    """A pair's row: the newer step, right-aligned, then the pair."""
+    return rf"^\s*{step} \d+→{step}\s"
+
+
+def rows(lines):
+    return [int(m.group(1)) for line in lines if (m := re.match(r"^\s*(\d+) \d+→\d+\s", line))]
+
+
+@pytest.fixture
+def writer(sources, tmp_path):
+    writer = Writer(sources["collapse"], tmp_path / "run")
+    yield writer
+    writer.close()
+
+
+@pytest.mark.parametrize("mode", [[], ["--poll", "--interval", "0.05"]], ids=["inotify", "polling"])
+def test_follows_a_live_run_and_exits_at_the_first_alert(writer, tmp_path, mode):
+    for step in STEPS[:3]:
+        writer.publish(f"checkpoint-{step}")
+    report = tmp_path / "report.json"
+    summary = tmp_path / "summary.md"
+    watch = Watch(writer.target, *mode, "--settle", "0.05", "--json", report, "--markdown-summary", summary,
+                  "--no-cache")
+    watch.err.expect("^watching .* Ctrl-C to stop$")
+    watch.out.expect(row(100)), watch.out.expect(row(200))
+
+    # checkpoint-300 saved slowly: the index and shard 1, shard 2 late, then growing.
+    writer.send("copy checkpoint-300/config.json")
+    writer.send("copy checkpoint-300/model-00001-of-00002.safetensors")
+    writer.send("copy checkpoint-300/model.safetensors.index.json")
+    watch.err.expect("^waiting for checkpoint-300: .*names shard 'model-00002-of-00002.safetensors', which does "
+                     "not exist")
+    size = (writer.source / "checkpoint-300/model-00002-of-00002.safetensors").stat().st_size
+    writer.send(f"head checkpoint-300/model-00002-of-00002.safetensors {size // 2}")
+    watch.err.expect("^waiting for checkpoint-300: .*outside the file's")
+    assert rows(watch.out.lines) == [100, 200], "the partial checkpoint was not read"
+    writer.send("rest checkpoint-300/model-00002-of-00002.safetensors")
+    watch.out.expect(row(300))
+    assert json.loads(report.read_text())["pairs"][-1]["to_step"] == 300  # rewritten after each new pair
+
+    for step in STEPS[4:]:
+        writer.publish(f"checkpoint-{step}")
+        if step < COLLAPSE:
+            watch.out.expect(row(step))
+            assert watch.process.poll() is None
+        else:
+            break
+    assert watch.wait() == 1
+    assert rows(watch.out.lines) == STEPS[1:STEPS.index(COLLAPSE) + 1], "each row printed once, in order"
+    assert "layer 1 [attention] alert:" in "\n".join(watch.out.lines)
+    assert any(line.startswith("gate failed (--fail-on alert): ALERT") for line in watch.err.lines)
+    assert not any("Traceback" in line for line in watch.err.lines)
+
+    # The JSON report is the run so far, judged as `ckptscan trend` judges it.
+    trend = tmp_path / "trend.json"
+    assert CliRunner().invoke(app, ["trend", str(writer.target), "--json", str(trend), "--no-cache"]).exit_code == 1
+    watched, judged = json.loads(report.read_text()), json.loads(trend.read_text())
+    assert watched["pairs"] == judged["pairs"] and watched["summary"] == judged["summary"]
+    # The Markdown summary grew by one section per new batch of pairs.
+    sections = re.findall(r"^#### .* at step (\d+) — (\w+)$", summary.read_text(), re.M)
+    assert [int(s) for s, _ in sections][-6:] == [300, 400, 500, 600, 700, 800]
+    assert sections[-1][1] == "ALERT" and sections[-2][1] == "OK"
+
+
+def invoke(*args):
+    """A watch whose checkpoints are all there at the start: run in this process."""
+    return CliRunner().invoke(app, ["watch", *map(str, args)])
+
+
+def test_keep_going_judges_past_the_alert_until_the_timeout(writer):
+    for step in STEPS:
+        writer.publish(f"checkpoint-{step}")
+    result = invoke(writer.target, "--keep-going", "--timeout", "1", "--poll", "--interval", "0.05", "--no-cache")
+    assert result.exit_code == 1, "the gate's code for the run so far"
+    assert rows(result.stdout.splitlines()) == STEPS[1:]
+    assert "no new checkpoint for 1 s: stopped watching" in result.stderr.splitlines()
+
+
+def test_timeout_on_a_healthy_run_passes(sources):
+    result = invoke(sources["healthy"], "--timeout", "1", "--poll", "--interval", "0.05", "--no-cache")
+    assert result.exit_code == 0
+    assert rows(result.stdout.splitlines()) == [100, 200, 300, 400, 500]
+    assert result.stderr.splitlines()[-1].startswith("gate passed (--fail-on alert): HEALTHY")
+
+
+def test_timeout_without_any_pair_is_an_input_error(tmp_path):
+    (tmp_path / "run").mkdir()
+    result = invoke(tmp_path / "run", "--timeout", "0.5", "--poll", "--interval", "0.05")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[-1] == (f"error: {tmp_path / 'run'}: no checkpoint pair was complete within "
+                                              "--timeout 0.5 s")
+
+
+def test_ctrl_c_exits_130_with_the_report_kept(writer, tmp_path):
+    for step in STEPS[:3]:
+        writer.publish(f"checkpoint-{step}")
+    report = tmp_path / "report.json"
+    watch = Watch(writer.target, "--json", report, "--no-cache")
+    watch.out.expect(row(200))
+    watch.process.send_signal(signal.SIGINT)
+    assert watch.wait() == 130
+    assert watch.err.lines[-1] == f"interrupted: stopped watching; {report} holds the series judged so far"
+    assert not any("Traceback" in line for line in watch.err.lines)
+    assert [p["to_step"] for p in json.loads(report.read_text())["pairs"]] == [100, 200]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--interval", "0"], "--interval must be > 0"),
+    (["--timeout", "-1"], "--timeout must be > 0"),
+    (["--stride", "0"], "--stride must be"),
+])
+def test_bad_flags_are_one_line_and_exit_2(sources, args, message):
+    result = invoke(sources["healthy"], *args)
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ") and message in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_not_a_directory_is_an_input_error(tmp_path):
+    result = invoke(tmp_path / "missing")
+    assert result.exit_code == 2 and result.stderr == f"error: {tmp_path / 'missing'}: not a run directory\n"
+
+
+def test_tensorboard_events_follow_the_watched_run(sources, tmp_path):
+    """--tensorboard: each judged pair's monitors reach the event files once."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events, report = tmp_path / "tb", tmp_path / "r.json"
+    result = invoke(sources["healthy"], "--timeout", "1", "--poll", "--interval", "0.05", "--no-cache",
+                    "--tensorboard", events, "--json", report)
+    assert result.exit_code == 0, result.output
+    acc = EventAccumulator(str(events), size_guidance={"tensors": 0})
+    acc.Reload()
+    steps = [e.step for e in acc.Tensors("delta2_entropy_norm/layer_0")]
+    assert steps == [pair["to_step"] for pair in json.loads(report.read_text())["pairs"]]
