@@ -39,8 +39,9 @@ from ckptscan.scan import scan_pair
 
 @app.command()
 def diff(
-    ckpt_a: Path = typer.Argument(..., help="Older checkpoint (directory or .safetensors file)."),
-    ckpt_b: Path = typer.Argument(..., help="Newer checkpoint."),
+    # str, not Path: a URL (s3://bucket/run/checkpoint-1000) must keep its "//".
+    ckpt_a: str = typer.Argument(..., help="Older checkpoint (directory, .safetensors file or URL: s3://, gs://, …)."),
+    ckpt_b: str = typer.Argument(..., help="Newer checkpoint."),
     json_path: Optional[Path] = JsonOut,
     output: str = Format,
     markdown_summary: Optional[Path] = MarkdownSummary,

@@ -38,7 +38,9 @@ from ckptscan.layouts import HeadOverrides, load_tensor_map
 
 @app.command()
 def inspect(
-    path: Path = typer.Argument(..., help="A checkpoint (directory or file) or a run directory of checkpoints."),
+    # str, not Path: a URL (s3://bucket/run/) must keep its "//".
+    path: str = typer.Argument(..., help="A checkpoint (directory or file) or a run directory of checkpoints; "
+                               "local or a URL (s3://, gs://, …)."),
     json_path: Optional[Path] = JsonOut,
     output: str = typer.Option("table", "--format", help="Print as 'table' or 'json'."),
     num_heads: Optional[int] = NumHeads,

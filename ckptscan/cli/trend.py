@@ -39,6 +39,7 @@ from ckptscan.errors import CkptScanError
 from ckptscan.loss_log import read_loss_log
 from ckptscan.report.trend_table import print_trend
 from ckptscan.scan import ScanOptions
+from ckptscan.storage import as_path
 from ckptscan.trend import TrendOptions, scan_run
 
 # Files a run directory may carry that trend uses without being told.
@@ -48,7 +49,9 @@ DEFAULT_PROBE = "probe.safetensors"
 
 @app.command()
 def trend(
-    run_dir: Path = typer.Argument(..., help="Run directory holding checkpoint-N/ (or step-N/, iter_N/ …) folders."),
+    # str, not Path: a URL (s3://bucket/run/) must keep its "//".
+    run_dir: str = typer.Argument(..., help="Run directory holding checkpoint-N/ (or "
+                                            "step-N/, iter_N/ …) folders; local or a URL prefix (s3://, gs://, …)."),
     stride: int = typer.Option(1, "--stride", help="Use every N-th checkpoint (from the first)."),
     base: str = typer.Option("previous", "--base", help="'previous': each checkpoint against the one before; "
                              "'first': each against the first."),
@@ -83,10 +86,13 @@ def trend(
 ) -> None:
     """When did each layer become abnormal, through which mechanism, and does the run pass the gate?"""
     with user_errors():
+        run_dir = as_path(run_dir)
         if not run_dir.is_dir():
             raise CkptScanError("not a run directory", path=run_dir)
         check_figure_outputs(html, png)
-        found_probe = probe is None and (run_dir / DEFAULT_PROBE).is_file()
+        # The run's own probe and loss log are picked up from local run directories only.
+        local = isinstance(run_dir, Path)
+        found_probe = probe is None and local and (run_dir / DEFAULT_PROBE).is_file()
 
         def options_with(probe_file: Path | None) -> ScanOptions:
             return scan_options(precision, num_heads, num_kv_heads, head_dim, layers, probe_file, device, heads,
@@ -106,7 +112,7 @@ def trend(
             err.print(f"using the run's probe: {run_dir / DEFAULT_PROBE}", highlight=False, style="dim")
         settings = load_settings(config, set_)
         options.thresholds = settings.thresholds
-        if loss_log is None:
+        if loss_log is None and local:
             loss_log = _usable_loss_log(run_dir / DEFAULT_LOSS_LOG, quiet)
         cache = None if no_cache else PairCache(cache_dir or default_cache_dir(), options)
         with _progress(quiet) as progress:
