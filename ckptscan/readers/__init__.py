@@ -80,7 +80,7 @@ class SafetensorsSource:
             if isinstance(entry.file, RemotePath):
                 by_file.setdefault(entry.file, []).append(((name, rows), byte_span(entry, name, rows)))
         for file, reads in by_file.items():
-            datas = file.read_ranges([span for _, span in reads], reads[0][0][0])
+            datas = file.read_ranges([span for _, span in reads], [name for (name, _), _ in reads])
             with self._lock:
                 self._prefetched.update((key, data) for (key, _), data in zip(reads, datas))
 

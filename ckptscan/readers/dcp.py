@@ -35,7 +35,6 @@ from torch.distributed.checkpoint.metadata import (
 )
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
 from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
-from torch.distributed.checkpoint.utils import narrow_tensor_by_index
 
 from ckptscan.errors import CkptScanError
 from ckptscan.readers.base import DCP_METADATA_FILE, dtype_name
@@ -140,8 +139,9 @@ class _RemoteReader:
             if item.type == LoadItemType.BYTE_IO:
                 target.load_bytes(item, raw)
                 continue
-            tensor = narrow_tensor_by_index(torch.load(raw, map_location="cpu", weights_only=True),
-                                            item.storage_offsets, item.lengths)
+            tensor = torch.load(raw, map_location="cpu", weights_only=True)
+            for dim, (offset, length) in enumerate(zip(item.storage_offsets, item.lengths)):
+                tensor = tensor.narrow(dim, offset, length)  # the overlap within this saved chunk
             view = target.resolve_tensor(item)
             if view.size() != tensor.size():
                 raise CkptScanError(f"a saved chunk is {list(tensor.size())}, not the {list(view.size())} its "

@@ -24,9 +24,10 @@ import torch
 from ckptscan.errors import CkptScanError
 from ckptscan.storage import RemotePath
 
-# A remote header is fetched with its first request: enough for the header of
-# a shard of a few thousand tensors, so one GET usually covers it.
-REMOTE_HEADER_GUESS = 256 * 1024
+# A remote header is fetched with its first request: this covers the header
+# of a shard of several hundred tensors in one GET (a larger one costs a
+# second GET), and over-reads at most this much per shard.
+REMOTE_HEADER_GUESS = 64 * 1024
 # A real header is a few MB even for 100k-tensor shards; a larger length is a
 # corrupt or hostile file, refused before anything is allocated.
 MAX_HEADER_BYTES = 100 * 1024 * 1024

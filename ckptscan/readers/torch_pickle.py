@@ -219,6 +219,8 @@ def _unpickler_reason(error: Exception) -> str:
 
 
 def _is_zip(file: Path | BinaryIO) -> bool:
+    if isinstance(file, RemotePath):
+        file = local_copy(file)  # downloaded once; this finds that copy
     if isinstance(file, Path):
         with open(file, "rb") as f:
             return f.read(4) == b"PK\x03\x04"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptscan.storage.remote_path import Listing, ObjectInfo
-from ckptscan.storage.stores import OBSTORE_SCHEMES, TIMEOUT_S, Denied, NotFound, RangedReader, missing_extra
+from ckptscan.storage.stores import OBSTORE_SCHEMES, TIMEOUT_S, Denied, NotFound, RangedReader, missing_extra, reason
 
 
 class ObstoreStore(RangedReader):
@@ -58,11 +58,9 @@ class ObstoreStore(RangedReader):
     def _translate(self, e: Exception) -> Exception:
         if isinstance(e, self._errors.NotFoundError):
             return NotFound()
-        if isinstance(e, (self._errors.PermissionDeniedError, self._errors.UnauthenticatedError)):
-            return Denied(_first_line(e))
-        text = str(e)
-        if "403" in text and ("Forbidden" in text or "AccessDenied" in text):
-            return Denied(_first_line(e))
+        if isinstance(e, (self._errors.PermissionDeniedError, self._errors.UnauthenticatedError)) or \
+                "status code: 403" in str(e):
+            return Denied(reason(e))
         return e
 
     def _list(self, prefix: str) -> Listing:
@@ -87,11 +85,6 @@ class ObstoreStore(RangedReader):
             return self._obstore.get_range(self._store, key, start=start, end=end)
         except Exception as e:
             raise self._translate(e) from None
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _boto3_profile() -> Any:

@@ -41,7 +41,8 @@ class Store(Protocol):
 
     def head(self, key: str) -> ObjectInfo: ...
 
-    def read_ranges(self, key: str, ranges: list[tuple[int, int]], what: str | None = None) -> list[memoryview]: ...
+    def read_ranges(self, key: str, ranges: list[tuple[int, int]],
+                    what: str | list[str] | None = None) -> list[memoryview]: ...
 
 
 class _Stat:
@@ -144,9 +145,9 @@ class RemotePath:
                 yield child
 
     # -- bytes -------------------------------------------------------------------
-    def read_ranges(self, ranges: list[tuple[int, int]], what: str | None = None) -> list[memoryview]:
+    def read_ranges(self, ranges: list[tuple[int, int]], what: str | list[str] | None = None) -> list[memoryview]:
         """The bytes [start, end) of each range, fetched concurrently; `what`
-        (a tensor name) goes into error messages."""
+        (the tensor read, or one name per range) goes into error messages."""
         return self.store.read_ranges(self.key, ranges, what)
 
     def read_bytes(self) -> bytes:

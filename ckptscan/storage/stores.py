@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -106,9 +107,17 @@ class RangedReader:
     def head(self, key: str) -> ObjectInfo:
         return self._call(lambda: self._head(key), key, None)
 
-    def read_ranges(self, key: str, ranges: list[tuple[int, int]], what: str | None = None) -> list[memoryview]:
+    def read_ranges(self, key: str, ranges: list[tuple[int, int]],
+                    what: str | list[str] | None = None) -> list[memoryview]:
+        """`what`: the tensor read (or one name per range), for error messages."""
         parts = plan_parts(ranges)
-        fetched = list(_shared_pool().map(lambda part: self._read_part(key, *part, what), parts))
+        names = [what] * len(ranges) if what is None or isinstance(what, str) else what
+
+        def tensors_in(part: tuple[int, int]) -> str | None:
+            inside = dict.fromkeys(n for n, (s, e) in zip(names, ranges) if n and s < part[1] and e > part[0])
+            return ", ".join(inside) or None
+
+        fetched = list(_shared_pool().map(lambda part: self._read_part(key, *part, tensors_in(part)), parts))
         by_start = dict(zip(parts, fetched))
         out = []
         for start, end in ranges:
@@ -149,13 +158,12 @@ class RangedReader:
             except NotFound:
                 raise CkptScanError("no such object", path=where, tensor=what) from None
             except Denied as e:
-                raise CkptScanError(f"access denied ({e}); check the credentials (environment, profile or "
+                raise CkptScanError(f"access denied ({reason(e)}); check the credentials (environment, profile or "
                                     "instance role) and that they may read this bucket", path=where,
                                     tensor=what) from None
             except Exception as e:  # throttling, 5xx, timeouts, cut responses: retried
                 if attempt == TRIES - 1:
-                    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                    raise CkptScanError(f"read failed after {TRIES} tries: {reason}", path=where,
+                    raise CkptScanError(f"read failed after {TRIES} tries: {reason(e)}", path=where,
                                         tensor=what) from None
                 # Exponential backoff with full jitter (AWS architecture blog).
                 time.sleep(random.uniform(0, min(5.0, 0.2 * 2 ** attempt)))
@@ -164,6 +172,18 @@ class RangedReader:
 
 class ShortRead(Exception):
     pass
+
+
+def reason(error: Exception) -> str:
+    """A client error in a few words: the HTTP status and the store's error
+    code when there is one ("503 Service Unavailable, SlowDown"), else the
+    first line of the message."""
+    text = str(error).strip()
+    status = re.search(r"status code: (\d{3}[A-Za-z ]*)", text)
+    if status:
+        code = re.search(r"<Code>(\w+)</Code>", text)
+        return status.group(1).strip() + (f", {code.group(1)}" if code else "")
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def plan_parts(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

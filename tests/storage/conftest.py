@@ -5,7 +5,9 @@ ThreadedMotoServer (the `test` extra), started once per session, and
 from __future__ import annotations
 
 import http.client
+import logging
 import socket
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -13,6 +15,9 @@ from pathlib import Path
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
+
+# The tests import `remote_helpers` beside this file.
+sys.path.insert(0, str(Path(__file__).parent))
 
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
@@ -25,6 +30,7 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def s3_endpoint():
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -94,13 +100,17 @@ class FaultProxy:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def fail(self, match: str, fault: str, times: int) -> None:
-        self.rules.append([match, fault, times])
+    def fail(self, match: str, fault: str, times: int, after: int = 0) -> None:
+        """`after`: let that many matching requests through first (a shard's header read)."""
+        self.rules.append([match, fault, times, after])
 
     def handle(self, request: BaseHTTPRequestHandler) -> None:
         self.seen.append((request.command, request.path))
         body = request.rfile.read(int(request.headers.get("Content-Length") or 0))
         rule = next((r for r in self.rules if r[0] in request.path and r[2] > 0), None)
+        if rule is not None and rule[3] > 0:
+            rule[3] -= 1
+            rule = None
         if rule is not None and rule[1] != "cut":
             rule[2] -= 1
             self.faults_sent += 1
