@@ -10,7 +10,9 @@ then measures side by side, each figure the minimum of --rounds:
 * bytes: what ckptscan fetched (tensor data, headers, index, config) over the
   monitored bytes (q_proj and k_proj of every layer of both checkpoints),
   and its number of GET requests; the same with `--heads 0-3`;
-* time: the remote diff's wall time; the remote I/O floor, the fastest plain
+* time: the remote diff's wall time; ckptscan's read path alone (the same
+  opens, prefetches and reads on two layer workers, without the math); the
+  remote I/O floor, the fastest plain
   concurrent ranged reads of exactly the monitored bytes we could write
   (every tensor cut into 8 MB parts on 32 threads of obstore `get_range`,
   and obstore's own `get_ranges` per file, the faster counts); sequential
@@ -110,6 +112,7 @@ def measure_server(server, url, paths, ranges, head_ranges, monitored, head_moni
         return seconds, stores.stats["bytes"] - before["bytes"], stores.stats["requests"] - before["requests"]
 
     diff_s, diff_bytes, diff_requests = counted(ScanOptions)
+    reads_s = best(rounds, lambda: _ckptscan_reads(a, b))
     heads_s, heads_bytes, heads_requests = counted(lambda: ScanOptions(heads=HEADS))
     store = _obstore(url)
     keys = {f: f"{url.split('/', 3)[3]}/{f.parent.name}/{f.name}" if url.count("/") > 2 else
@@ -129,9 +132,30 @@ def measure_server(server, url, paths, ranges, head_ranges, monitored, head_moni
           f"({monitored / floor_parts / 1e9:.2f} GB/s), obstore get_ranges per file {floor_ranges:.2f} s; "
           f"sequential (one GET per tensor) {sequential:.2f} s; s3fs cat_ranges "
           + (f"{s3fs_s:.2f} s" if s3fs_s is not None else "(s3fs not installed)"))
+    print(f"[{server}] ckptscan's read path alone (open both, then every layer's prefetch + reads on 2 workers, "
+          f"no math): {reads_s:.2f} s")
     print(f"[{server}] ratios: remote diff / I/O floor {diff_s / floor:.2f}; remote diff / max(I/O floor, local "
-          f"diff) {diff_s / max(floor, local):.2f}; --heads 0-3 diff / its floor {heads_s / heads_floor:.2f}; "
-          f"sequential / concurrent reads {sequential / floor:.2f}")
+          f"diff) {diff_s / max(floor, local):.2f}; read path / I/O floor {reads_s / floor:.2f}; --heads 0-3 diff "
+          f"/ its floor {heads_s / heads_floor:.2f}; sequential / concurrent reads {sequential / floor:.2f}")
+
+
+def _ckptscan_reads(a: str, b: str) -> None:
+    """What the remote diff reads, through its own code path, without the math."""
+    from ckptscan import scan
+    from ckptscan.layouts import HeadOverrides, resolve_layout
+    from ckptscan.readers import open_checkpoint
+
+    checkpoints = [open_checkpoint(a), open_checkpoint(b)]
+    layout = resolve_layout(checkpoints[0], HeadOverrides(), None)
+
+    def layer(plan) -> None:
+        for checkpoint in checkpoints:
+            scan._prefetch(checkpoint, plan, None)
+            for name in plan.tensors:
+                scan._read_tensor(checkpoint, plan, name, None)
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(layer, layout.layers))
 
 
 def best(rounds: int, fn, per_round=None) -> float:

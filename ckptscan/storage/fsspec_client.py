@@ -45,6 +45,8 @@ class FsspecStore(RangedReader):
             if entry.get("type") == "directory":
                 dirs.add(name)
             else:
+                if entry.get("size") is None:  # HTTP listings are links without sizes: ask each file (HEAD)
+                    entry = {**entry, **self._fs.info(entry["name"])}
                 files[name] = ObjectInfo(int(entry.get("size") or 0), _version(entry))
         return Listing(files, frozenset(dirs))
 

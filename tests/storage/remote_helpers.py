@@ -35,7 +35,7 @@ def same_numbers(local: Any, remote: Any, where: str = "report") -> None:
             same_numbers(a, b, f"{where}[{i}]")
     elif isinstance(local, float) and isinstance(remote, float):
         assert math.isclose(local, remote, rel_tol=1e-12, abs_tol=1e-12), (where, local, remote)
-    elif isinstance(local, str) and (local.startswith("/") or remote.startswith("s3://")):
+    elif isinstance(local, str) and (local.startswith("/") or "://" in remote):
         assert local.rsplit("/", 1)[-1] == remote.rsplit("/", 1)[-1], (where, local, remote)
     else:
         assert local == remote, (where, local, remote)
