@@ -4,7 +4,8 @@ We parse the format ourselves (8-byte little-endian header length, a JSON
 header, then raw row-major little-endian data) instead of memory-mapping the
 file: a header is validated before any allocation, each tensor (or a block of
 its rows) costs one `pread` of exactly its bytes, which is what shared
-storage wants, and every error can name the file and the tensor.
+storage wants, and every error can name the file and the tensor. A shard in
+object storage (a `RemotePath`) is read the same way, by ranged GETs.
 """
 
 from __future__ import annotations

@@ -17,15 +17,10 @@ from pathlib import Path
 from ckptscan.storage.remote_path import ObjectInfo, RemotePath
 from ckptscan.storage.stores import open_store
 
-__all__ = ["ObjectInfo", "RemotePath", "as_path", "is_url"]
+__all__ = ["ObjectInfo", "RemotePath", "as_path"]
 
 # scheme://rest, as fsspec and obstore parse URLs. A Windows drive ("C:\") has no "//".
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$")
-
-
-def is_url(path: str | Path | RemotePath) -> bool:
-    return isinstance(path, RemotePath) or (isinstance(path, str) and _URL.match(path) is not None
-                                            and not path.startswith("file://"))
 
 
 def as_path(path: str | Path | RemotePath) -> Path | RemotePath:

@@ -22,8 +22,9 @@ from pathlib import Path
 
 from ckptscan.errors import CkptScanError
 from ckptscan.storage.remote_path import RemotePath
+from ckptscan.storage.stores import setting
 
-LIMIT = int(os.environ.get("CKPTSCAN_DOWNLOAD_LIMIT", str(64 << 30)))
+LIMIT = int(setting("CKPTSCAN_DOWNLOAD_LIMIT", 64 << 30))
 # Written in pieces of this size, so memory stays bounded whatever the file size.
 PIECE = 64 << 20
 

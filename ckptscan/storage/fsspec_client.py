@@ -50,13 +50,6 @@ class FsspecStore(RangedReader):
                 files[name] = ObjectInfo(int(entry.get("size") or 0), _version(entry))
         return Listing(files, frozenset(dirs))
 
-    def _head(self, key: str) -> ObjectInfo:
-        try:
-            entry = self._fs.info(self._path(key))
-        except Exception as e:
-            raise self._translate(e) from None
-        return ObjectInfo(int(entry.get("size") or 0), _version(entry))
-
     def _get(self, key: str, start: int, end: int) -> Any:
         try:
             return self._fs.cat_file(self._path(key), start=start, end=end)

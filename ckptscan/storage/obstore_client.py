@@ -73,13 +73,6 @@ class ObstoreStore(RangedReader):
         dirs = frozenset(p.rstrip("/").rsplit("/", 1)[-1] for p in result["common_prefixes"])
         return Listing(files, dirs)
 
-    def _head(self, key: str) -> ObjectInfo:
-        try:
-            meta = self._obstore.head(self._store, key)
-        except Exception as e:
-            raise self._translate(e) from None
-        return ObjectInfo(meta["size"], meta.get("e_tag") or meta.get("version"))
-
     def _get(self, key: str, start: int, end: int) -> Any:
         try:
             return self._obstore.get_range(self._store, key, start=start, end=end)

@@ -27,19 +27,29 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ckptscan.errors import CkptScanError
-from ckptscan.storage.remote_path import Listing, ObjectInfo
+from ckptscan.storage.remote_path import Listing
 
-# Ranged GETs in flight at once, over all threads and files. S3 serves
-# thousands of requests per second per prefix; 16 saturates a 10 Gb/s link
-# with 8 MB parts without tripping throttling on a laptop's uplink.
-MAX_IN_FLIGHT = int(os.environ.get("CKPTSCAN_MAX_REQUESTS", "16"))
+
+def setting(name: str, default: float) -> float:
+    """A positive number from the environment; the default when unset or not a number."""
+    try:
+        value = float(os.environ.get(name) or default)
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+# Ranged GETs in flight at once, over all threads and files. One S3 GET
+# streams at roughly 100 MB/s, so aggregate throughput comes from requests
+# in flight; S3 serves thousands per second per prefix, far above 16.
+MAX_IN_FLIGHT = max(1, int(setting("CKPTSCAN_MAX_REQUESTS", 16)))
 # A part of a range is one request: large enough that per-request latency is
 # amortised, small enough that one tensor is fetched over several connections.
 PART_BYTES = 8 << 20
 # Whole tries of one part (the client retries 5xx and throttling inside each).
 TRIES = 4
 # Per request: a stuck connection fails and is retried instead of hanging the nightly job.
-TIMEOUT_S = float(os.environ.get("CKPTSCAN_REQUEST_TIMEOUT", "120"))
+TIMEOUT_S = setting("CKPTSCAN_REQUEST_TIMEOUT", 120.0)
 
 OBSTORE_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure",
                    "abfss": "azure", "azure": "azure"}
@@ -78,8 +88,8 @@ class Denied(Exception):
 
 
 class RangedReader:
-    """What every store client shares. Subclasses provide `url`, `_list`,
-    `_head` and `_get` (one ranged GET, returning a buffer); they raise
+    """What every store client shares. Subclasses provide `url`, `_list`
+    and `_get` (one ranged GET, returning a buffer); they raise
     `NotFound`/`Denied` for those answers and anything else for a failure
     worth retrying."""
 
@@ -95,17 +105,11 @@ class RangedReader:
     def _list(self, prefix: str) -> Listing:
         raise NotImplementedError
 
-    def _head(self, key: str) -> ObjectInfo:
-        raise NotImplementedError
-
     def _get(self, key: str, start: int, end: int) -> Any:
         raise NotImplementedError
 
     def list_dir(self, prefix: str) -> Listing:
         return self._call(lambda: self._list(prefix), prefix.rstrip("/"), None)
-
-    def head(self, key: str) -> ObjectInfo:
-        return self._call(lambda: self._head(key), key, None)
 
     def read_ranges(self, key: str, ranges: list[tuple[int, int]],
                     what: str | list[str] | None = None) -> list[memoryview]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ckptscan.storage import RemotePath, as_path, is_url
+from ckptscan.storage import RemotePath, as_path
 from ckptscan.storage.stores import PART_BYTES, plan_parts, reason
 
 
@@ -23,7 +23,7 @@ def test_a_large_range_is_cut_into_equal_parts_no_larger_than_part_bytes():
 def test_urls_become_remote_paths_and_local_paths_stay_paths(tmp_path):
     assert as_path(str(tmp_path)) == tmp_path and isinstance(as_path(tmp_path), Path)
     assert as_path(f"file://{tmp_path}") == tmp_path
-    assert is_url("s3://bucket/run") and not is_url("/data/run") and not is_url("C:\\run")
+    assert isinstance(as_path("/data/run"), Path) and isinstance(as_path("C:\\run"), Path)
 
 
 def test_remote_path_arithmetic_keeps_the_double_slash():

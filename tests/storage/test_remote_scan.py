@@ -132,3 +132,17 @@ def test_nightly_trend_reads_only_new_checkpoints(s3, tmp_path):
     third = run("trend", url, "--cache-dir", cache, "--format", "json")
     assert "1 pair(s) reused, 1 computed" in third.stderr
     same_numbers(json.loads(run("trend", url, "--no-cache", "--format", "json").stdout), json.loads(third.stdout))
+
+
+def test_a_pickle_past_the_download_limit_is_refused_before_downloading(s3, tmp_path, monkeypatch):
+    from ckptscan.storage import download
+
+    config = llama_config(layers=1, hidden=64, heads=4, kv_heads=2)
+    write_torch_bin(tmp_path / "run" / "checkpoint-1", llama_tensors(config, 6), config)
+    url = s3.upload(tmp_path / "run", "run")
+    monkeypatch.setattr(download, "LIMIT", 1000)
+    result = run("inspect", f"{url}/checkpoint-1")
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {url}/checkpoint-1/pytorch_model.bin: this torch pickle cannot be "
+                                    "read by byte range and must be downloaded whole, but its")
+    assert "exceed the download limit" in result.stderr
