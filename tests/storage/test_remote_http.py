@@ -17,8 +17,6 @@ from typer.testing import CliRunner
 
 from ckptscan.cli import app
 
-pytest.importorskip("aiohttp", reason="fsspec's http filesystem needs aiohttp (the http extra)")
-
 
 class RangeHandler(SimpleHTTPRequestHandler):
     """http.server plus single byte ranges (`Range: bytes=a-b`)."""
