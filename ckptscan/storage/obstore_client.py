@@ -16,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from ckptscan.errors import CkptScanError
 from ckptscan.storage.remote_path import Listing, ObjectInfo
 from ckptscan.storage.stores import OBSTORE_SCHEMES, TIMEOUT_S, Denied, NotFound, RangedReader, missing_extra, reason
 
@@ -52,7 +53,6 @@ class ObstoreStore(RangedReader):
         try:
             self._store = from_url(f"{scheme}://{root}", client_options=client, retry_config=retry, **options)
         except Exception as e:  # bad configuration in the environment
-            from ckptscan.errors import CkptScanError
             raise CkptScanError(f"cannot configure the {kind} client: {e}", path=self.url) from None
 
     def _translate(self, e: Exception) -> Exception:

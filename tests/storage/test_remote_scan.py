@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import torch
 from factories import llama_config, llama_tensors, updated
 from format_writers import write_dcp, write_torch_bin
