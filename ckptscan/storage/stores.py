@@ -43,9 +43,14 @@ def setting(name: str, default: float) -> float:
 # streams at roughly 100 MB/s, so aggregate throughput comes from requests
 # in flight; S3 serves thousands per second per prefix, far above 16.
 MAX_IN_FLIGHT = max(1, int(setting("CKPTSCAN_MAX_REQUESTS", 16)))
-# A part of a range is one request: large enough that per-request latency is
-# amortised, small enough that one tensor is fetched over several connections.
+# A part of a range is one request: at most PART_BYTES, large enough that
+# per-request latency is amortised; a small read is still spread over
+# SPREAD requests (parts of at least MIN_PART_BYTES), because the scan asks
+# for one layer of one checkpoint at a time and one GET streams at only
+# ~100 MB/s (bench/remote.py, s3like: the read path 1.86 s with 8 MB parts).
 PART_BYTES = 8 << 20
+MIN_PART_BYTES = 1 << 20
+SPREAD = 8
 # Whole tries of one part (the client retries 5xx and throttling inside each).
 TRIES = 4
 # Per request: a stuck connection fails and is retried instead of hanging the nightly job.
@@ -193,16 +198,19 @@ def reason(error: Exception) -> str:
 def plan_parts(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The requests for `ranges`: adjacent or overlapping ones merged (never
     across a gap: every byte fetched is a byte asked for), then cut into
-    parts of at most PART_BYTES."""
+    equal parts of at most PART_BYTES, about SPREAD of them in all when the
+    ranges are small (never below MIN_PART_BYTES)."""
     merged: list[list[int]] = []
     for start, end in sorted(r for r in ranges if r[1] > r[0]):
         if merged and start <= merged[-1][1]:
             merged[-1][1] = max(merged[-1][1], end)
         else:
             merged.append([start, end])
+    total = sum(end - start for start, end in merged)
+    part_bytes = min(PART_BYTES, max(MIN_PART_BYTES, -(-total // SPREAD)))
     parts = []
     for start, end in merged:
-        count = -(-(end - start) // PART_BYTES)
+        count = -(-(end - start) // part_bytes)
         step = -(-(end - start) // count)
         parts.extend((s, min(s + step, end)) for s in range(start, end, step))
     return parts

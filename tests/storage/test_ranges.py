@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ckptscan.storage import RemotePath, as_path
-from ckptscan.storage.stores import PART_BYTES, plan_parts, reason
+from ckptscan.storage.stores import MIN_PART_BYTES, PART_BYTES, SPREAD, plan_parts, reason
 
 
 def test_adjacent_and_overlapping_ranges_are_merged_but_never_across_a_gap():
@@ -13,9 +13,17 @@ def test_adjacent_and_overlapping_ranges_are_merged_but_never_across_a_gap():
     assert plan_parts([(5, 5), (0, 0)]) == []
 
 
+def test_a_small_read_is_spread_over_several_requests_of_at_least_the_minimum_part():
+    ten_mb = plan_parts([(0, 8 << 20), (9 << 20, 11 << 20)])  # a layer's q and k, 10 MB
+    assert all(MIN_PART_BYTES <= e - s <= PART_BYTES for s, e in ten_mb[:-1])
+    assert SPREAD <= len(ten_mb) <= SPREAD + 2
+    assert plan_parts([(0, 1000)]) == [(0, 1000)]  # a header: one request
+
+
 def test_a_large_range_is_cut_into_equal_parts_no_larger_than_part_bytes():
-    parts = plan_parts([(100, 100 + 3 * PART_BYTES + 1)])
-    assert len(parts) == 4 and parts[0][0] == 100 and parts[-1][1] == 100 + 3 * PART_BYTES + 1
+    end = 100 + 3 * PART_BYTES * SPREAD + 1
+    parts = plan_parts([(100, end)])
+    assert len(parts) == 3 * SPREAD + 1 and parts[0][0] == 100 and parts[-1][1] == end
     assert all(e - s <= PART_BYTES for s, e in parts)
     assert all(a[1] == b[0] for a, b in zip(parts, parts[1:]))  # contiguous: every byte once
 
