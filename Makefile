@@ -1,5 +1,5 @@
 # The two commands of the README. Each sets up .venv on first use.
-.PHONY: demo test setup bench bench-scale bench-trend bench-diff bench-watch
+.PHONY: demo test setup bench bench-scale bench-trend bench-diff bench-watch bench-remote
 
 setup:
 	@scripts/setup
@@ -27,3 +27,6 @@ bench-diff: setup    # 1B-shaped pair: diff vs a hand-written floor, start-up, w
 
 bench-watch: setup   # ~1.3 GB of generated checkpoints under /tmp/ckptscan-bench
 	.venv/bin/python bench/watch_latency.py
+
+bench-remote: setup   # a 1B-shaped pair (~6 GB under /tmp) served over S3 from loopback
+	.venv/bin/python bench/remote.py

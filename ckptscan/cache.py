@@ -5,7 +5,9 @@ One JSON file per pair under `<cache dir>/pairs/`, named by the SHA-256 of
 its key. The key holds:
 - each checkpoint's identity: resolved path, and for every file (weights,
   index, config.json) its size, modification time (ns) and a hash of its
-  header bytes (the safetensors JSON header; small files whole);
+  header bytes (the safetensors JSON header; small files whole); for a
+  checkpoint in object storage, its URL and every object's size and
+  ETag/generation, known from the listing without reading anything;
 - the tool: its version and a hash of the source of the modules that compute
   metrics (so a changed monitor never serves stale numbers);
 - the monitor settings: `ScanOptions.cache_key()` (every option that can
@@ -35,6 +37,7 @@ import ckptscan
 from ckptscan.atomic import write_atomic
 from ckptscan.readers import Checkpoint
 from ckptscan.results import LayerResult, from_dict
+from ckptscan.storage import RemotePath
 
 CACHE_FORMAT = 2
 # Modules whose code decides the numbers a pair's metrics hold.
@@ -99,6 +102,12 @@ def metrics_dict(layer: LayerResult) -> dict[str, Any]:
 
 def checkpoint_identity(ckpt: Checkpoint) -> dict[str, Any]:
     files = sorted({*ckpt.files, *([ckpt.path / "config.json"] if ckpt.path.is_dir() else [])})
+    if isinstance(ckpt.path, RemotePath):
+        # An object's ETag (S3, Azure) or generation (GCS) changes whenever
+        # its bytes do: with the size it identifies the object at no read cost.
+        return {"url": str(ckpt.path),
+                "files": [{"name": f.name, "size": info.size, "etag": info.etag}
+                          for f in files if (info := f.info()) is not None]}
     return {"path": str(Path(ckpt.path).resolve()),
             "files": [file_identity(f) for f in files if f.is_file()]}
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from ckptscan.errors import CkptScanError
 from ckptscan.readers import Checkpoint, open_checkpoint, step_from_name
 from ckptscan.readers.orbax import CHECKPOINT_METADATA
+from ckptscan.storage import as_path
 
 # Pointer files naming the newest complete checkpoint: DeepSpeed writes `latest`
 # (`global_stepN`) and Megatron `latest_checkpointed_iteration.txt` (N or
@@ -61,8 +62,8 @@ class Run:
 
 
 def discover_run(run_dir: str | Path) -> Run:
-    """Every usable checkpoint under `run_dir`, ordered by step."""
-    run_dir = Path(run_dir)
+    """Every usable checkpoint under `run_dir` (a directory or a URL prefix), ordered by step."""
+    run_dir = as_path(run_dir)
     if not run_dir.is_dir():
         raise CkptScanError("not a run directory", path=run_dir)
     folder = checkpoint_folder(run_dir)

@@ -21,6 +21,7 @@ from ckptscan.discovery import discover_run, looks_like_run
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts import HeadOverrides, TensorMap, resolve_layout
 from ckptscan.readers import Checkpoint, open_checkpoint
+from ckptscan.storage import as_path
 
 # Metadata worth showing; `args` and the like are too large to print whole.
 SHOWN_META = ("key_prefix", "checkpoint_version", "tensor_parallel", "pipeline_parallel", "expert_parallel",
@@ -39,7 +40,7 @@ def inspect_path(
     A path that opens as a checkpoint is one; otherwise a directory with
     step-named entries is a run. `layers` limits the per-layer listing.
     """
-    path = Path(path)
+    path = as_path(path)
     try:
         checkpoint = open_checkpoint(path)
     except CkptScanError:

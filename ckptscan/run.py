@@ -10,6 +10,8 @@ onto these arguments, so the library and the command line see the same run:
 
 - probe: `RUN/probe.safetensors` when present (routing entropy, expert load);
 - loss log: `RUN/train_log.jsonl` when present (lead time, LR warm-up);
+  both only for a local run directory (a run in object storage takes them as
+  explicit local files);
 - config: the nearest `ckptscan.toml` / `pyproject.toml [tool.ckptscan]` from
   the current directory up (thresholds, the gate's `fail_on`);
 - reference: none (a known-healthy run's JSON report, only when given).
@@ -33,6 +35,7 @@ from ckptscan.probe import Probe, load_probe
 from ckptscan.readers import Checkpoint, open_checkpoint
 from ckptscan.report.load import load_report
 from ckptscan.results import ScanReport
+from ckptscan.storage import as_path
 
 
 class _Auto:
@@ -85,7 +88,7 @@ def resolve_run(
     growing run keeps its cached pairs); `base="first"`: each against the
     first. `settings`: "KEY=VALUE" overrides of the config's thresholds.
     """
-    run_dir = Path(run_dir)
+    run_dir = as_path(run_dir)
     if not run_dir.is_dir():
         raise CkptScanError("not a run directory", path=run_dir)
     run = discover_run(run_dir)
@@ -117,7 +120,7 @@ def run_spec(
     """The spec of these checkpoints (step order) of `run_dir`, with the run's
     pairs and side files: `resolve_run` after discovery, and `ckptscan watch`
     each time a checkpoint of a live run is complete (the loss log has grown)."""
-    run_dir = Path(run_dir)
+    run_dir = as_path(run_dir)
     pairs = plan_pairs(len(checkpoints), stride, base)
     newest = max((b for _, b in pairs), default=len(checkpoints) - 1)
     spec = RunSpec("run", str(run_dir), list(checkpoints), pairs, skipped=list(skipped),
@@ -125,8 +128,12 @@ def run_spec(
     spec.pairing = {"pairing": base, "stride": stride,
                     # Checkpoints newer than the newest scanned one: they wait for the stride.
                     "pending_steps": [c.step for c in checkpoints[newest + 1:]]}
-    spec.probe = _side_file(probe, run_dir / DEFAULT_PROBE, _probe, "probe", spec.notes)
-    spec.loss_log = _side_file(loss_log, run_dir / DEFAULT_LOSS_LOG, read_loss_log, "loss log", spec.notes)
+    # The run's own probe and loss log are found in local run directories; a
+    # run in object storage takes them as explicit (local) files.
+    local = isinstance(run_dir, Path)
+    spec.probe = _side_file(probe, run_dir / DEFAULT_PROBE if local else None, _probe, "probe", spec.notes)
+    spec.loss_log = _side_file(loss_log, run_dir / DEFAULT_LOSS_LOG if local else None, read_loss_log, "loss log",
+                               spec.notes)
     _reference(spec, reference)
     return spec
 
@@ -175,7 +182,7 @@ def _config(config: SideFile, settings: Sequence[str]) -> Config:
     return load_config(None if isinstance(config, _Auto) else Path(config), settings)
 
 
-def _side_file(choice: SideFile | Probe, default: Path, read: Callable[[Any], Any], what: str, notes: list[str]
+def _side_file(choice: SideFile | Probe, default: Path | None, read: Callable[[Any], Any], what: str, notes: list[str]
                ) -> Any:
     """Load an explicitly named side file (errors are the user's to see), or
     the run's own one when present (an unusable one is skipped with a note)."""
@@ -183,7 +190,7 @@ def _side_file(choice: SideFile | Probe, default: Path, read: Callable[[Any], An
         return None
     if not isinstance(choice, _Auto):
         return read(choice)
-    if not default.is_file():
+    if default is None or not default.is_file():
         return None
     try:
         loaded = read(default)

@@ -47,7 +47,8 @@ if TYPE_CHECKING:
 
 @app.command()
 def diff(
-    ckpt_a: Annotated[str, typer.Argument(help="Older checkpoint (directory or file).")],
+    # str, not Path: a URL (s3://bucket/run/checkpoint-1000) must keep its "//".
+    ckpt_a: Annotated[str, typer.Argument(help="Older checkpoint (directory, file or URL: s3://, gs://, ...).")],
     ckpt_b: Annotated[str, typer.Argument(help="Newer checkpoint.")],
     json_path: JsonOut = None,
     junit: JunitOut = None,

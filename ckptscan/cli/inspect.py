@@ -40,7 +40,9 @@ INSPECT_SCHEMA_VERSION = 1
 
 @app.command()
 def inspect(
-    path: Annotated[str, typer.Argument(help="A checkpoint (directory or file) or a run directory of checkpoints.")],
+    # str, not Path: a URL (s3://bucket/run/) must keep its "//".
+    path: Annotated[str, typer.Argument(help="A checkpoint (directory or file) or a run directory of checkpoints; "
+                                        "local or a URL (s3://, gs://, ...).")],
     json_path: JsonOut = None,
     output: Annotated[str, typer.Option("--format", metavar="[table|json]", help="Print as a table or JSON.")] =
     "table",
@@ -62,7 +64,7 @@ def inspect(
         if output not in ("table", "json"):
             raise CkptScanError(f"--format must be 'table' or 'json', not {output!r}")
         description = inspect_path(
-            Path(path),
+            path,
             head_overrides(num_heads, num_kv_heads, head_dim, model_config),
             load_tensor_map(tensor_map) if tensor_map is not None else None,
             parse_indices(layers),

@@ -48,8 +48,9 @@ if TYPE_CHECKING:
 
 @app.command()
 def trend(
+    # str, not Path: a URL (s3://bucket/run/) must keep its "//".
     run_dir: Annotated[str, typer.Argument(help="Run directory holding checkpoint-N/ (or step-N/, iter_N/ ...) "
-                                           "folders.")],
+                                           "folders; local or a URL prefix (s3://, gs://, ...).")],
     stride: Annotated[int, typer.Option("--stride", help="Use every N-th checkpoint (from the first).")] = 1,
     base: Annotated[Base, typer.Option("--base", help="previous: each checkpoint against the one before; "
                                        "first: each against the first.")] = Base.previous,

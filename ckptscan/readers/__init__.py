@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,8 @@ import torch
 from ckptscan.errors import CkptScanError
 from ckptscan.readers import fp8, megatron, orbax, torch_pickle
 from ckptscan.readers.base import DCP_METADATA_FILE, Checkpoint, TensorSource
-from ckptscan.readers.safetensors import TensorEntry, read_header, read_tensor
+from ckptscan.readers.safetensors import TensorEntry, byte_span, read_header, read_tensor
+from ckptscan.storage import RemotePath, as_path
 
 __all__ = ["Checkpoint", "SafetensorsSource", "TensorSource", "open_checkpoint", "step_from_name"]
 
@@ -33,6 +35,9 @@ class SafetensorsSource:
     def __init__(self, files: list[Path], weight_map: dict[str, str] | None = None, index_path: Path | None = None):
         self.files = files
         self.metadata: dict[str, str] = {}
+        # Remote shards: bytes fetched by `prefetch`, taken by the `get` that asked for them.
+        self._prefetched: dict[tuple[str, tuple[int, int] | None], memoryview] = {}
+        self._lock = threading.Lock()
         self._entries: dict[str, TensorEntry] = {}
         for file in files:
             entries, metadata = read_header(file)
@@ -61,7 +66,23 @@ class SafetensorsSource:
         return self.entry(name).dtype
 
     def get(self, name: str, rows: tuple[int, int] | None = None) -> torch.Tensor:
-        return read_tensor(self.entry(name), name, rows)
+        with self._lock:
+            data = self._prefetched.pop((name, rows), None)
+        return read_tensor(self.entry(name), name, rows, data)
+
+    def prefetch(self, wanted: list[tuple[str, tuple[int, int] | None]]) -> None:
+        """Remote shards: fetch the byte ranges of these (tensor, rows) reads
+        in one concurrent batch per shard, adjacent ranges coalesced, for the
+        `get` calls that follow. Local files are read by `get` itself."""
+        by_file: dict[RemotePath, list[tuple[tuple[str, tuple[int, int] | None], tuple[int, int]]]] = {}
+        for name, rows in wanted:
+            entry = self.entry(name)
+            if isinstance(entry.file, RemotePath):
+                by_file.setdefault(entry.file, []).append(((name, rows), byte_span(entry, name, rows)))
+        for file, reads in by_file.items():
+            datas = file.read_ranges([span for _, span in reads], [name for (name, _), _ in reads])
+            with self._lock:
+                self._prefetched.update((key, data) for (key, _), data in zip(reads, datas))
 
 
 # Step numbers from the directory names training frameworks write
@@ -111,8 +132,9 @@ def step_from_name(name: str) -> int | None:
 
 def open_checkpoint(path: str | Path) -> Checkpoint:
     """Open a checkpoint directory or file. Reads headers, indexes and pickle
-    structure (memory-mapped), never tensor data."""
-    path = Path(path)
+    structure (memory-mapped), never tensor data. `path` may be a URL
+    (s3://, gs://, …): the same files are then read by byte range."""
+    path = as_path(path)
     if not path.exists():
         raise CkptScanError("no such file or directory", path=path)
     if path.is_file():

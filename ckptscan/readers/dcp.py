@@ -40,6 +40,7 @@ from torch.distributed.checkpoint.planner_helpers import create_read_items_for_c
 from ckptscan.errors import CkptScanError
 from ckptscan.readers.base import DCP_METADATA_FILE, dtype_name
 from ckptscan.readers.torch_pickle import clean_key, load_pickle
+from ckptscan.storage import RemotePath
 
 
 # Top-level namespaces of training state that are not model weights
@@ -84,8 +85,11 @@ class _MetadataUnpickler(pickle.Unpickler):
 def read_metadata(directory: Path) -> Metadata:
     path = directory / DCP_METADATA_FILE
     try:
-        with open(path, "rb") as f:
-            metadata = _MetadataUnpickler(f).load()
+        if isinstance(path, RemotePath):
+            metadata = _MetadataUnpickler(io.BytesIO(path.read_bytes())).load()
+        else:
+            with open(path, "rb") as f:
+                metadata = _MetadataUnpickler(f).load()
     except OSError as e:
         raise CkptScanError(f"cannot read: {e.strerror or e}", path=path) from None
     except pickle.UnpicklingError as e:
@@ -107,6 +111,44 @@ class _KnownMetadataReader(FileSystemReader):
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         return self._metadata
+
+
+class _RemoteReader:
+    """`FileSystemReader.read_data` for a DCP directory in object storage: the
+    saved chunks a plan needs are fetched by byte range, concurrently, then
+    decoded exactly as DCP does (`torch.load(weights_only=True)` of each
+    chunk, narrowed to the overlap)."""
+
+    def __init__(self, directory: RemotePath, metadata: Metadata):
+        self.directory = directory
+        self.storage_data = metadata.storage_data
+
+    def read(self, items: list[ReadItem], target: _IntoTensor, name: str) -> None:
+        infos = [self.storage_data[item.storage_index] for item in items]
+        if any(getattr(info, "transform_descriptors", None) for info in infos):
+            raise CkptScanError("chunks saved with DCP storage transforms (compression) cannot be read from "
+                                "object storage; download the checkpoint", path=self.directory, tensor=name)
+        spans: dict[str, list[tuple[int, int]]] = {}
+        for info in infos:
+            spans.setdefault(info.relative_path, []).append((info.offset, info.offset + info.length))
+        chunks = {}
+        for relative, ranges in spans.items():
+            for span, data in zip(ranges, (self.directory / relative).read_ranges(ranges, name)):
+                chunks[(relative, *span)] = data
+        for item, info in zip(items, infos):
+            raw = io.BytesIO(chunks[(info.relative_path, info.offset, info.offset + info.length)])
+            if item.type == LoadItemType.BYTE_IO:
+                target.load_bytes(item, raw)
+                continue
+            tensor = torch.load(raw, map_location="cpu", weights_only=True)
+            for dim, (offset, length) in enumerate(zip(item.storage_offsets, item.lengths)):
+                tensor = tensor.narrow(dim, offset, length)  # the overlap within this saved chunk
+            view = target.resolve_tensor(item)
+            if view.size() != tensor.size():
+                raise CkptScanError(f"a saved chunk is {list(tensor.size())}, not the {list(view.size())} its "
+                                    "metadata says (corrupt checkpoint?)", path=self.directory, tensor=name)
+            view.copy_(tensor)
+            target.commit_tensor(item, view)
 
 
 class _IntoTensor:
@@ -139,7 +181,8 @@ class DcpSource:
         self.directory = directory
         self.metadata = metadata
         self.names = names
-        self._reader = _KnownMetadataReader(directory, metadata)
+        self._remote = _RemoteReader(directory, metadata) if isinstance(directory, RemotePath) else None
+        self._reader = None if self._remote else _KnownMetadataReader(directory, metadata)
 
     def keys(self) -> list[str]:
         return list(self.names)
@@ -193,7 +236,10 @@ class DcpSource:
 
     def _read(self, items: list[ReadItem], target: _IntoTensor, name: str) -> None:
         try:
-            self._reader.read_data(LoadPlan(items), target).wait()
+            if self._remote is not None:
+                self._remote.read(items, target, name)
+            else:
+                self._reader.read_data(LoadPlan(items), target).wait()
         except CkptScanError:
             raise
         except Exception as e:  # missing/truncated .distcp file, corrupt chunk

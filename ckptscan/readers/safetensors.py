@@ -4,7 +4,8 @@ We parse the format ourselves (8-byte little-endian header length, a JSON
 header, then raw row-major little-endian data) instead of memory-mapping the
 file: a header is validated before any allocation, each tensor (or a block of
 its rows) costs one `pread` of exactly its bytes, which is what shared
-storage wants, and every error can name the file and the tensor.
+storage wants, and every error can name the file and the tensor. A shard in
+object storage (a `RemotePath`) is read the same way, by ranged GETs.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ from typing import Any
 import torch
 
 from ckptscan.errors import CkptScanError
+from ckptscan.storage import RemotePath
 
+# A remote header is fetched with its first request: this covers the header
+# of a shard of several hundred tensors in one GET (a larger one costs a
+# second GET), and over-reads at most this much per shard.
+REMOTE_HEADER_GUESS = 64 * 1024
 # A real header is a few MB even for 100k-tensor shards; a larger length is a
 # corrupt or hostile file, refused before anything is allocated.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
@@ -56,7 +62,7 @@ DTYPES: dict[str, torch.dtype] = {
 class TensorEntry:
     """Where one tensor's bytes are: absolute offsets in `file`."""
 
-    file: Path
+    file: Path | RemotePath
     dtype: str
     shape: tuple[int, ...]
     start: int
@@ -67,8 +73,18 @@ class TensorEntry:
         return DTYPES[self.dtype].itemsize
 
 
-def read_header(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
+def read_header(path: Path | RemotePath) -> tuple[dict[str, TensorEntry], dict[str, str]]:
     """Validate a safetensors header; return its tensors and `__metadata__`."""
+    if isinstance(path, RemotePath):
+        size, header_len, raw = _remote_header(path)
+    else:
+        size, header_len, raw = _local_header(path)
+    if len(raw) < header_len:
+        raise CkptScanError("file ends inside its header (truncated while being read?)", path=path)
+    return _parse_header(path, raw, header_len, size)
+
+
+def _local_header(path: Path) -> tuple[int, int, bytes]:
     try:
         # O_NONBLOCK: a named pipe posing as a shard must not block open().
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -92,8 +108,32 @@ def read_header(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
             os.close(fd)
     except OSError as e:
         raise CkptScanError(f"cannot read: {e.strerror or e}", path=path) from None
+    return size, header_len, raw
+
+
+def _remote_header(path: RemotePath) -> tuple[int, int, bytes]:
+    """The same checks as locally, on the listed size and at most two ranged GETs."""
+    info = path.info()
+    if info is None:
+        raise CkptScanError("no such object", path=path)
+    size = info.size
+    if size < 8:
+        raise CkptScanError("not a safetensors file (shorter than its 8-byte header length)", path=path)
+    first = bytes(path.read_ranges([(0, min(size, 8 + REMOTE_HEADER_GUESS))])[0])
+    header_len = int.from_bytes(first[:8], "little")
+    if header_len > MAX_HEADER_BYTES or 8 + header_len > size:
+        raise CkptScanError(
+            f"corrupt safetensors header: declares {header_len} header bytes but the file has {size} bytes",
+            path=path,
+        )
+    raw = first[8:8 + header_len]
     if len(raw) < header_len:
-        raise CkptScanError("file ends inside its header (truncated while being read?)", path=path)
+        raw += bytes(path.read_ranges([(len(first), 8 + header_len)])[0])
+    return size, header_len, raw
+
+
+def _parse_header(path: Path | RemotePath, raw: bytes, header_len: int,
+                  size: int) -> tuple[dict[str, TensorEntry], dict[str, str]]:
     header = _parse_json(path, raw)
     if not isinstance(header, dict):
         raise CkptScanError("corrupt safetensors header: not a JSON object", path=path)
@@ -108,8 +148,13 @@ def read_header(path: Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
     return entries, {str(k): str(v) for k, v in metadata.items()}
 
 
-def read_tensor(entry: TensorEntry, name: str, rows: tuple[int, int] | None = None) -> torch.Tensor:
-    """Read one tensor, or rows [start, stop) of its first dimension."""
+def byte_span(entry: TensorEntry, name: str, rows: tuple[int, int] | None = None) -> tuple[int, int]:
+    """The absolute byte range [start, end) of a tensor, or of rows [lo, hi) of it."""
+    start, nbytes, _ = _span(entry, name, rows)
+    return start, start + nbytes
+
+
+def _span(entry: TensorEntry, name: str, rows: tuple[int, int] | None) -> tuple[int, int, tuple[int, ...]]:
     shape, start, nbytes = entry.shape, entry.start, entry.end - entry.start
     if rows is not None:
         lo, hi = rows
@@ -122,6 +167,22 @@ def read_tensor(entry: TensorEntry, name: str, rows: tuple[int, int] | None = No
         # the buffer would end in the OOM killer, not an error message.
         raise CkptScanError(f"this tensor needs {nbytes / 2**30:.1f} GiB, more than this machine's memory "
                             f"({physical_memory() / 2**30:.1f} GiB)", path=entry.file, tensor=name)
+    return start, nbytes, shape
+
+
+def read_tensor(entry: TensorEntry, name: str, rows: tuple[int, int] | None = None,
+                data: memoryview | None = None) -> torch.Tensor:
+    """Read one tensor, or rows [start, stop) of its first dimension. `data`:
+    its bytes already fetched (a remote prefetch)."""
+    start, nbytes, shape = _span(entry, name, rows)
+    if data is None and isinstance(entry.file, RemotePath):
+        data = entry.file.read_ranges([(start, start + nbytes)], name)[0]
+    if data is not None:
+        # torch wants a writable buffer; a view of one we assembled is used as is.
+        buf = data.obj if isinstance(data.obj, bytearray) and data.nbytes == len(data.obj) else bytearray(data)
+        if len(buf) != nbytes:
+            raise CkptScanError(f"got {len(buf)} of this tensor's {nbytes} bytes", path=entry.file, tensor=name)
+        return _from_buffer(buf, entry.dtype, shape)
     buf = bytearray(nbytes)
     try:
         fd = os.open(entry.file, os.O_RDONLY | os.O_NONBLOCK)
@@ -139,9 +200,13 @@ def read_tensor(entry: TensorEntry, name: str, rows: tuple[int, int] | None = No
             os.close(fd)
     except OSError as e:
         raise CkptScanError(f"cannot read: {e.strerror or e}", path=entry.file, tensor=name) from None
-    if nbytes == 0:
-        return torch.empty(shape, dtype=DTYPES[entry.dtype])
-    return torch.frombuffer(buf, dtype=DTYPES[entry.dtype]).reshape(shape)
+    return _from_buffer(buf, entry.dtype, shape)
+
+
+def _from_buffer(buf: bytearray, dtype: str, shape: tuple[int, ...]) -> torch.Tensor:
+    if not buf:
+        return torch.empty(shape, dtype=DTYPES[dtype])
+    return torch.frombuffer(buf, dtype=DTYPES[dtype]).reshape(shape)
 
 
 @functools.cache

@@ -34,6 +34,8 @@ import numpy
 import torch
 
 from ckptscan.errors import CkptScanError
+from ckptscan.storage import RemotePath
+from ckptscan.storage.download import local_copy
 from ckptscan.readers.base import dtype_name
 
 # Classes from these packages become inert stand-ins instead of being imported.
@@ -131,6 +133,8 @@ def load_pickle(file: Path | BinaryIO, where: str | Path | None = None) -> Any:
     where = str(where if where is not None else file)
     if not hasattr(torch.serialization, "safe_globals"):
         raise CkptScanError("reading torch pickles safely needs torch >= 2.6", path=where)
+    if isinstance(file, RemotePath):
+        file = local_copy(file)  # a pickle cannot be read by byte range
     try:
         obj = _load(file, where)
         _check_structure(obj, where)
@@ -219,6 +223,8 @@ def _unpickler_reason(error: Exception) -> str:
 
 
 def _is_zip(file: Path | BinaryIO) -> bool:
+    if isinstance(file, RemotePath):
+        file = local_copy(file)  # downloaded once; this finds that copy
     if isinstance(file, Path):
         with open(file, "rb") as f:
             return f.read(4) == b"PK\x03\x04"
