@@ -18,7 +18,9 @@ from rich.text import Text
 
 from ckptscan.config import Config, load_config
 from ckptscan.errors import CkptScanError
+from ckptscan.interrupts import Terminated
 from ckptscan.layouts import HeadOverrides, load_tensor_map
+from ckptscan.output import STDOUT, own_descriptor, write_output
 from ckptscan.probe import load_probe
 from ckptscan.report.json import report_json, write_json
 from ckptscan.report.markdown import append_markdown, markdown_report
@@ -53,8 +55,10 @@ def user_errors() -> Iterator[None]:
         # Text, not markup: a tensor or path named "[/x]" must print as itself.
         err.print(Text.assemble(("error:", "bold red"), f" {e}"), highlight=False)
         raise typer.Exit(EXIT_INPUT) from None
-    except KeyboardInterrupt:
-        err.print("interrupted: no report was written", highlight=False)
+    except KeyboardInterrupt as e:
+        # SIGTERM arrives as Terminated, a KeyboardInterrupt (ckptscan.interrupts).
+        how = "interrupted by SIGTERM" if isinstance(e, Terminated) else "interrupted"
+        err.print(f"{how}: no report was written", highlight=False)
         raise typer.Exit(EXIT_INTERRUPT) from None
 
 
@@ -117,15 +121,28 @@ def load_settings(config: Path | None, overrides: list[str] | None) -> Config:
 def emit(report: ScanReport, output: str, json_path: Path | None, markdown_path: Path | None,
          print_table: Callable[[Console, ScanReport], None]) -> None:
     """The report on stdout in the chosen format, the JSON file, the Markdown
-    summary (appended to --markdown-summary, else to $GITHUB_STEP_SUMMARY when set)."""
+    summary (appended to --markdown-summary, else to $GITHUB_STEP_SUMMARY when set).
+
+    `--json -` puts the JSON report on stdout, alone, for a pipe; the chosen
+    format then goes to stderr (nothing more for --format json). Every write
+    goes through `ckptscan.output`; a failed one is one line and exit 2.
+    """
     if output not in FORMATS:
         raise CkptScanError(f"--format must be one of {list(FORMATS)}, not {output!r}")
-    if output == "json":
-        print(report_json(report), end="")
-    elif output == "markdown":
-        print(markdown_report(report), end="")
-    else:
-        print_table(out, report)
+    json_to_stdout = json_path is not None and own_descriptor(str(json_path)) == 1
+    text_path = "/dev/stderr" if json_to_stdout else STDOUT
+    try:
+        if output == "json" and not json_to_stdout:
+            write_output(STDOUT, report_json(report))
+        elif output == "markdown":
+            write_output(text_path, markdown_report(report))
+        elif output == "table":
+            console = (Console(stderr=True, markup=False) if err.is_terminal else
+                       Console(stderr=True, width=160, markup=False)) if json_to_stdout else out
+            print_table(console, report)
+            console.file.flush()
+    except OSError as e:
+        raise CkptScanError(f"cannot write the report: {e.strerror or e}", path=text_path) from None
     if json_path is not None:
         write_json(report, json_path)
     summary_path = markdown_path or os.environ.get("GITHUB_STEP_SUMMARY")

@@ -18,7 +18,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ckptscan.atomic import write_atomic
 from ckptscan.cli.app import (
     HeadDim,
     JsonOut,
@@ -27,6 +26,7 @@ from ckptscan.cli.app import (
     NumKvHeads,
     TensorMapFile,
     app,
+    err,
     out,
     parse_indices,
     user_errors,
@@ -34,6 +34,7 @@ from ckptscan.cli.app import (
 from ckptscan.errors import CkptScanError
 from ckptscan.inspect import inspect_path
 from ckptscan.layouts import HeadOverrides, load_tensor_map
+from ckptscan.output import own_descriptor, write_output
 
 
 @app.command()
@@ -58,12 +59,17 @@ def inspect(
             parse_indices(layers),
         )
         text = json.dumps(description, indent=2, default=str) + "\n"
+        to_stdout = json_path is not None and own_descriptor(str(json_path)) == 1
         if json_path is not None:
-            write_atomic(json_path, text)
-        if output == "json":
+            try:
+                write_output(json_path, text)
+            except OSError as e:
+                raise CkptScanError(f"cannot write the JSON file: {e.strerror or e}", path=json_path) from None
+        if output == "json" and not to_stdout:
             out.print(text, end="", highlight=False, markup=False, soft_wrap=True)
-        else:
-            _print(out, description)
+        elif output != "json":
+            # With --json -, stdout carries the JSON alone; the table goes to stderr.
+            _print(err if to_stdout else out, description)
         error = description["checkpoint"].get("error")
         if error is not None:
             raise CkptScanError(error)
