@@ -49,9 +49,17 @@ def write_output(path: str | os.PathLike[str], data: str | bytes, *, append: boo
     """
     payload = data.encode("utf-8") if isinstance(data, str) else data
     name = os.fspath(path)
+    try:
+        _write(name, payload, append)
+    except OSError as e:
+        e.filename = name  # the path the user gave, not a temp file's or a parent's
+        raise
+
+
+def _write(name: str, payload: bytes, append: bool) -> None:
     fd = own_descriptor(name)
     if fd is not None:
-        _write_descriptor(fd, payload, name)
+        _write_descriptor(fd, payload)
         return
     try:
         st = os.stat(name)  # follows symlinks: the type of what is written to
@@ -60,11 +68,7 @@ def write_output(path: str | os.PathLike[str], data: str | bytes, *, append: boo
     if st is None or stat.S_ISREG(st.st_mode):
         # realpath: write where a symlink points instead of replacing the link.
         target = Path(os.path.realpath(name))
-        try:
-            write_atomic(target, (_existing(target) + payload) if append else payload)
-        except OSError as e:
-            e.filename = name  # the path the user gave, not a temp file's
-            raise
+        write_atomic(target, (_existing(target) + payload) if append else payload)
     elif stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), name)
     elif stat.S_ISSOCK(st.st_mode):
@@ -84,24 +88,20 @@ def own_descriptor(name: str) -> int | None:
     return _STD_FDS[std] if std else int(number or proc)
 
 
-def _write_descriptor(fd: int, payload: bytes, name: str) -> None:
+def _write_descriptor(fd: int, payload: bytes) -> None:
     # stdout and stderr go through Python's streams (flushed in order with
     # what was printed before, and captured where a caller replaced them).
     stream = {1: sys.stdout, 2: sys.stderr}.get(fd)
-    try:
-        if stream is not None:
-            stream.flush()
-            binary = getattr(stream, "buffer", None)  # absent where a caller put a StringIO
-            if binary is not None:
-                binary.write(payload)
-            else:
-                stream.write(payload.decode("utf-8", "replace"))
-            stream.flush()
-        else:
-            _write_all(fd, payload)
-    except OSError as e:
-        e.filename = name
-        raise
+    if stream is None:
+        _write_all(fd, payload)
+        return
+    stream.flush()
+    binary = getattr(stream, "buffer", None)  # absent where a caller put a StringIO
+    if binary is not None:
+        binary.write(payload)
+    else:
+        stream.write(payload.decode("utf-8", "replace"))
+    stream.flush()
 
 
 def _write_through(name: str, payload: bytes, append: bool) -> None:
@@ -113,24 +113,16 @@ def _write_through(name: str, payload: bytes, append: bool) -> None:
     flags = os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC | (os.O_APPEND if append else 0)
     fd = os.open(name, flags)
     try:
-        try:
-            _write_all(fd, payload)
-        finally:
-            os.close(fd)
-    except OSError as e:
-        e.filename = name
-        raise
+        _write_all(fd, payload)
+    finally:
+        os.close(fd)
 
 
 def _write_socket(name: str, payload: bytes) -> None:
     """A Unix stream socket: connect and send, as to a log collector."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        try:
-            sock.connect(name)
-            sock.sendall(payload)
-        except OSError as e:
-            e.filename = name
-            raise
+        sock.connect(name)
+        sock.sendall(payload)
 
 
 def _write_all(fd: int, payload: bytes) -> None:
