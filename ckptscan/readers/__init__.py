@@ -12,7 +12,6 @@ execute code from a checkpoint.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import torch
 from ckptscan.errors import CkptScanError
 from ckptscan.readers import fp8, megatron, torch_pickle
 from ckptscan.readers.base import DCP_METADATA_FILE, Checkpoint, TensorSource
+from ckptscan.readers.bounded import MAX_CONFIG_BYTES, MAX_INDEX_BYTES, load_json
 from ckptscan.readers.safetensors import TensorEntry, read_header, read_tensor
 
 __all__ = ["Checkpoint", "SafetensorsSource", "TensorSource", "open_checkpoint", "step_from_name"]
@@ -251,7 +251,7 @@ def _weight_map(index_path: Path) -> dict[str, str]:
     """The tensor -> shard map of a sharded checkpoint's index (safetensors or
     .bin). An index names shards inside its own directory: an absolute path or
     '..' would read another checkpoint's (or any file's) data as this one's."""
-    index = _read_json(index_path)
+    index = load_json(index_path, MAX_INDEX_BYTES, "shard index")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise CkptScanError("index has no 'weight_map'", path=index_path)
@@ -266,18 +266,7 @@ def _weight_map(index_path: Path) -> dict[str, str]:
 def _read_config(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
-    config = _read_json(path)
+    config = load_json(path, MAX_CONFIG_BYTES, "config")
     if not isinstance(config, dict):
         raise CkptScanError("config is not a JSON object", path=path)
     return config
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise CkptScanError(f"cannot read: {e.strerror or e}", path=path) from None
-    except (UnicodeDecodeError, ValueError) as e:  # ValueError: JSONDecodeError, ints past the digit limit
-        raise CkptScanError(f"invalid JSON ({e})", path=path) from None
-    except RecursionError:
-        raise CkptScanError("invalid JSON (nested too deeply)", path=path) from None
