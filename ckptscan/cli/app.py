@@ -142,7 +142,8 @@ def emit(report: ScanReport, output: str, json_path: Path | None, markdown_path:
             print_table(console, report)
             console.file.flush()
     except OSError as e:
-        raise CkptScanError(f"cannot write the report: {e.strerror or e}", path=text_path) from None
+        where = "stdout" if text_path == STDOUT else text_path
+        raise CkptScanError(f"cannot write the report: {e.strerror or e}", path=where) from None
     if json_path is not None:
         write_json(report, json_path)
     summary_path = markdown_path or os.environ.get("GITHUB_STEP_SUMMARY")
@@ -162,7 +163,8 @@ Layers = typer.Option(None, "--layers", help="Only these layers, e.g. '0,3,8-11'
 Precision = typer.Option("float32", "--precision", help="Gram products in float32 (fast) or float64 (exact path).")
 FailOn = typer.Option(None, "--fail-on", help="Exit 1 when the verdict reaches 'warn' or 'alert' "
                       "(default: fail_on from the config, else alert).")
-JsonOut = typer.Option(None, "--json", help="Write the JSON report here (atomically).")
+JsonOut = typer.Option(None, "--json", help="Write the JSON report here (atomically; '-' for stdout, the table "
+                       "then going to stderr).")
 ConfigFile = typer.Option(None, "--config", help="Thresholds file (ckptscan.toml, or pyproject.toml with "
                           "[tool.ckptscan]); default: the nearest one from the current directory up.")
 SetThreshold = typer.Option(None, "--set", help="Override a setting, KEY=VALUE (repeatable), e.g. --set alert_sigma=5.")

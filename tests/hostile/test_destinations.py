@@ -5,6 +5,7 @@ file intact."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -143,3 +144,19 @@ def test_full_or_read_only_filesystem_keeps_the_previous_report(tmp_path: Path, 
     assert len(lines) == 1 and str(mnt / "report.json") in lines[0] and reason in lines[0], seen["stderr"]
     assert seen["report"] == '{"previous": 1}'
     assert seen["listing"] == (["filler", "report.json"] if how == "full" else ["report.json"])  # no temp file
+
+
+@pytest.mark.parametrize("output", ["table", "json", "markdown"])
+def test_stdout_on_a_full_device_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                           monkeypatch: pytest.MonkeyPatch, output: str) -> None:
+    """`ckptscan diff A B > /dev/full`: the report could not be printed, so
+    the command fails, instead of Python's lost-flush warning at exit."""
+    a, b = write_pair(tmp_path / "ckpts")
+    full = make_char_device(tmp_path / "full", 7)
+    stdout = open(full, "w")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    result = run_cli(capsys, "diff", a, b, "--format", output)
+    monkeypatch.undo()
+    with contextlib.suppress(OSError):  # what the failed write may have left in the buffer
+        stdout.close()
+    assert_one_line_error(result, "stdout", "No space left on device")
