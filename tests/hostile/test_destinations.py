@@ -160,3 +160,24 @@ def test_stdout_on_a_full_device_is_exit_2(tmp_path: Path, capsys: pytest.Captur
     with contextlib.suppress(OSError):  # what the failed write may have left in the buffer
         stdout.close()
     assert_one_line_error(result, "stdout", "No space left on device")
+
+
+def test_html_page_and_figures_to_special_destinations(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`ckptscan report`'s outputs go through the same writer: the page to a
+    FIFO's reader, a full device refused with exit 2, figures atomically."""
+    pytest.importorskip("matplotlib")
+    a, b = write_pair(tmp_path / "ckpts")
+    assert run_cli(capsys, "diff", a, b, "--json", tmp_path / "r.json").code == 0
+    fifo = tmp_path / "page.fifo"
+    os.mkfifo(fifo)
+    reader = FifoReader(fifo)
+    reader.start()
+    with deadline(120):
+        result = run_cli(capsys, "report", tmp_path / "r.json", "--html", fifo, "--png", tmp_path / "png")
+    reader.join(timeout=30)
+    assert result.code == 0, result.stderr
+    assert reader.data.startswith(b"<!DOCTYPE html>") and stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert sorted(p.suffix for p in (tmp_path / "png").iterdir()) == [".png"]
+    full = make_char_device(tmp_path / "full", 7)
+    assert_one_line_error(run_cli(capsys, "report", tmp_path / "r.json", "--html", full), str(full), "No space left")
+    assert stat.S_ISCHR(full.lstat().st_mode)
