@@ -1,8 +1,10 @@
 """Atomic file writes: a reader sees the old file or the complete new one,
-never half of it (reports, cache entries, probe files)."""
+never half of it. Callers go through `ckptscan.output.write_output`, which
+sends here only regular files and paths that do not exist yet."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -27,11 +29,23 @@ def write_atomic(path: Path, data: str | bytes) -> None:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
+        _refuse_special(path)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_directory(path.parent)
+
+
+def _refuse_special(path: Path) -> None:
+    """Never rename over what is not a regular file: a FIFO, a device or a
+    symlink that appeared at `path` since the caller looked stays as it is."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise FileExistsError(errno.EEXIST, "exists and is not a regular file", str(path))
 
 
 def _mode_for(path: Path) -> int:

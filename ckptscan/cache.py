@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 import ckptscan
-from ckptscan.atomic import write_atomic
+from ckptscan.output import write_output
 from ckptscan.readers import Checkpoint
 from ckptscan.results import LayerResult, from_dict
 from ckptscan.storage import RemotePath
@@ -83,7 +83,7 @@ class PairCache:
         # allow_nan: the cache must give back exactly what was computed.
         text = json.dumps({"key": key, "layers": [metrics_dict(layer) for layer in layers]}, allow_nan=True)
         try:
-            write_atomic(self._path(key), text)
+            write_output(self._path(key), text)
         except OSError as e:
             self.write_error = f"{self.directory}: {e.strerror or e}"
 

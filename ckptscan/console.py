@@ -1,18 +1,46 @@
 """The `ckptscan` console script, kept free of heavy imports.
 
-Importing the CLI pulls in torch, which takes seconds; a Ctrl-C in that
-window must still be one line and exit code 130, like a Ctrl-C mid-scan.
+Importing the CLI pulls in torch, which takes seconds; a Ctrl-C (or SIGTERM,
+see `ckptscan.interrupts`) in that window must still be one line and exit
+code 130, like a Ctrl-C mid-scan.
+
+Once interrupted, the process ends without Python's interpreter teardown:
+with torch loaded that teardown took 4-7 s on a loaded 2-core machine
+(measured: the "interrupted" line at +0.3 s after SIGINT, the exit at
++4.5 to +6.9 s), while the person who pressed Ctrl-C waits. Nothing is left
+to finish by then: every write is atomic and already whole or removed, and
+the layer threads only read.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+
+from ckptscan.interrupts import terminate_like_ctrl_c
+
+EXIT_INTERRUPT = 130
 
 
 def main() -> None:
     try:
-        from ckptscan.cli import main as cli_main
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted during start-up\n")
-        raise SystemExit(130) from None
-    cli_main()
+        with terminate_like_ctrl_c():
+            try:
+                from ckptscan.cli import main as cli_main
+            except KeyboardInterrupt:
+                sys.stderr.write("interrupted during start-up\n")
+                raise SystemExit(EXIT_INTERRUPT) from None
+            cli_main()
+    except SystemExit as e:
+        if e.code == EXIT_INTERRUPT:
+            _exit_now(EXIT_INTERRUPT)
+        raise
+
+
+def _exit_now(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken stream: nothing more can be said
+            pass
+    os._exit(code)

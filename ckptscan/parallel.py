@@ -75,7 +75,9 @@ def ordered_map(
     the consumer stops early (an error, Ctrl-C, or closing the generator),
     tasks not yet started are cancelled and `stop` is set, so a running task
     that checks it between its steps ends promptly instead of finishing a
-    long layer nobody will read.
+    long layer nobody will read. On Ctrl-C (or SIGTERM, which arrives as
+    one) the running tasks are not even waited for: the interrupt reaches the
+    caller at once, and the tasks, which only read, end at their next check.
     """
     stop = threading.Event()
     if workers <= 1:
@@ -87,19 +89,22 @@ def ordered_map(
     # Queue a few tasks beyond the running ones so a worker that finishes
     # early never idles while the consumer waits on an earlier, slower task.
     lookahead = 2 * workers
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ckptscan-layer") as pool:
-        try:
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ckptscan-layer")
+    interrupted = False
+    try:
+        for item in source:
+            pending.append(pool.submit(fn, item, stop))
+            if len(pending) >= lookahead:
+                break
+        while pending:
+            result = pending.popleft().result()
             for item in source:
                 pending.append(pool.submit(fn, item, stop))
-                if len(pending) >= lookahead:
-                    break
-            while pending:
-                result = pending.popleft().result()
-                for item in source:
-                    pending.append(pool.submit(fn, item, stop))
-                    break
-                yield result
-        finally:
-            stop.set()
-            for future in pending:
-                future.cancel()
+                break
+            yield result
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
+    finally:
+        stop.set()
+        pool.shutdown(wait=not interrupted, cancel_futures=True)

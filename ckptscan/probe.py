@@ -26,8 +26,8 @@ from typing import Any, Callable, Mapping
 import torch
 from safetensors.torch import save as safetensors_bytes
 
-from ckptscan.atomic import write_atomic
 from ckptscan.errors import CkptScanError
+from ckptscan.output import write_output
 from ckptscan.readers.safetensors import TensorEntry, read_header, read_tensor
 
 PROBE_KEY = re.compile(r"^layers\.(\d+)\.router_input$")
@@ -192,7 +192,7 @@ def capture_probe(
         tokens = [_select_tokens(x, token_mask, routers[layer]) for x in calls]
         tensors[probe_key(layer)] = torch.cat(tokens).contiguous()
     metadata = {"format": "pt", "ckptscan": "probe", "router_modules": json.dumps(routers)}
-    write_atomic(Path(path), safetensors_bytes(tensors, metadata=metadata))
+    write_output(path, safetensors_bytes(tensors, metadata=metadata))
     return load_probe(path)
 
 

@@ -14,11 +14,13 @@ from ckptscan.cli import report  # noqa: F401  (registers the command)
 from ckptscan.cli import watch  # noqa: F401  (registers the command)
 from ckptscan.cli.app import EXIT_INPUT, app, err
 from ckptscan.errors import CkptScanError
+from ckptscan.interrupts import terminate_like_ctrl_c
 
 
 def main() -> None:
     try:
-        app()
+        with terminate_like_ctrl_c():  # SIGTERM: the same clean exit as Ctrl-C
+            app()
     except CkptScanError as e:  # raised outside a command body (option parsing)
         err().print(f"error: {e}", highlight=False, markup=False)
         sys.exit(EXIT_INPUT)

@@ -102,8 +102,12 @@ def user_errors() -> Iterator[None]:
         # Text, not markup: a tensor or path named "[/x]" must print as itself.
         err().print(Text.assemble(("error:", "bold red"), f" {e}"), highlight=False)
         raise typer.Exit(EXIT_INPUT) from None
-    except KeyboardInterrupt:
-        err().print("interrupted: no report was written", highlight=False)
+    except KeyboardInterrupt as e:
+        from ckptscan.interrupts import Terminated
+
+        # SIGTERM arrives as Terminated, a KeyboardInterrupt (ckptscan.interrupts).
+        how = "interrupted by SIGTERM" if isinstance(e, Terminated) else "interrupted"
+        err().print(f"{how}: no report was written", highlight=False)
         raise typer.Exit(EXIT_INTERRUPT) from None
 
 
@@ -178,7 +182,15 @@ def emit(report: ScanReport, output: Format | str, json_path: Path | None, markd
     """The report on stdout in the chosen format, the JSON and JUnit files, the
     Markdown summary (appended to --markdown-summary, else to $GITHUB_STEP_SUMMARY
     when set), and GitHub annotations on stderr when GITHUB_ACTIONS=true.
-    `fail_on` (the gate level) decides what a JUnit failure and an error annotation are."""
+    `fail_on` (the gate level) decides what a JUnit failure and an error annotation are.
+
+    `--json -` puts the JSON report on stdout, alone, for a pipe; the chosen
+    format then goes to stderr (nothing more for --format json). Every write
+    goes through `ckptscan.output`; a failed one is one line and exit 2.
+    """
+    from rich.console import Console
+
+    from ckptscan.output import STDOUT, own_descriptor, write_output
     from ckptscan.report.annotations import github_annotations
     from ckptscan.report.json import report_json, write_json
     from ckptscan.report.junit import junit_xml, write_junit
@@ -186,14 +198,23 @@ def emit(report: ScanReport, output: Format | str, json_path: Path | None, markd
 
     output, fail_on = Format(output), FailOn(fail_on).value
     junit = junit_xml(report, fail_on) if output is Format.junit or junit_path is not None else ""
-    if output is Format.json:
-        print(report_json(report), end="")
-    elif output is Format.markdown:
-        print(markdown_report(report), end="")
-    elif output is Format.junit:
-        print(junit, end="")
-    else:
-        print_table(out(), report)
+    json_to_stdout = json_path is not None and own_descriptor(str(json_path)) == 1
+    text_path = "/dev/stderr" if json_to_stdout else STDOUT
+    try:
+        if output is Format.json and not json_to_stdout:
+            write_output(STDOUT, report_json(report))
+        elif output is Format.markdown:
+            write_output(text_path, markdown_report(report))
+        elif output is Format.junit:
+            write_output(text_path, junit)
+        elif output is Format.table:
+            console = (Console(stderr=True, markup=False) if err().is_terminal else
+                       Console(stderr=True, width=160, markup=False)) if json_to_stdout else out()
+            print_table(console, report)
+            console.file.flush()
+    except OSError as e:
+        where = "stdout" if text_path == STDOUT else text_path
+        raise CkptScanError(f"cannot write the report: {e.strerror or e}", path=where) from None
     if json_path is not None:
         write_json(report, json_path)
     if junit_path is not None:
@@ -229,7 +250,8 @@ PrecisionOpt = Annotated[Precision, typer.Option("--precision", help="Gram produ
                                                  "(exact path).")]
 FailOnOpt = Annotated[Optional[FailOn], typer.Option("--fail-on", help="Exit 1 when the verdict reaches this "
                                                      "(default: fail_on from the config, else alert).")]
-JsonOut = Annotated[Optional[Path], typer.Option("--json", help="Write the JSON report here (atomically).")]
+JsonOut = Annotated[Optional[Path], typer.Option("--json", help="Write the JSON report here (atomically; '-' for "
+                                                "stdout, the table then going to stderr).")]
 ConfigFile = Annotated[Optional[Path], typer.Option(
     "--config", help="Thresholds file: ckptscan.toml, or pyproject.toml with a [tool.ckptscan] table "
     "(default: the nearest one from the current directory up).")]

@@ -10,7 +10,6 @@ prints the tensor-name patterns and exits 2.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -24,6 +23,7 @@ from ckptscan.cli.app import (
     NumKvHeads,
     TensorMapFile,
     app,
+    err,
     head_overrides,
     out,
     parse_indices,
@@ -56,7 +56,7 @@ def inspect(
     """Show the format, model family, head geometry and the tensors each layer reads."""
     with user_errors():
         from ckptscan import __version__
-        from ckptscan.atomic import write_atomic
+        from ckptscan.output import own_descriptor, write_output
         from ckptscan.errors import CkptScanError
         from ckptscan.inspect import inspect_path
         from ckptscan.layouts import load_tensor_map
@@ -72,12 +72,17 @@ def inspect(
         document = {"schema_version": INSPECT_SCHEMA_VERSION, "tool": {"name": "ckptscan", "version": __version__},
                     **description}
         text = json.dumps(document, indent=2, default=str) + "\n"
+        to_stdout = json_path is not None and own_descriptor(str(json_path)) == 1
         if json_path is not None:
-            write_atomic(json_path, text)
-        if output == "json":
+            try:
+                write_output(json_path, text)
+            except OSError as e:
+                raise CkptScanError(f"cannot write the JSON file: {e.strerror or e}", path=json_path) from None
+        if output == "json" and not to_stdout:
             out().print(text, end="", highlight=False, markup=False, soft_wrap=True)
-        else:
-            _print(out(), description)
+        elif output != "json":
+            # With --json -, stdout carries the JSON alone; the table goes to stderr.
+            _print(err() if to_stdout else out(), description)
         error = description["checkpoint"].get("error")
         if error is not None:
             raise CkptScanError(error)

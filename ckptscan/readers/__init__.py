@@ -12,7 +12,6 @@ execute code from a checkpoint.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from pathlib import Path
@@ -23,6 +22,7 @@ import torch
 from ckptscan.errors import CkptScanError
 from ckptscan.readers import fp8, megatron, orbax, torch_pickle
 from ckptscan.readers.base import DCP_METADATA_FILE, Checkpoint, TensorSource
+from ckptscan.readers.bounded import MAX_CONFIG_BYTES, MAX_INDEX_BYTES, check_depth, load_json, read_limited
 from ckptscan.readers.safetensors import TensorEntry, byte_span, read_header, read_tensor
 from ckptscan.storage import RemotePath, as_path
 
@@ -342,7 +342,7 @@ def _weight_map(index_path: Path) -> dict[str, str]:
     """The tensor -> shard map of a sharded checkpoint's index (safetensors or
     .bin). An index names shards inside its own directory: an absolute path or
     '..' would read another checkpoint's (or any file's) data as this one's."""
-    index = _read_json(index_path)
+    index = load_json(index_path, MAX_INDEX_BYTES, "shard index")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise CkptScanError("index has no 'weight_map'", path=index_path)
@@ -357,7 +357,7 @@ def _weight_map(index_path: Path) -> dict[str, str]:
 def _read_config(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
-    config = _read_json(path)
+    config = load_json(path, MAX_CONFIG_BYTES, "config")
     if not isinstance(config, dict):
         raise CkptScanError("config is not a JSON object", path=path)
     return config
@@ -366,23 +366,12 @@ def _read_config(path: Path) -> dict[str, Any] | None:
 def _read_yaml(path: Path) -> dict[str, Any]:
     import yaml
 
+    raw = read_limited(path, MAX_CONFIG_BYTES, "model config")
     try:
-        value = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise CkptScanError(f"cannot read: {e.strerror or e}", path=path) from None
+        value = yaml.safe_load(raw.decode("utf-8"))
     except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
         raise CkptScanError(f"invalid YAML ({type(e).__name__})", path=path) from None
     if not isinstance(value, dict):
         raise CkptScanError("expected a YAML mapping", path=path)
+    check_depth(value, path, "model config")
     return value
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise CkptScanError(f"cannot read: {e.strerror or e}", path=path) from None
-    except (UnicodeDecodeError, ValueError) as e:  # ValueError: JSONDecodeError, ints past the digit limit
-        raise CkptScanError(f"invalid JSON ({e})", path=path) from None
-    except RecursionError:
-        raise CkptScanError("invalid JSON (nested too deeply)", path=path) from None

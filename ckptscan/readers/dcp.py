@@ -39,6 +39,7 @@ from torch.distributed.checkpoint.planner_helpers import create_read_items_for_c
 
 from ckptscan.errors import CkptScanError
 from ckptscan.readers.base import DCP_METADATA_FILE, dtype_name
+from ckptscan.readers.bounded import MAX_DCP_METADATA_BYTES, check_depth, open_limited
 from ckptscan.readers.torch_pickle import clean_key, load_pickle
 from ckptscan.storage import RemotePath
 
@@ -84,20 +85,16 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 def read_metadata(directory: Path) -> Metadata:
     path = directory / DCP_METADATA_FILE
+    stream = open_limited(path, MAX_DCP_METADATA_BYTES, "DCP metadata")
     try:
-        if isinstance(path, RemotePath):
-            metadata = _MetadataUnpickler(io.BytesIO(path.read_bytes())).load()
-        else:
-            with open(path, "rb") as f:
-                metadata = _MetadataUnpickler(f).load()
-    except OSError as e:
-        raise CkptScanError(f"cannot read: {e.strerror or e}", path=path) from None
+        metadata = _MetadataUnpickler(stream).load()
     except pickle.UnpicklingError as e:
         raise CkptScanError(f"refusing to unpickle DCP metadata: {e}", path=path) from None
     except Exception as e:  # truncated or corrupt pickle
         raise CkptScanError(f"corrupt DCP metadata ({type(e).__name__}: {e})", path=path) from None
     if not isinstance(metadata, Metadata) or not isinstance(metadata.state_dict_metadata, dict):
         raise CkptScanError("not DCP metadata", path=path)
+    check_depth(metadata, path, "DCP metadata")
     return metadata
 
 

@@ -34,7 +34,6 @@ legacy format, reading only that layer's chunks. Common state (`args`,
 from __future__ import annotations
 
 import io
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ import torch
 
 from ckptscan.errors import CkptScanError
 from ckptscan.readers.base import dtype_name
+from ckptscan.readers.bounded import MAX_CONFIG_BYTES, load_json
 from ckptscan.readers.torch_pickle import flat_tensors, load_pickle, plain
 
 if TYPE_CHECKING:  # torch.distributed.checkpoint costs ~1 s to import: only when a DCP is opened
@@ -71,8 +71,8 @@ def is_torch_dist(directory: Path) -> bool:
     if not config.is_file():
         return False
     try:
-        return json.loads(config.read_text()).get("sharded_backend") == "torch_dist"
-    except (OSError, ValueError, AttributeError):
+        return load_json(config, MAX_CONFIG_BYTES, "metadata.json").get("sharded_backend") == "torch_dist"
+    except (CkptScanError, AttributeError):
         return False
 
 

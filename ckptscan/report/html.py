@@ -18,9 +18,9 @@ import html
 from pathlib import Path
 from typing import Any, Iterable
 
-from ckptscan.atomic import write_atomic
 from ckptscan.detection.catalog import BY_NAME
 from ckptscan.errors import CkptScanError
+from ckptscan.output import own_descriptor, write_output
 from ckptscan.report.figures import Figure, run_figures
 from ckptscan.report.load import as_json_values, report_from_dict
 from ckptscan.report.table import fmt
@@ -66,14 +66,16 @@ def write_report_files(data: dict[str, Any], html_path: str | Path | None = None
     written = []
     try:
         if html_path is not None:
-            write_atomic(Path(html_path), html_page(report, data, figures))
+            write_output(html_path, html_page(report, data, figures))
             written.append(Path(html_path))
         if png_dir is not None:
             directory = Path(png_dir)
+            if own_descriptor(str(directory)) is not None:
+                raise CkptScanError("--png needs a directory to write one file per figure into", path=png_dir)
             directory.mkdir(parents=True, exist_ok=True)
             for figure in figures:
                 path = directory / f"{figure.name}.png"
-                path.write_bytes(figure.png)
+                write_output(path, figure.png)
                 written.append(path)
     except OSError as e:
         raise CkptScanError(f"cannot write the report: {e.strerror or e}", path=e.filename) from None

@@ -2,7 +2,8 @@
 
 Non-finite floats never reach the file (JSON has no NaN): they become null,
 and the rule that saw them has already recorded a finding. Files are written
-atomically (`ckptscan.atomic`), so a reader never sees half a report.
+through `ckptscan.output`: atomically to a file, so a reader never sees half
+a report, and straight through to a pipe, a device or stdout (`-`).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ckptscan import __version__
-from ckptscan.atomic import write_atomic
 from ckptscan.errors import CkptScanError
+from ckptscan.output import write_output
 from ckptscan.results import SCHEMA_VERSION, ScanReport
 
 
@@ -37,7 +38,7 @@ def report_json(report: ScanReport) -> str:
 
 def write_json(report: ScanReport, path: str | Path) -> None:
     try:
-        write_atomic(Path(path), report_json(report))
+        write_output(path, report_json(report))
     except OSError as e:
         raise CkptScanError(f"cannot write the JSON report: {e.strerror or e}", path=path) from None
 

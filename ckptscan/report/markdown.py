@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ckptscan.detection.catalog import BY_NAME
+from ckptscan.output import write_output
 from ckptscan.report.sparkline import sparkline
 from ckptscan.report.table import fmt
 from ckptscan.report.trend_table import SPARK_WIDTH, first_alert_text, first_findings, router_monitor, series
@@ -44,8 +45,7 @@ def markdown_report(report: ScanReport) -> str:
 
 def append_markdown(report: ScanReport, path: str | Path) -> None:
     """Append the summary to `path` (GitHub step summaries accumulate)."""
-    with Path(path).open("a", encoding="utf-8") as f:
-        f.write(markdown_report(report))
+    write_output(path, markdown_report(report), append=True)
 
 
 def _trend_table(report: ScanReport) -> list[str]:

@@ -3,6 +3,7 @@ unreadable, empty or hold no checkpoint give one clear line and code 2."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -42,10 +43,21 @@ def test_keyboard_interrupt_mid_scan(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert not (tmp_path / "report.json").exists()
 
 
-# Runs `ckptscan diff` with reads slowed to 0.2 s each (a slow shared
-# filesystem), announcing its first read on stderr so the test knows the scan
-# has started before it sends SIGINT.
-SLOW_READS = """
+# Runs the `ckptscan` console script with reads slowed to 0.2 s each (a slow
+# shared filesystem), announcing its first read on stderr so the test knows
+# the scan has started before it sends a signal.
+#
+# The first line sets SIGINT's disposition explicitly: Python's usual handler,
+# as for a command started from a terminal, or ignored, as for a background
+# job of a script. Without it the SIGINT test depended on how pytest itself
+# was started: a shell starts the background jobs of a non-interactive script
+# (`make test &`, a runner that backgrounds its steps) with SIGINT ignored,
+# children inherit that, Python then leaves SIGINT ignored, and the diff ran
+# to the end with exit 0 and "gate passed": the lost interrupt. Reproduced
+# every time with `bash -c 'pytest ... & wait'`. SIGTERM is not ignored that
+# way, and stops ckptscan either way.
+SLOW_COMMAND = """
+import signal; signal.signal(signal.SIGINT, signal.{sigint})
 import sys, time
 from ckptscan.readers import SafetensorsSource
 real_get = SafetensorsSource.get
@@ -57,21 +69,23 @@ def slow_get(self, name, rows=None):
     time.sleep(0.2)
     return real_get(self, name, rows)
 SafetensorsSource.get = slow_get
-sys.argv = ["ckptscan", "diff", *sys.argv[1:]]
-from ckptscan.cli import main
+sys.argv = ["ckptscan", *sys.argv[1:]]
+from ckptscan.console import main
 main()
 """
 
 
-def test_sigint_to_a_running_diff_exits_promptly(tmp_path: Path) -> None:
-    a, b = write_pair(tmp_path, layers=24, experts=None)  # ~15 s of slowed reads
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_READS, str(a), str(b), "--json", str(tmp_path / "r.json")],
+def interrupt_midway(args: list[object], sig: signal.Signals, sigint: str = "default_int_handler"
+                     ) -> tuple[int, float, str]:
+    """Start a slowed `ckptscan ARGS`, send `sig` 0.3 s into its first read:
+    (exit code, seconds from the signal to the exit, stderr)."""
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_COMMAND.format(sigint=sigint), *map(str, args)],
                             stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stderr.readline().strip() == "READING"
         time.sleep(0.3)
         sent = time.monotonic()
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         code = proc.wait(timeout=30)
         elapsed = time.monotonic() - sent
         stderr = proc.stderr.read()
@@ -81,10 +95,60 @@ def test_sigint_to_a_running_diff_exits_promptly(tmp_path: Path) -> None:
             proc.wait()
         proc.stdout.close()
         proc.stderr.close()
+    return code, elapsed, stderr
+
+
+def test_sigint_to_a_running_diff_exits_promptly(tmp_path: Path) -> None:
+    a, b = write_pair(tmp_path, layers=24, experts=None)  # ~10 s of slowed reads
+    code, elapsed, stderr = interrupt_midway(["diff", a, b, "--json", tmp_path / "r.json"], signal.SIGINT)
     assert code == 130, stderr
     assert "interrupted" in stderr.lower() and "Traceback" not in stderr
     assert elapsed < 5, elapsed
     assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("sigint", ["default_int_handler", "SIG_IGN"])
+def test_sigterm_to_a_running_diff_is_a_clean_interrupt(tmp_path: Path, sigint: str) -> None:
+    """SIGTERM (docker stop, a scheduler, `timeout`) ends the diff as Ctrl-C
+    does, also in a background job that ignores SIGINT."""
+    a, b = write_pair(tmp_path, layers=24, experts=None)
+    (tmp_path / "r.json").write_text('{"previous": 1}')
+    code, elapsed, stderr = interrupt_midway(["diff", a, b, "--json", tmp_path / "r.json"], signal.SIGTERM, sigint)
+    assert code == 130, stderr
+    assert stderr.strip() == "interrupted by SIGTERM: no report was written"
+    assert elapsed < 5, elapsed
+    assert (tmp_path / "r.json").read_text() == '{"previous": 1}'
+
+
+@pytest.mark.skipif(not TREND, reason="ckptscan trend is not there yet")
+def test_sigterm_mid_trend_keeps_report_and_cache_whole(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A nightly trend stopped by SIGTERM while it computes a new pair: the
+    previous report and every cache entry are byte for byte as they were, no
+    temp file is left, and the next run reuses the cached pairs."""
+    config = llama_config(layers=24, experts=None)
+    run, cache, report = tmp_path / "run", tmp_path / "cache", tmp_path / "report.json"
+    for seed, step in enumerate((100, 200, 300), 1):
+        write_hf_checkpoint(run / f"checkpoint-{step}", llama_tensors(config, seed=seed), config)
+    first = run_cli(capsys, "trend", run, "--cache-dir", cache, "--json", report)
+    assert first.code in (0, 1), first.stderr
+
+    def contents(root: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    before = {"cache": contents(cache), "report": report.read_bytes()}
+    assert len(before["cache"]) == 2
+    write_hf_checkpoint(run / "checkpoint-400", llama_tensors(config, seed=4), config)  # a new pair to compute
+    code, elapsed, stderr = interrupt_midway(["trend", run, "--cache-dir", cache, "--json", report], signal.SIGTERM)
+    assert code == 130, stderr
+    assert "interrupted by SIGTERM" in stderr and "Traceback" not in stderr
+    assert elapsed < 5, elapsed
+    assert {"cache": contents(cache), "report": report.read_bytes()} == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+    again = run_cli(capsys, "trend", run, "--cache-dir", cache, "--json", report)
+    assert again.code in (0, 1), again.stderr
+    assert "cache: 2 pair(s) reused, 1 computed" in again.stderr
+    assert len(json.loads(report.read_text())["pairs"]) == 3
 
 
 # Ctrl-C while torch is still importing (the first seconds of every command):
