@@ -100,15 +100,16 @@ class ModelView:
 
 
 def model_config(model: torch.nn.Module) -> dict[str, Any] | None:
-    """The model's config as config.json would hold it: a Hugging Face
-    `PretrainedConfig` (`model.config.to_dict()`), or a plain mapping."""
-    config = getattr(model, "config", None)
-    if config is None:
-        return None
-    if hasattr(config, "to_dict"):
-        return config.to_dict()
-    if isinstance(config, Mapping):
-        return dict(config)
+    """The model's config as config.json would hold it: the `config` of the
+    model or, for a wrapper (a LightningModule holding a Hugging Face model),
+    of its first submodule that has one; a `PretrainedConfig` (`to_dict()`)
+    or a plain mapping."""
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if hasattr(config, "to_dict"):
+            return config.to_dict()
+        if isinstance(config, Mapping):
+            return dict(config)
     return None
 
 
