@@ -27,6 +27,7 @@ acts (`on_alert`) only on non-finite values, the verdict it keeps later.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,6 +42,7 @@ from ckptscan.detection.judge import judge
 from ckptscan.detection.rules import Thresholds
 from ckptscan.errors import CkptScanError
 from ckptscan.live.snapshot import ModelView, model_config
+from ckptscan.loss_log import LossLog
 from ckptscan.probe import Probe, capture_probe, load_probe
 from ckptscan.readers import Checkpoint
 from ckptscan.report.json import write_json
@@ -142,7 +144,29 @@ class Monitor:
         self.should_stop = False
         self.should_save = False
         self.seconds: list[float] = []  # wall time of each monitored step (benchmarks)
+        # The training loss (and LR) per update, when the loop records them: the
+        # loss log `trend` reads from train_log.jsonl (LR warm-up, lead time).
+        self.loss_log: LossLog | None = None
         self._last_step: int | None = None
+
+    def record(self, step: int, loss: float | None, lr: float | None = None) -> None:
+        """Log the loss (and learning rate) of update `step`, the update that
+        turns step `step` into `step + 1`, as train_log.jsonl has it. Optional:
+        with it, judging starts after the LR warm-up and the report carries
+        each interval's mean loss and the loss divergence step, as `trend`
+        does with a loss log."""
+        if self.loss_log is None:
+            self.loss_log = LossLog(Path(f"live:{self.out}"), [], [], [] if lr is not None else None)
+        history = self.loss_log
+        if history.steps and step <= history.steps[-1]:
+            raise CkptScanError(f"loss recorded for step {step} after step {history.steps[-1]}: steps must increase")
+        history.steps.append(step)
+        history.losses.append(math.nan if loss is None or not math.isfinite(loss) else float(loss))
+        if history.lrs is not None:
+            if lr is None:
+                history.lrs = None  # as a file: the LR counts only when every record carries one
+            else:
+                history.lrs.append(float(lr))
 
     @property
     def report_path(self) -> Path:
@@ -180,11 +204,16 @@ class Monitor:
         if previous is None:
             return []
         model, (layers,) = scan_layers([previous, snapshot], [(0, 1)], self.options, self.probe)
-        self.pairs.append(PairResult(previous.step, snapshot.step, layers, str(previous.path), str(snapshot.path)))
+        pair = PairResult(previous.step, snapshot.step, layers, str(previous.path), str(snapshot.path))
+        self.pairs.append(pair)
+        settings = {"run": str(self.out), "pairing": "previous", "stride": 1, "pending_steps": [],
+                    "live": {"every": self.every}}
+        if self.loss_log is not None:  # as compute() does with a loss log
+            pair.loss = self.loss_log.pair_loss(pair.from_step, pair.to_step)
+            settings.update(loss_log=str(self.loss_log.path), lr_warmup_end_step=self.loss_log.warmup_end())
         metrics = Metrics(kind="run", model=model, checkpoints=list(self.checkpoints), pairs=list(self.pairs),
-                          settings={"run": str(self.out), "pairing": "previous", "stride": 1, "pending_steps": [],
-                                    "live": {"every": self.every}},
-                          probe=str(self.probe.path) if self.probe is not None else None)
+                          settings=settings, probe=str(self.probe.path) if self.probe is not None else None,
+                          loss_log=self.loss_log)
         self.report = judge(metrics, self.thresholds)
         try:
             write_json(self.report, self.report_path)

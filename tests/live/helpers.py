@@ -14,7 +14,7 @@ from experiments.model import MixtralConfig, MixtralForCausalLM, hf_state_dict
 
 # What differs between a live report and an offline one by construction:
 # where the checkpoints are (a snapshot has no file) and the live settings.
-PLACES = {"path", "from_path", "to_path", "run", "probe", "live", "tool"}
+PLACES = {"path", "from_path", "to_path", "run", "probe", "loss_log", "live", "tool"}
 
 
 def tiny_config() -> MixtralConfig:
