@@ -83,8 +83,9 @@ class Monitor:
     checkpoints gives the same numbers).
 
     `on_alert`: "log" (a warning on the `ckptscan.live` logger), "save"
-    (call `save(step)`), "stop" (set `should_stop`), or a callable given
-    each `Alert`. `config`: the model's config.json as a dict (default: the
+    (set `should_save`, and call `save(step)` when given; under
+    torch.distributed act on `should_save`, which every rank sees), "stop"
+    (set `should_stop`), or a callable given each `Alert` (on rank 0). `config`: the model's config.json as a dict (default: the
     model's `config`, e.g. a Hugging Face `PretrainedConfig`). `thresholds`:
     default, the nearest ckptscan.toml / pyproject.toml's, as `trend` uses.
     `tensorboard`: a log directory or a `SummaryWriter` for the metrics.
@@ -266,15 +267,13 @@ class Monitor:
         dist.broadcast_object_list(flags, src=0)
         self.should_stop, self.should_save = flags
 
-    @torch.no_grad()
     def _capture_probe(self) -> Probe:
-        """The probe batch's router inputs, captured once. The RNG state is
-        restored afterwards (a forward may draw from it), and
-        `capture_probe` restores every module's train/eval mode."""
-        devices = [self.view.tensors[self.view.monitored[0]].device]
-        cuda = [d for d in devices if d.type == "cuda"]
-        with torch.random.fork_rng(devices=cuda):
-            return capture_probe(self.model, self._probe_batch, self.out / PROBE_FILE)
+        """The probe batch's router inputs, captured once, on the model's
+        device. The RNG state is restored afterwards (a forward may draw from
+        it), and `capture_probe` restores every module's train/eval mode."""
+        device = torch.device(self.options.device)
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            return capture_probe(self.model, _to(self._probe_batch, device), self.out / PROBE_FILE)
 
 
 def interval_metrics(pair: PairResult) -> dict[str, float]:
@@ -288,6 +287,17 @@ def interval_metrics(pair: PairResult) -> dict[str, float]:
                 found[f"{METRIC_PREFIX}/L{layer.layer}/{monitor.name}"] = float(value)
     found[f"{METRIC_PREFIX}/status"] = float(SEVERITIES.index(pair.status) if pair.status in SEVERITIES else 0)
     return found
+
+
+def _to(batch: Any, device: torch.device) -> Any:
+    """A batch (tensor, tuple/list or mapping of them) on `device`."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, Mapping):
+        return {k: _to(v, device) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_to(v, device) for v in batch)
+    return batch
 
 
 def _rank_world() -> tuple[int, int]:

@@ -192,3 +192,35 @@ def _nudge(model):
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 1e-2)
 
+
+
+def test_a_nonfinite_value_alerts_on_the_first_interval(tmp_path):
+    """A lone first interval is judged like diff, but non-finite values are
+    alerts whatever the series: on_alert hears of them at once."""
+    model = _model()
+    alerts = []
+    monitor = Monitor(model, every=2, out=tmp_path, config=model.cfg.to_hf("float32"), thresholds=Thresholds(),
+                      on_alert=alerts.append)
+    monitor.step(2)
+    with torch.no_grad():
+        model.model.layers[0].block_sparse_moe.gate.weight[1, 3] = float("inf")
+    monitor.step(4)
+    assert [(a.step, a.layer, a.finding.family, a.finding.message) for a in alerts] == [
+        (4, 0, "numeric", "1 non-finite value(s) in router")]
+
+
+def test_the_metrics_go_to_tensorboard_for_a_plain_loop(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    model = _model()
+    monitor = Monitor(model, every=1, out=tmp_path, config=model.cfg.to_hf("float32"), thresholds=Thresholds(),
+                      tensorboard=tmp_path / "tb")
+    for step in (1, 2, 3):
+        _nudge(model)
+        monitor.step(step)
+    events = EventAccumulator(str(tmp_path / "tb")).Reload()
+    name = "ckptscan/L1/delta2_entropy_norm"
+    values = {e.step: e.value for e in events.Scalars(name)}
+    assert values == {p.to_step: pytest.approx(p.layers[1].attention.delta2_entropy_norm, rel=1e-6)
+                      for p in monitor.report.pairs}
+    assert sorted(values) == [2, 3]
