@@ -33,6 +33,7 @@ import os
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import torch
 
@@ -40,7 +41,7 @@ from ckptscan.compute import Metrics
 from ckptscan.detection.judge import judge
 from ckptscan.detection.rules import Thresholds
 from ckptscan.live import Monitor
-from ckptscan.report.json import write_json
+from ckptscan.live.report_file import ReportFile
 from ckptscan.results import CheckpointRef
 
 
@@ -147,16 +148,23 @@ def measure(name: str, device: str, args: argparse.Namespace) -> dict:
 
 
 def judge_and_write(monitor: Monitor, pairs: int, out: str) -> float:
-    """Seconds to judge a series of `pairs` intervals and rewrite its report:
-    the part of a monitored step that grows with the run (the newest real
-    pair repeated, at later steps)."""
+    """Seconds to judge a series of `pairs` intervals and rewrite its report
+    as a monitored step does, the report of the first pairs - 1 having been
+    written at the step before: the part of a monitored step that grows with
+    the run (the newest real pair repeated, at later steps)."""
     newest = monitor.pairs[-1]
     series = [dataclasses.replace(newest, from_step=i * monitor.every, to_step=(i + 1) * monitor.every)
               for i in range(pairs)]
     refs = [CheckpointRef(f"live:step-{i}", i) for i in range(pairs + 1)]
-    metrics = Metrics(kind="run", model=monitor.report.model, checkpoints=refs, pairs=series)
+    file = ReportFile(Path(out) / "history.json")
+
+    def step(n: int) -> None:
+        metrics = Metrics(kind="run", model=monitor.report.model, checkpoints=refs[:n + 1], pairs=series[:n])
+        file.write(judge(metrics, monitor.thresholds))
+
+    step(pairs - 1)
     started = time.perf_counter()
-    write_json(judge(metrics, monitor.thresholds), os.path.join(out, "history.json"))
+    step(pairs)
     return time.perf_counter() - started
 
 

@@ -41,11 +41,11 @@ from ckptscan.detection.catalog import MONITORS
 from ckptscan.detection.judge import judge
 from ckptscan.detection.rules import Thresholds
 from ckptscan.errors import CkptScanError
+from ckptscan.live.report_file import ReportFile
 from ckptscan.live.snapshot import ModelView, model_config
 from ckptscan.loss_log import LossLog
 from ckptscan.probe import Probe, capture_probe, load_probe
 from ckptscan.readers import Checkpoint
-from ckptscan.report.json import write_json
 from ckptscan.results import SEVERITIES, CheckpointRef, Finding, PairResult, ScanReport
 from ckptscan.scan import ScanOptions, scan_layers
 
@@ -141,6 +141,7 @@ class Monitor:
         self.checkpoints: list[CheckpointRef] = []
         self.pairs: list[PairResult] = []
         self.report: ScanReport | None = None
+        self._file = ReportFile(self.out / REPORT_FILE)
         self.latest: dict[str, float] = {}  # the newest interval's metrics, as logged
         self.should_stop = False
         self.should_save = False
@@ -217,7 +218,7 @@ class Monitor:
                           loss_log=self.loss_log)
         self.report = judge(metrics, self.thresholds)
         try:
-            write_json(self.report, self.report_path)
+            self._file.write(self.report)
         except CkptScanError as e:  # a full disk must not end the training run
             log.warning("ckptscan: %s", e)
         self.latest = interval_metrics(self.report.pairs[-1])
