@@ -224,3 +224,15 @@ def test_the_metrics_go_to_tensorboard_for_a_plain_loop(tmp_path):
     assert values == {p.to_step: pytest.approx(p.layers[1].attention.delta2_entropy_norm, rel=1e-6)
                       for p in monitor.report.pairs}
     assert sorted(values) == [2, 3]
+
+
+def test_the_plain_monitor_pulls_in_no_training_framework():
+    """The callbacks live in optional extras: the base install must not need them."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from ckptscan.live import Monitor; "
+            "print(sorted(m for m in ('transformers', 'lightning', 'pytorch_lightning') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parents[2]).stdout
+    assert out.strip() == "[]"
