@@ -224,8 +224,8 @@ class Monitor:
         self.latest = interval_metrics(self.report.pairs[-1])
         self._log(snapshot.step)
         alerts = self._alerts()
-        for alert in alerts:
-            self._act(alert)
+        if alerts:
+            self._act(alerts)
         return alerts
 
     def _alerts(self) -> list[Alert]:
@@ -236,16 +236,19 @@ class Monitor:
         return [Alert(newest.to_step, layer.layer, f) for layer in newest.layers for f in layer.findings
                 if f.severity == "alert" and (f.family == "numeric" or not provisional)]
 
-    def _act(self, alert: Alert) -> None:
+    def _act(self, alerts: list[Alert]) -> None:
+        """A callable hears of each alert; "save" and "stop" act once per step."""
         if callable(self.on_alert):
-            self.on_alert(alert)
+            for alert in alerts:
+                self.on_alert(alert)
             return
-        log.warning("ckptscan: ALERT at step %d, layer %d: %s (%s)", alert.step, alert.layer,
-                    alert.finding.message, self.report_path)
+        for alert in alerts:
+            log.warning("ckptscan: ALERT at step %d, layer %d: %s (%s)", alert.step, alert.layer,
+                        alert.finding.message, self.report_path)
         if self.on_alert == "save":
             self.should_save = True
             if self.save is not None:
-                self.save(alert.step)
+                self.save(alerts[0].step)
         elif self.on_alert == "stop":
             self.should_stop = True
 

@@ -130,15 +130,17 @@ def test_stop_and_save_are_requested_at_the_first_alert(tmp_path):
     stopped_at = None
     for step in range(1, 16):
         _nudge(model)
-        if step == 8:
+        if step == 8:  # two non-finite tensors: two alerts, still one save per step
             with torch.no_grad():
                 model.model.layers[1].self_attn.q_proj.weight[0, 0] = float("nan")
+                model.model.layers[0].self_attn.k_proj.weight[0, 0] = float("inf")
         stop.step(step)
         save.step(step)
         if stop.should_stop and stopped_at is None:
             stopped_at = step
     assert stopped_at == 9
     assert saved == [9, 12, 15] and save.should_save  # the NaN stays: each interval alerts
+    assert len(save._alerts()) == 2
     assert stop.report.summary.first_alert_step["numeric"] == 9
 
 
