@@ -80,6 +80,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--probe-tokens", type=int, default=256)
     p.add_argument("--probe-step", type=int, default=0, help="checkpoint step whose router inputs form the probe")
     p.add_argument("--threads", type=int, default=1, help="torch threads; 1 keeps runs bit-reproducible")
+    p.add_argument("--stop-at", type=int, default=None,
+                   help="end after checkpoint N, keeping the schedule of --steps (a prefix of the full run)")
+    p.add_argument("--live-every", type=int, default=0,
+                   help="also run ckptscan.live.Monitor every N steps (0: off); its report is RUN/live/report.json")
     return p.parse_args(argv)
 
 
@@ -179,6 +183,13 @@ def train(args: argparse.Namespace, argv: list[str]) -> dict:
     attention_fault = args.fault in ("attention", "both")
     router_fault = args.fault in ("router", "both")
 
+    monitor = None
+    if args.live_every:
+        from ckptscan.live import Monitor
+
+        # The probe tokens' router inputs, captured at the first monitored step (step 0, as the probe file).
+        monitor = Monitor(model, every=args.live_every, probe=probe_tokens[None], out=os.path.join(args.out, "live"),
+                          config=cfg.to_hf("float32"))
     log_path = os.path.join(args.out, "train_log.jsonl")
     steps_logged, losses_logged = [], []
     t0 = time.time()
@@ -188,7 +199,9 @@ def train(args: argparse.Namespace, argv: list[str]) -> dict:
                 save_checkpoint(model, args, step)
             if step == args.probe_step:
                 save_probe(model, probe_tokens, os.path.join(args.out, "probe.safetensors"))
-            if step == args.steps:
+            if monitor is not None:
+                monitor.step(step)  # the model after `step` updates, as checkpoint-{step}
+            if step == args.steps or step == args.stop_at:
                 break  # the last checkpoint is the model after `steps` updates
             set_attention_fault(model, args, attention_fault and step >= args.attention_fault_start)
             router_fault_on = router_fault and step >= args.router_fault_start
@@ -215,6 +228,8 @@ def train(args: argparse.Namespace, argv: list[str]) -> dict:
                 rec = {"step": step, "loss": finite_or_none(lm_loss.item()),
                        "grad_norm": finite_or_none(grad_norm), "lr": float(f"{lr:.6g}")}
                 log.write(json.dumps(rec) + "\n")
+                if monitor is not None:  # the same loss log as train_log.jsonl
+                    monitor.record(step, rec["loss"], rec["lr"])
                 steps_logged.append(step)
                 losses_logged.append(rec["loss"])
     wall = time.time() - t0
@@ -235,7 +250,7 @@ def train(args: argparse.Namespace, argv: list[str]) -> dict:
     with open(os.path.join(args.out, "run.json"), "w") as fh:
         json.dump(run, fh, indent=2)
         fh.write("\n")
-    print(f"{args.out}: {args.steps} steps in {wall:.0f}s, final loss {losses_logged[-1]}, divergence step {div}")
+    print(f"{args.out}: {step} steps in {wall:.0f}s, final loss {losses_logged[-1]}, divergence step {div}")
     return run
 
 

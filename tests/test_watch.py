@@ -15,7 +15,7 @@ from ckptscan.api import scan_run
 from ckptscan.errors import CkptScanError
 from ckptscan.watch import SeriesCache, Wake, Watcher, watch_run
 
-from live import GUARD_S, Writer
+from writer_process import GUARD_S, Writer
 from run_factory import write_run
 
 STEPS = [0, 100, 200, 300, 400, 500]

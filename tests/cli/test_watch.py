@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from ckptscan.cli import app
 
-from live import GUARD_S, Lines, Writer, environment
+from writer_process import GUARD_S, Lines, Writer, environment
 from run_factory import write_run
 
 STEPS = list(range(0, 1000, 100))
