@@ -56,9 +56,9 @@ class Thresholds:
     cusum_drift: float = 1.0
     cusum_cap: float = 6.0
     cusum_warn: float = 4.8
-    cusum_alert: float = 5.8
+    cusum_alert: float = 5.7
     pooled_cusum_warn: float = 2.5
-    pooled_cusum_alert: float = 4.0
+    pooled_cusum_alert: float = 3.9
     # Warm-up: pairs starting before this step, and at least the first
     # `warmup_pairs` pairs, are not judged (except for non-finite values).
     warmup_steps: int = 0
