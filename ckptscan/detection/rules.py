@@ -297,6 +297,8 @@ def pooled_findings(pairs: list[PairResult], verdicts: list[dict[str, list[Point
             candidates = [(v[monitor.name][index], position) for position, v in enumerate(verdicts)
                           if monitor.name in v and v[monitor.name][index].excess is not None]
             point, position = max(candidates, key=lambda cp: cp[0].excess)
+            if point.excess <= t.cusum_drift:
+                continue  # no layer adds to the sum on this pair: nothing to point at (the alarm began earlier)
             onset = pairs[change_point(sums, index)].to_step
             threshold = t.pooled_cusum_alert if severity == "alert" else t.pooled_cusum_warn
             pairs[index].layers[position].findings.append(Finding(
