@@ -148,8 +148,8 @@ def _pct(x: float | None) -> str:
 
 
 def print_table(outcomes: list[Outcome]) -> None:
-    head = (f"{'run':36s} {'fault':9s} {'onset':>5s} {'div':>5s} {'warn att/rtr':>12s} {'alert att/rtr':>13s} "
-            f"{'verdict':7s} {'ckptscan':>12s} {'loss spike':>12s} {'grad spike':>12s}  effect")
+    head = (f"{'run':36s} {'fault':9s} {'onset':>5s} {'div':>5s} {'warn att/rtr':>12s} "
+            f"{'alert att/rtr':>13s} {'verdict':7s} {'ckptscan':>12s} {'loss spike':>12s} {'grad spike':>12s}  effect")
     print(head)
     print("-" * len(head))
     for o in outcomes:
@@ -157,8 +157,10 @@ def print_table(outcomes: list[Outcome]) -> None:
             if false is not None:
                 return f"FA@{false}"
             return f"{_fmt(alarm)} {_pct(lead(o, alarm))}".strip()
-        effect = "" if not o.effect else (f"logit×{o.effect['logit_ratio']:.2f} Δ2−{o.effect['delta2_drop']:.2f} "
-                                          f"rout−{o.effect['routing_drop']:.2f}" + ("" if o.measurable else " (none)"))
+        effect = ""
+        if o.effect:
+            effect = (f"logit×{o.effect['logit_ratio']:.2f} Δ2−{o.effect['delta2_drop']:.2f} "
+                      f"rout−{o.effect['routing_drop']:.2f}" + ("" if o.measurable else " (none)"))
         print(f"{o.run['name']:36s} {o.run['fault']:9s} {_fmt(o.onset):>5s} {_fmt(o.divergence):>5s} "
               f"{_fmt(o.first_warn.get('attention')) + '/' + _fmt(o.first_warn.get('router')):>12s} "
               f"{_fmt(o.first_alert.get('attention')) + '/' + _fmt(o.first_alert.get('router')):>13s} "

@@ -197,9 +197,13 @@ def track(
         elif worst.excess >= settings.alert_sigma:
             state = "warn"  # a large departure is worth a warning at once; an alert needs it confirmed
         rule, onset = worst.rule, streak[0] if streak else None
+        # A point under warn_sigma still joins the baseline while the CUSUM is positive: the frozen
+        # level (non-drifting monitors) keeps a slow departure visible after the trailing median follows it.
         sequential = "ok"
-        if spec.sequential:
-            sequential = "alert" if sums[i] >= settings.cusum_alert else "warn" if sums[i] >= settings.cusum_warn else "ok"
+        if spec.sequential and sums[i] >= settings.cusum_alert:
+            sequential = "alert"
+        elif spec.sequential and sums[i] >= settings.cusum_warn:
+            sequential = "warn"
         if _RANK[sequential] > _RANK[state]:
             state, rule, onset = sequential, "cusum", change_point(sums, i)
         points.append(Point(
