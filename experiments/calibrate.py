@@ -36,16 +36,20 @@ CALIBRATION = Path(__file__).with_name("calibration.json")
 EULER_GAMMA = 0.5772156649015329
 
 
+def gumbel_quantile(maxima: list[float], rate: float) -> float:
+    """The (1 - rate) quantile of a Gumbel law fitted to `maxima` by moments
+    (scale β = s·√6/π, location μ = mean − γβ)."""
+    beta = statistics.stdev(maxima) * math.sqrt(6) / math.pi
+    mu = statistics.mean(maxima) - EULER_GAMMA * beta
+    return mu - beta * math.log(-math.log(1 - rate))
+
+
 def gumbel_threshold(maxima: list[float], rate: float) -> float:
-    """The (1 - rate) quantile of a Gumbel law fitted to `maxima` by moments,
-    and at least max(maxima)."""
+    """The fitted quantile, and at least max(maxima): no calibration run may alarm."""
     finite = [m for m in maxima if math.isfinite(m)]
     if len(finite) < 2:
         return max(finite, default=0.0)
-    beta = statistics.stdev(finite) * math.sqrt(6) / math.pi
-    mu = statistics.mean(finite) - EULER_GAMMA * beta
-    quantile = mu - beta * math.log(-math.log(1 - rate))
-    return max(quantile, max(finite))
+    return max(gumbel_quantile(finite, rate), max(finite))
 
 
 def healthy_runs(manifest: dict, corpus: Path) -> list[Path]:
