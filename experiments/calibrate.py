@@ -30,7 +30,7 @@ import statistics
 from pathlib import Path
 
 from experiments.baselines import BASELINES, read_log
-from experiments.corpus import DEFAULT_OUT, load_manifest
+from experiments.corpus import DEFAULT_OUT, load_manifest, require_corpus
 
 CALIBRATION = Path(__file__).with_name("calibration.json")
 EULER_GAMMA = 0.5772156649015329
@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warn-rate", type=float, default=0.1, help="the same for warnings")
     p.add_argument("--write", action="store_true", help=f"store the result in {CALIBRATION}")
     args = p.parse_args(argv)
+    require_corpus(args.corpus)
     result = calibrate(args.corpus, args.rate, args.warn_rate)
     print(f"{len(result['healthy_runs'])} healthy calibration runs; alert at {args.rate} and warn at "
           f"{args.warn_rate} false alarms per healthy run-length (Gumbel fit of the per-run maxima)")

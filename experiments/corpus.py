@@ -36,6 +36,15 @@ def load_manifest(path: Path = MANIFEST) -> dict:
         return json.load(fh)
 
 
+def require_corpus(corpus: Path) -> None:
+    """One line and exit 2 when the corpus has not been generated (or only in part)."""
+    missing = [r["name"] for r in load_manifest()["runs"] if not (corpus / r["name"] / "metrics.json").exists()]
+    if missing:
+        print(f"{corpus}: {len(missing)} run(s) of the manifest missing (e.g. {missing[0]}); "
+              f"generate them with `python -m experiments.corpus --out {corpus}`", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def run_flags(manifest: dict, run: dict) -> list[str]:
     """The trainer flags of a run: its recipe's, its seed, then its fault's."""
     return [*manifest["recipes"][run["recipe"]], "--seed", str(run["seed"]), *run["fault_flags"]]

@@ -45,7 +45,7 @@ from pathlib import Path
 from ckptscan.detection.rules import Thresholds
 from experiments.baselines import BASELINES, read_log
 from experiments.calibrate import CALIBRATION
-from experiments.corpus import DEFAULT_OUT, load_manifest
+from experiments.corpus import DEFAULT_OUT, load_manifest, require_corpus
 from experiments.divergence import divergence_step
 from experiments.judge import judge_run, load_report
 
@@ -221,6 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--corpus", type=Path, default=Path(DEFAULT_OUT))
     p.add_argument("--legacy", action="store_true", help="the rules before the change-point statistic")
     args = p.parse_args(argv)
+    require_corpus(args.corpus)
     manifest = load_manifest()
     calibration = json.loads(CALIBRATION.read_text())
     thresholds = dataclasses.replace(Thresholds(), **LEGACY) if args.legacy else Thresholds()
