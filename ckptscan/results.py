@@ -32,7 +32,9 @@ class Finding:
     message: str
     baseline: float | None = None
     threshold: float | None = None
-    rule: str | None = None  # which rule produced it, e.g. "floor", "cross_layer", "trend", "level", "reference"
+    # Which rule produced it, e.g. "nonfinite", "floor", "cross_layer", "trend", "level", "reference",
+    # "cusum" or "pooled_cusum" (for these two, score and threshold are the CUSUM statistic's).
+    rule: str | None = None
     # Series rules: robust sigmas beyond the baseline on the alarm side, and
     # the step of the first pair of the consecutive run that raised the finding.
     score: float | None = None
@@ -53,6 +55,9 @@ class SeriesPoint:
     rule: str | None = None  # "trend" | "level" | "reference": the rule that saw the largest departure
     score: float | None = None  # robust sigmas beyond `expected` on the alarm side
     onset_step: int | None = None  # newer step of the first pair of the current run of departures
+    # The series' CUSUM of departures after this point (robust σ accumulated);
+    # it is judged against report.thresholds' cusum_warn / cusum_alert.
+    cusum: float | None = None
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""A tiny Mixtral: the same modules, parameter names and config as Hugging Face.
+"""A tiny Mixtral (or Qwen3-MoE, or dense Llama): the same modules, parameter
+names and config as Hugging Face.
 
 The point of matching HF exactly is that ckptscan reads these checkpoints with
 the same code path it uses for real Mixtral checkpoints, and that
@@ -7,6 +8,11 @@ transformers' `modeling_mixtral.py` (v4 on-disk layout):
     model.embed_tokens, model.layers.{i}.{input_layernorm, self_attn.{q,k,v,o}_proj,
     post_attention_layernorm, block_sparse_moe.gate, block_sparse_moe.experts.{e}.{w1,w2,w3}},
     model.norm, lm_head
+`arch="qwen3_moe"` follows `modeling_qwen3_moe.py`: per-head RMSNorm on q and k
+before RoPE (self_attn.{q,k}_norm [head_dim]) and the MoE as
+mlp.gate / mlp.experts.{e}.{gate,up,down}_proj with norm_topk_prob.
+`arch="llama"` follows `modeling_llama.py`: a dense mlp.{gate,up,down}_proj.
+The class names stay Mixtral's; the arch only changes modules and names.
 """
 
 from dataclasses import asdict, dataclass
@@ -35,13 +41,25 @@ class MixtralConfig:
     initializer_range: float = 0.02
     router_aux_loss_coef: float = 0.02
     tie_word_embeddings: bool = True
+    arch: str = "mixtral"  # "mixtral" | "qwen3_moe" | "llama" (dense; intermediate_size is the MLP's)
 
     def to_hf(self, torch_dtype: str) -> dict:
-        """config.json as transformers' MixtralConfig would write it."""
+        """config.json as transformers' config class of `arch` would write it."""
+        fields = asdict(self)
+        del fields["arch"]
+        if self.arch == "qwen3_moe":
+            experts = fields.pop("num_local_experts")
+            fields.update(num_experts=experts, moe_intermediate_size=self.intermediate_size, norm_topk_prob=True,
+                          decoder_sparse_step=1, mlp_only_layers=[], attention_bias=False)
+        elif self.arch == "llama":
+            for key in ("num_local_experts", "num_experts_per_tok", "router_aux_loss_coef"):
+                del fields[key]
+            fields.update(attention_bias=False, mlp_bias=False)
+        name = {"mixtral": "Mixtral", "qwen3_moe": "Qwen3Moe", "llama": "Llama"}[self.arch]
         return {
-            "architectures": ["MixtralForCausalLM"],
-            "model_type": "mixtral",
-            **asdict(self),
+            "architectures": [f"{name}ForCausalLM"],
+            "model_type": self.arch,
+            **fields,
             "attention_dropout": 0.0,
             "hidden_act": "silu",
             "bos_token_id": None,
@@ -86,6 +104,10 @@ class MixtralAttention(nn.Module):
         self.k_proj = nn.Linear(d, g * r, bias=False)
         self.v_proj = nn.Linear(d, g * r, bias=False)
         self.o_proj = nn.Linear(h * r, d, bias=False)
+        if cfg.arch == "qwen3_moe":
+            # Qwen3's QK-norm: RMSNorm over each head's dim, one gain [head_dim] shared by the heads.
+            self.q_norm = MixtralRMSNorm(r, cfg.rms_norm_eps)
+            self.k_norm = MixtralRMSNorm(r, cfg.rms_norm_eps)
         # Set by the trainer on the layers that get the flash-attention fault.
         self.d_rounding: DRounding | None = None
 
@@ -96,6 +118,8 @@ class MixtralAttention(nn.Module):
         q = self.q_proj(x).view(b, t, h, r).transpose(1, 2)
         k = self.k_proj(x).view(b, t, g, r).transpose(1, 2)
         v = self.v_proj(x).view(b, t, g, r).transpose(1, 2)
+        if self.cfg.arch == "qwen3_moe":
+            q, k = self.q_norm(q), self.k_norm(k)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         # GQA as in HF repeat_kv: query head i reads KV head i // (h // g).
@@ -116,14 +140,29 @@ class MixtralBlockSparseTop2MLP(nn.Module):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
+class LlamaMLP(nn.Module):
+    """SwiGLU MLP with Llama's names (also a Qwen3-MoE expert)."""
+
+    def __init__(self, cfg: MixtralConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
 class MixtralSparseMoeBlock(nn.Module):
-    """Token-choice top-k: softmax over all experts, keep top-k, renormalise."""
+    """Token-choice top-k: softmax over all experts, keep top-k, renormalise
+    (Mixtral always; Qwen3-MoE with norm_topk_prob, as here)."""
 
     def __init__(self, cfg: MixtralConfig):
         super().__init__()
         self.top_k = cfg.num_experts_per_tok
         self.gate = nn.Linear(cfg.hidden_size, cfg.num_local_experts, bias=False)
-        self.experts = nn.ModuleList(MixtralBlockSparseTop2MLP(cfg) for _ in range(cfg.num_local_experts))
+        expert = LlamaMLP if cfg.arch == "qwen3_moe" else MixtralBlockSparseTop2MLP
+        self.experts = nn.ModuleList(expert(cfg) for _ in range(cfg.num_local_experts))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         shape = x.shape
@@ -143,16 +182,25 @@ class MixtralSparseMoeBlock(nn.Module):
 class MixtralDecoderLayer(nn.Module):
     def __init__(self, cfg: MixtralConfig):
         super().__init__()
+        self.cfg_arch = cfg.arch
         self.input_layernorm = MixtralRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = MixtralAttention(cfg)
         self.post_attention_layernorm = MixtralRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.block_sparse_moe = MixtralSparseMoeBlock(cfg)
+        if cfg.arch == "mixtral":
+            self.block_sparse_moe = MixtralSparseMoeBlock(cfg)
+        else:
+            self.mlp = MixtralSparseMoeBlock(cfg) if cfg.arch == "qwen3_moe" else LlamaMLP(cfg)
 
-    def forward(self, x, cos, sin) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(self, x, cos, sin) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """Residual stream, router logits (None for a dense MLP), router input."""
         x = x + self.self_attn(self.input_layernorm(x), cos, sin)
         router_input = self.post_attention_layernorm(x)
-        moe_out, router_logits = self.block_sparse_moe(router_input)
-        return x + moe_out, router_logits, router_input
+        ffn = self.block_sparse_moe if self.cfg_arch == "mixtral" else self.mlp
+        if isinstance(ffn, MixtralSparseMoeBlock):
+            out, router_logits = ffn(router_input)
+        else:
+            out, router_logits = ffn(router_input), None
+        return x + out, router_logits, router_input
 
 
 class MixtralModel(nn.Module):
@@ -185,7 +233,8 @@ class MixtralForCausalLM(nn.Module):
         router_logits, router_inputs = [], []
         for layer in self.model.layers:
             x, logits, r_in = layer(x, cos, sin)
-            router_logits.append(logits)
+            if logits is not None:
+                router_logits.append(logits)
             router_inputs.append(r_in)
         return self.lm_head(self.model.norm(x)), router_logits, router_inputs
 

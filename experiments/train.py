@@ -41,6 +41,8 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="run directory (created)")
+    p.add_argument("--arch", choices=["mixtral", "qwen3_moe", "llama"], default="mixtral",
+                   help="HF architecture and names: Mixtral MoE, Qwen3-MoE (QK-norm), or dense Llama")
     # model size
     p.add_argument("--hidden-size", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
@@ -49,13 +51,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--head-dim", type=int, default=16)
     p.add_argument("--experts", type=int, default=4)
     p.add_argument("--top-k", type=int, default=2)
-    p.add_argument("--expert-ffn", type=int, default=16, help="intermediate_size of each expert")
+    p.add_argument("--expert-ffn", type=int, default=16, help="intermediate_size of each expert (of the MLP if dense)")
     # optimisation
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine decays to lr * this")
+    p.add_argument("--schedule", choices=["cosine", "constant", "wsd"], default="cosine",
+                   help="after warm-up: cosine decay, constant, or warmup-stable-decay (linear decay at the end)")
+    p.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine and wsd decay to lr * this")
+    p.add_argument("--decay-fraction", type=float, default=0.2, help="wsd: fraction of the steps spent decaying")
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--beta2", type=float, default=0.95)
@@ -88,11 +93,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def lr_at(step: int, args: argparse.Namespace) -> float:
-    """Linear warm-up to args.lr, then cosine decay to args.lr * min_lr_ratio."""
+    """Linear warm-up to args.lr, then the schedule: cosine decay to
+    args.lr * min_lr_ratio, constant, or warmup-stable-decay (constant, then a
+    linear decay to the floor over the last `decay_fraction` of the steps)."""
     if step < args.warmup:
         return args.lr * (step + 1) / args.warmup
-    progress = (step - args.warmup) / max(1, args.steps - args.warmup)
     floor = args.lr * args.min_lr_ratio
+    schedule = getattr(args, "schedule", "cosine")
+    if schedule == "constant":
+        return args.lr
+    if schedule == "wsd":
+        decay_start = args.steps - int(args.decay_fraction * args.steps)
+        if step < decay_start:
+            return args.lr
+        return args.lr - (args.lr - floor) * (step - decay_start) / max(1, args.steps - decay_start)
+    progress = (step - args.warmup) / max(1, args.steps - args.warmup)
     return floor + 0.5 * (args.lr - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
@@ -101,7 +116,7 @@ def build_optimizer(model: MixtralForCausalLM, args: argparse.Namespace) -> torc
     that the router fault can raise their learning rate alone."""
     groups = {"decay": [], "no_decay": [], "router": []}
     for name, p in model.named_parameters():
-        if name.endswith("block_sparse_moe.gate.weight"):
+        if name.endswith(("block_sparse_moe.gate.weight", "mlp.gate.weight")):
             groups["router"].append(p)
         elif p.dim() >= 2:
             groups["decay"].append(p)
@@ -173,8 +188,10 @@ def train(args: argparse.Namespace, argv: list[str]) -> dict:
         hidden_size=args.hidden_size, intermediate_size=args.expert_ffn, num_hidden_layers=args.layers,
         num_attention_heads=args.heads, num_key_value_heads=args.kv_heads, head_dim=args.head_dim,
         num_local_experts=args.experts, num_experts_per_tok=args.top_k, max_position_embeddings=args.seq_len,
-        router_aux_loss_coef=args.aux_loss_coef,
+        router_aux_loss_coef=args.aux_loss_coef, arch=args.arch,
     )
+    if args.arch == "llama" and args.fault in ("router", "both"):
+        raise SystemExit("a dense model has no router to fault")
     model = MixtralForCausalLM(cfg)
     opt = build_optimizer(model, args)
     corpus = load_stdlib_corpus(args.data_bytes)
@@ -197,7 +214,7 @@ def train(args: argparse.Namespace, argv: list[str]) -> dict:
         for step in range(args.steps + 1):
             if step % args.save_every == 0:
                 save_checkpoint(model, args, step)
-            if step == args.probe_step:
+            if step == args.probe_step and args.arch != "llama":
                 save_probe(model, probe_tokens, os.path.join(args.out, "probe.safetensors"))
             if monitor is not None:
                 monitor.step(step)  # the model after `step` updates, as checkpoint-{step}
@@ -215,7 +232,7 @@ def train(args: argparse.Namespace, argv: list[str]) -> dict:
             logits, router_logits, _ = model(x)
             lm_loss = torch.nn.functional.cross_entropy(logits.view(-1, cfg.vocab_size), y.reshape(-1))
             loss = lm_loss
-            if aux_coef > 0:
+            if aux_coef > 0 and router_logits:
                 aux = load_balancing_loss(router_logits, cfg.num_local_experts, cfg.num_experts_per_tok)
                 loss = loss + aux_coef * aux
             opt.zero_grad(set_to_none=True)

@@ -9,7 +9,11 @@ the same report (findings are rebuilt from the metrics each time).
   floor is an alert whatever the history.
 - series (`detection/series.py`): over a run, each (layer, monitor) series is
   judged against its own robust healthy baseline, and optionally against a
-  known-healthy reference run (`detection/reference.py`).
+  known-healthy reference run (`detection/reference.py`); its departures
+  also feed a one-sided CUSUM (`detection/changepoint.py`, rule "cusum").
+- pooled: a fault that acts on every layer moves each layer a little; the
+  per-layer departures of one monitor, summed over layers and divided by
+  √(layers), feed a CUSUM of their own (rule "pooled_cusum").
 - cross_layer: for a single pair (`diff`), or before a run has a baseline, a
   layer far below the model's other layers.
 - precision (`detection/numerics.py`): an update mostly below the stored
@@ -25,6 +29,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 
 from ckptscan.detection.catalog import BY_NAME, MONITORS, Monitor
+from ckptscan.detection.changepoint import Cusum, change_point
 from ckptscan.detection.numerics import precision_findings
 from ckptscan.detection.reference import Reference
 from ckptscan.detection.series import Point, SeriesSettings, first_judged, robust_center_scale, track
@@ -42,6 +47,18 @@ class Thresholds:
     warn_sigma: float = 4.0
     alert_sigma: float = 6.0
     consecutive: int = 2
+    # Sequential rule (CUSUM of each series' departures, robust sigmas): each
+    # pair adds min(departure, cusum_cap) − cusum_drift, the sum floored at 0;
+    # warn/alert when it reaches cusum_warn/cusum_alert. pooled_cusum_*: the
+    # same on the departures of one monitor summed over layers / √layers.
+    # Calibrated on healthy runs to ≤ 1 alert (10 warnings) per 100 healthy
+    # run-lengths: experiments/calibrate.py, README "Calibration".
+    cusum_drift: float = 1.0
+    cusum_cap: float = 6.0
+    cusum_warn: float = 4.8
+    cusum_alert: float = 5.7
+    pooled_cusum_warn: float = 2.5
+    pooled_cusum_alert: float = 3.9
     # Warm-up: pairs starting before this step, and at least the first
     # `warmup_pairs` pairs, are not judged (except for non-finite values).
     warmup_steps: int = 0
@@ -65,7 +82,7 @@ class Thresholds:
     # against the other layers of the same pair (one-sided, low side).
     cross_layer_z_warn: float = 4.0
     cross_layer_z_alert: float = 6.0
-    cross_layer_min_layers: int = 4
+    cross_layer_min_layers: int = 8
     # A MAD below this (normalised-entropy units) is treated as this: layers
     # that agree to 3 decimals should not turn rounding noise into alarms.
     cross_layer_min_scale: float = 0.01
@@ -87,6 +104,10 @@ class Thresholds:
                             f"(got {self.min_baseline_pairs}, {self.baseline_pairs})")
         if self.warmup_steps < 0 or self.warmup_pairs < 0 or self.reference_pairs < 1 or self.loss_window < 1:
             problems.append("warmup_steps and warmup_pairs must be ≥ 0, reference_pairs and loss_window ≥ 1")
+        if not (self.cusum_drift >= 0 and self.cusum_cap > self.cusum_drift
+                and 0 < self.cusum_warn <= self.cusum_alert and 0 < self.pooled_cusum_warn <= self.pooled_cusum_alert):
+            problems.append("need cusum_drift ≥ 0, cusum_cap > cusum_drift, 0 < cusum_warn ≤ cusum_alert and "
+                            "0 < pooled_cusum_warn ≤ pooled_cusum_alert")
         if self.reference_scale_factor < 1:
             problems.append(f"reference_scale_factor must be ≥ 1 (got {self.reference_scale_factor})")
         unknown = sorted(set(self.disabled_monitors) - set(BY_NAME))
@@ -106,7 +127,8 @@ class Thresholds:
 
     def series_settings(self, start: int) -> SeriesSettings:
         return SeriesSettings(self.warn_sigma, self.alert_sigma, self.consecutive, self.baseline_pairs,
-                              self.min_baseline_pairs, start)
+                              self.min_baseline_pairs, start, self.cusum_drift, self.cusum_cap, self.cusum_warn,
+                              self.cusum_alert)
 
 
 def assess_report(
@@ -213,6 +235,7 @@ def series_findings(report: ScanReport, t: Thresholds, start: int, reference: Re
     steps = [float(p.to_step) if p.to_step is not None else float(i) for i, p in enumerate(pairs)]
     settings = t.series_settings(start)
     baselines: dict[int, dict[str, tuple[float | None, float | None]]] = {}
+    every_layer: list[dict[str, list[Point]]] = []
     for position in range(len(pairs[0].layers) if pairs else 0):
         layers = [pair.layers[position] for pair in pairs]
         verdicts: dict[str, list[Point]] = {}
@@ -227,8 +250,9 @@ def series_findings(report: ScanReport, t: Thresholds, start: int, reference: Re
                 expected = reference.expectations(layers[0].layer, monitor, steps, t.reference_pairs,
                                                   t.reference_scale_factor)
             verdicts[monitor.name] = track(steps, values, monitor.spec, settings, expected)
+        every_layer.append(verdicts)
         for index, layer in enumerate(layers):
-            layer.findings.extend(_point_findings(index, verdicts, pairs))
+            layer.findings.extend(_point_findings(index, verdicts, pairs, t))
             layer.judgements = {name: _judgement(points[index], pairs)
                                 for name, points in verdicts.items() if points[index].state != "missing"}
         newest = {}
@@ -237,10 +261,67 @@ def series_findings(report: ScanReport, t: Thresholds, start: int, reference: Re
             if last is not None:
                 newest[name] = (last.value, last.expected)
         baselines[layers[0].layer] = newest
+    pooled_findings(pairs, every_layer, t)
     return baselines
 
 
-def _point_findings(index: int, verdicts: dict[str, list[Point]], pairs: list[PairResult]) -> list[Finding]:
+def pooled_departures(verdicts: list[dict[str, list[Point]]], monitor: str, cap: float) -> list[float | None]:
+    """Per pair: the departures (robust sigmas, each capped to ±cap) of `monitor`
+    summed over the layers judged on that pair, divided by √(their number).
+    For a shift δ on every one of L layers it grows as δ·√L; for independent
+    healthy noise it stays a standard unit."""
+    series = [v[monitor] for v in verdicts if monitor in v]
+    if not series:
+        return []
+    out: list[float | None] = []
+    for index in range(len(series[0])):
+        values = [max(-cap, min(cap, s[index].excess)) for s in series if s[index].excess is not None]
+        out.append(sum(values) / len(values) ** 0.5 if values else None)
+    return out
+
+
+def pooled_findings(pairs: list[PairResult], verdicts: list[dict[str, list[Point]]], t: Thresholds) -> None:
+    """The pooled CUSUM of each monitor over layers; a finding goes to the layer
+    departing most on the pair (the statistic is the model's, the layer a pointer)."""
+    if len(verdicts) < 2:
+        return  # one layer: the per-layer CUSUM already is the pooled one
+    cusum = Cusum(t.cusum_drift, t.cusum_cap)
+    for monitor in MONITORS:
+        if monitor.alone != "alert" or not monitor.spec.sequential:
+            continue  # pooled over layers: the specific monitors only (the others drift together in healthy runs)
+        zs = pooled_departures(verdicts, monitor.name, t.cusum_cap)
+        if not zs:
+            continue
+        sums = cusum.run(zs)
+        for index, c in enumerate(sums):
+            if c is None or c < t.pooled_cusum_warn:
+                continue
+            severity = "alert" if c >= t.pooled_cusum_alert else "warn"
+            candidates = [(v[monitor.name][index], position) for position, v in enumerate(verdicts)
+                          if monitor.name in v and v[monitor.name][index].excess is not None]
+            point, position = max(candidates, key=lambda cp: cp[0].excess)
+            if point.excess <= t.cusum_drift:
+                continue  # no layer adds to the sum on this pair: nothing to point at (the alarm began earlier)
+            onset = pairs[change_point(sums, index)].to_step
+            threshold = t.pooled_cusum_alert if severity == "alert" else t.pooled_cusum_warn
+            pairs[index].layers[position].findings.append(Finding(
+                monitor=monitor.name,
+                family=monitor.family,
+                severity=severity,
+                value=point.value,
+                message=f"{monitor.label}: CUSUM of the departures pooled over {len(candidates)} layers is {c:.1f} "
+                        f"(≥ {threshold:g}; drift {t.cusum_drift:g} σ per pair) since step {onset}; "
+                        f"this layer departs most ({point.excess:.1f} σ)",
+                baseline=point.expected,
+                threshold=threshold,
+                rule="pooled_cusum",
+                score=c,
+                onset_step=onset,
+            ))
+
+
+def _point_findings(index: int, verdicts: dict[str, list[Point]], pairs: list[PairResult], t: Thresholds
+                    ) -> list[Finding]:
     """Findings of one layer at one pair; a monitor that may not alert alone
     needs a specific monitor of its family at ≥ warn on the same pair."""
     elevated = {
@@ -258,17 +339,20 @@ def _point_findings(index: int, verdicts: dict[str, list[Point]], pairs: list[Pa
         corroborated = monitor.alone == "alert" or monitor.family in elevated
         if severity == "alert" and not corroborated:
             severity = "warn"
-        findings.append(_series_finding(monitor, point, severity, pairs))
+        findings.append(_series_finding(monitor, point, severity, pairs, t))
     return findings
 
 
 def _judgement(point: Point, pairs: list[PairResult]) -> SeriesPoint:
     return SeriesPoint(point.state, point.value, point.expected, point.warn_at, point.alert_at, point.rule,
-                       point.excess, pairs[point.onset].to_step if point.onset is not None else None)
+                       point.excess, pairs[point.onset].to_step if point.onset is not None else None,
+                       point.cusum)
 
 
-def _series_finding(monitor: Monitor, point: Point, severity: str, pairs: list[PairResult]) -> Finding:
+def _series_finding(monitor: Monitor, point: Point, severity: str, pairs: list[PairResult], t: Thresholds) -> Finding:
     onset = pairs[point.onset].to_step if point.onset is not None else None
+    if point.rule == "cusum":
+        return _cusum_finding(monitor, point, severity, onset, t)
     side = "below" if point.warn_at is not None and point.warn_at < point.expected else "above"
     what = {"trend": "its recent healthy trend", "level": "its post-warm-up level",
             "reference": "the reference run"}[point.rule or "trend"]
@@ -286,6 +370,28 @@ def _series_finding(monitor: Monitor, point: Point, severity: str, pairs: list[P
         threshold=point.alert_at if severity == "alert" else point.warn_at,
         rule=point.rule,
         score=point.excess,
+        onset_step=onset,
+    )
+
+
+def _cusum_finding(monitor: Monitor, point: Point, severity: str, onset: int | None, t: Thresholds) -> Finding:
+    """A finding of the sequential rule: `score` is the CUSUM statistic and
+    `threshold` the level it reached (both in accumulated robust sigmas)."""
+    threshold = t.cusum_alert if point.state == "alert" else t.cusum_warn
+    capped = " (not corroborated by a specific monitor: warn only)" if severity == "warn" and point.state == "alert" \
+        else ""
+    return Finding(
+        monitor=monitor.name,
+        family=monitor.family,
+        severity=severity,
+        value=point.value,
+        message=f"{monitor.label} {point.value:.3g}: CUSUM of its departures from the healthy baseline "
+                f"({point.expected:.3g}) is {point.cusum:.1f} (≥ {threshold:g}; drift {t.cusum_drift:g} σ per pair)"
+                f"{f' since step {onset}' if onset is not None else ''}{capped}",
+        baseline=point.expected,
+        threshold=threshold,
+        rule="cusum",
+        score=point.cusum,
         onset_step=onset,
     )
 

@@ -22,6 +22,14 @@ lies), the largest over the rules. A warning needs `consecutive` points in a
 row at ≥ `warn_sigma`, or one point at ≥ `alert_sigma`; an alert needs
 `consecutive` points in a row at ≥ `alert_sigma`. A point at ≥ `warn_sigma`
 is never accepted into the baseline: a fault must not teach the baseline.
+
+Sequential rule (`detection/changepoint.py`): the excesses also feed a
+one-sided CUSUM, C_i = max(0, C_{i-1} + min(excess_i, cap) - drift), which
+accumulates a small persistent departure that never reaches `warn_sigma`
+on any single point. C ≥ `cusum_warn` is a warning and C ≥ `cusum_alert` an
+alert (rule "cusum"); its onset is the change-point estimate, the point where
+C last left 0. The thresholds are set from healthy runs to a stated
+false-alarm rate (experiments/calibrate.py).
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ import math
 import statistics
 from dataclasses import dataclass
 from typing import Sequence
+
+from ckptscan.detection.changepoint import Cusum, change_point
 
 # MAD -> standard deviation for normal data.
 MAD_TO_SIGMA = 1.4826
@@ -47,6 +57,7 @@ class SeriesSpec:
     min_scale: float  # smallest sigma (in judged units): the resolution below which changes do not matter
     follow_trend: bool = False  # healthy runs drift: extrapolate the drift (toward the alarm side only)
     log: bool = False  # judge log(value): a positive, scale-dependent metric
+    sequential: bool = True  # also judged by the CUSUM (off for a monitor that creeps in healthy runs)
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,11 @@ class SeriesSettings:
     window: int = 8  # healthy points in a baseline
     min_points: int = 5  # fewer healthy points than this: the self-baseline is not judged yet
     start: int = 0  # index of the first point after warm-up
+    # CUSUM of the excesses (robust sigmas): drift k, per-point cap, thresholds h.
+    cusum_drift: float = 1.0
+    cusum_cap: float = 6.0
+    cusum_warn: float = math.inf
+    cusum_alert: float = math.inf
 
 
 @dataclass(frozen=True)
@@ -79,6 +95,7 @@ class Point:
     warn_at: float | None = None  # value at which the point reaches warn_sigma
     alert_at: float | None = None
     onset: int | None = None  # index where the current run of departures began
+    cusum: float | None = None  # the CUSUM statistic after this point (robust sigmas accumulated)
 
 
 @dataclass
@@ -138,9 +155,12 @@ def track(
     judged: list[float] = []  # judged (possibly log) values by index; nan = missing
     excess: dict[int, float] = {}
     streak: list[int] = []  # indices of the current run of points at ≥ warn_sigma
+    cusum = Cusum(settings.cusum_drift, settings.cusum_cap)
+    sums: list[float | None] = []  # C by index (None where not judged)
     for i, (step, raw) in enumerate(zip(steps, values)):
         y = judged_value(raw, spec.log)
         judged.append(y)
+        sums.append(None)
         if math.isnan(y):
             points.append(Point("missing", raw))
             continue
@@ -163,6 +183,8 @@ def track(
             judgements.append(_judge(y, external.center, external.scale, "reference", spec.bad))
         worst = max(judgements, key=lambda j: j.excess)
         excess[i] = worst.excess
+        previous = next((c for c in reversed(sums) if c is not None), 0.0)
+        sums[i] = cusum.step(previous, worst.excess)
         if worst.excess >= settings.warn_sigma:
             streak.append(i)
         else:
@@ -174,17 +196,31 @@ def track(
             state = "alert" if all(excess[j] >= settings.alert_sigma for j in recent) else "warn"
         elif worst.excess >= settings.alert_sigma:
             state = "warn"  # a large departure is worth a warning at once; an alert needs it confirmed
+        rule, onset = worst.rule, streak[0] if streak else None
+        # A point under warn_sigma still joins the baseline while the CUSUM is positive: the frozen
+        # level (non-drifting monitors) keeps a slow departure visible after the trailing median follows it.
+        sequential = "ok"
+        if spec.sequential and sums[i] >= settings.cusum_alert:
+            sequential = "alert"
+        elif spec.sequential and sums[i] >= settings.cusum_warn:
+            sequential = "warn"
+        if _RANK[sequential] > _RANK[state]:
+            state, rule, onset = sequential, "cusum", change_point(sums, i)
         points.append(Point(
             state=state,
             value=raw,
             expected=_unjudged(worst.center, spec.log),
             excess=worst.excess,
-            rule=worst.rule,
+            rule=rule,
             warn_at=_unjudged(worst.center + worst.side * settings.warn_sigma * worst.scale, spec.log),
             alert_at=_unjudged(worst.center + worst.side * settings.alert_sigma * worst.scale, spec.log),
-            onset=streak[0] if streak else None,
+            onset=onset,
+            cusum=sums[i] if spec.sequential else None,
         ))
     return points
+
+
+_RANK = {"ok": 0, "warn": 1, "alert": 2}
 
 
 def _noise(values: list[float], min_scale: float) -> float:

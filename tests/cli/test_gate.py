@@ -10,7 +10,8 @@ from run_factory import write_run
 
 runner = CliRunner()
 # Alerts become impossible, warnings stay: a run whose verdict is "warn".
-ONLY_WARN = ["--set", "alert_sigma=1000", "--set", "delta2_entropy_norm_floor=0"]
+ONLY_WARN = ["--set", "alert_sigma=1000", "--set", "cusum_alert=1000", "--set", "pooled_cusum_alert=1000",
+             "--set", "delta2_entropy_norm_floor=0"]
 
 
 @pytest.fixture(scope="module")

@@ -96,6 +96,7 @@ def test_markdown_escapes_pipes(runs, tmp_path):
 def test_config_file_is_read_and_flags_override_it(runs, tmp_path, monkeypatch):
     (tmp_path / ".git").mkdir()
     (tmp_path / "pyproject.toml").write_text('[tool.ckptscan]\nalert_sigma = 1000.0\ndelta2_entropy_norm_floor = 0.0\n'
+                                             'cusum_alert = 1000.0\npooled_cusum_alert = 1000.0\n'
                                              'fail_on = "warn"\n')
     monkeypatch.chdir(tmp_path)
     result = invoke(runs["collapse"], "--format", "json")

@@ -43,8 +43,9 @@ def test_each_judged_point_records_its_expectation_and_levels(metrics):
 
 
 def test_thresholds_change_the_verdict_not_the_metrics(metrics):
-    strict, lax = judge(metrics, Thresholds()), judge(metrics, Thresholds(warn_sigma=50, alert_sigma=60,
-                                                                           delta2_entropy_norm_floor=0.0))
+    lax_thresholds = Thresholds(warn_sigma=50, alert_sigma=60, delta2_entropy_norm_floor=0.0, cusum_warn=500,
+                                cusum_alert=600, pooled_cusum_warn=500, pooled_cusum_alert=600)
+    strict, lax = judge(metrics, Thresholds()), judge(metrics, lax_thresholds)
     assert strict.summary.status == "alert" and lax.summary.status != "alert"
     assert [p.layers[1].attention for p in strict.pairs] == [p.layers[1].attention for p in lax.pairs]
 

@@ -32,13 +32,18 @@ def test_attention_collapse_names_the_attention_family_and_rollback():
     assess_report(report, Thresholds(), loss_divergence_step=2300)
     s = report.summary
     assert s.status == "alert" and s.first_family == "attention"
-    assert s.first_alert_step == {"attention": 1700, "router": None, "numeric": None}
+    # The first departing pair already alerts: layer 1's capped 6 σ departure, pooled over the two
+    # layers (6/√2 − 1 drift), on top of what the noise had left in the pooled CUSUM, crosses 3.9.
+    # The consecutive-pairs rule confirms one pair later.
+    assert s.first_alert_step == {"attention": 1600, "router": None, "numeric": None}
     assert s.first_alert_onset_step == 1600  # the pair 1500 -> 1600 departed first
     assert s.rollback_candidate.step == 1500 and s.rollback_candidate.path == "run/checkpoint-1500"
-    assert s.lead_steps == 2300 - 1700
+    assert s.lead_steps == 2300 - 1600
     assert s.flagged_layers == [1]
     layer1 = s.layers[1]
-    assert (layer1.first_alert_step, layer1.first_alert_family) == (1700, "attention")
+    assert (layer1.first_alert_step, layer1.first_alert_family) == (1600, "attention")
+    first = next(f for step, layer, f in alerts(report) if step == 1600)
+    assert first.rule == "pooled_cusum" and first.score >= first.threshold == Thresholds().pooled_cusum_alert
     assert layer1.current["delta2_entropy_norm"] == pytest.approx(report.pairs[-1].layers[1].attention
                                                                    .delta2_entropy_norm)
     assert layer1.baseline["delta2_entropy_norm"] == pytest.approx(0.55, abs=0.02)
@@ -56,8 +61,10 @@ def test_router_collapse_names_the_router_family_even_when_attention_follows():
     assess_report(report, Thresholds())
     s = report.summary
     assert s.first_family == "router"
-    assert s.first_alert_step["router"] == 1400
-    assert s.first_alert_step["attention"] == 2200
+    # Both layers depart together on the first pair: their pooled CUSUM alerts at once (rule
+    # "pooled_cusum"); a single layer would need the consecutive pair.
+    assert s.first_alert_step["router"] == 1300
+    assert s.first_alert_step["attention"] == 2100
 
 
 def test_a_secondary_monitor_alone_only_warns():

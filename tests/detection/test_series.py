@@ -175,3 +175,35 @@ def test_robust_helpers_against_brute_force():
 ])
 def test_first_judged(from_steps, pairs, steps, expected):
     assert first_judged(from_steps, pairs, steps) == expected
+
+
+CUSUM = SeriesSettings(warn_sigma=4.0, alert_sigma=6.0, consecutive=2, window=8, min_points=5, start=2,
+                       cusum_drift=1.0, cusum_cap=6.0, cusum_warn=4.8, cusum_alert=5.7)
+
+
+def test_cusum_catches_a_persistent_shift_that_no_single_point_makes_a_warning():
+    # Flat at 0.55 (noise below the resolution, so sigma is min_scale inflated for few points), then
+    # 0.03 lower for good: about 2.5 robust σ a point, under the 4 σ single-point warning.
+    values = [0.55] * 20 + [0.52] * 10
+    points = track(range(30), values, LOW, CUSUM)
+    assert all(p.excess is None or p.excess < CUSUM.warn_sigma for p in points)
+    alert = first(points, "alert")
+    assert alert is not None and alert <= 24
+    assert points[alert].rule == "cusum" and points[alert].cusum >= CUSUM.cusum_alert
+    assert points[alert].onset == 20  # the change-point estimate: where the shift began
+    # Without the sequential rule the same series is quiet.
+    assert set(states(track(range(30), values, LOW, SETTINGS))) <= {"warmup", "baseline", "ok"}
+
+
+def test_cusum_stays_at_zero_on_a_noisy_healthy_series():
+    values = noisy([0.55] * 60, 0.01, seed=7)
+    points = track(range(60), values, LOW, CUSUM)
+    assert "alert" not in states(points)
+    assert max(p.cusum for p in points if p.cusum is not None) < CUSUM.cusum_warn
+
+
+def test_a_monitor_can_opt_out_of_the_cusum():
+    values = [0.55] * 20 + [0.52] * 10
+    spec = SeriesSpec("low", min_scale=0.01, sequential=False)
+    points = track(range(30), values, spec, CUSUM)
+    assert "alert" not in states(points) and all(p.cusum is None for p in points)

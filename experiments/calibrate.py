@@ -1,0 +1,105 @@
+"""Set every detector's alarm threshold from the healthy calibration runs.
+
+    python -m experiments.calibrate [--corpus corpus] [--rate 0.01] [--write]
+
+The target is a false-alarm rate: at most `rate` false alarms per healthy
+run-length (3000 steps, 30 checkpoint pairs here). A detector raises an alarm
+when its statistic crosses a threshold, so a healthy run raises one exactly
+when the run's maximum statistic crosses it. With n healthy runs the
+empirical maxima can only resolve rates down to 1/n, so the tail is
+extrapolated: the maxima are fitted with a Gumbel law (the limit law of
+maxima of light-tailed sequences; method of moments), and the threshold is
+its (1 - rate) quantile, never below the largest maximum seen (no
+calibration run may alarm). The same procedure sets ckptscan's change-point
+thresholds and the two baselines', so they are compared at one rate.
+
+Warnings use the same procedure at `warn_rate` (default 0.1).
+
+Only runs of the calibration split are read. `--write` stores the result in
+experiments/calibration.json, which experiments.evaluate reads; ckptscan's
+own defaults (ckptscan/detection/rules.py `Thresholds`) were set from this
+output by hand, and the test in tests/detection pins that they agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from pathlib import Path
+
+from experiments.baselines import BASELINES, read_log
+from experiments.corpus import DEFAULT_OUT, load_manifest, require_corpus
+
+CALIBRATION = Path(__file__).with_name("calibration.json")
+EULER_GAMMA = 0.5772156649015329
+
+
+def gumbel_quantile(maxima: list[float], rate: float) -> float:
+    """The (1 - rate) quantile of a Gumbel law fitted to `maxima` by moments
+    (scale β = s·√6/π, location μ = mean − γβ)."""
+    beta = statistics.stdev(maxima) * math.sqrt(6) / math.pi
+    mu = statistics.mean(maxima) - EULER_GAMMA * beta
+    return mu - beta * math.log(-math.log(1 - rate))
+
+
+def gumbel_threshold(maxima: list[float], rate: float) -> float:
+    """The fitted quantile, and at least max(maxima): no calibration run may alarm."""
+    finite = [m for m in maxima if math.isfinite(m)]
+    if len(finite) < 2:
+        return max(finite, default=0.0)
+    return max(gumbel_quantile(finite, rate), max(finite))
+
+
+def healthy_runs(manifest: dict, corpus: Path) -> list[Path]:
+    return [corpus / r["name"] for r in manifest["runs"] if r["split"] == "calibration" and r["fault"] == "none"]
+
+
+def baseline_maxima(runs: list[Path]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for run in runs:
+        log = read_log(run)
+        for detector in BASELINES:
+            scores = detector.scores(log["step"], log[detector.field])
+            out.setdefault(detector.name, []).append(max((z for _, z in scores), default=-math.inf))
+    return out
+
+
+def calibrate(corpus: Path, rate: float, warn_rate: float) -> dict:
+    from experiments.judge import changepoint_maxima  # ckptscan's statistics, re-judged from metrics.json
+
+    manifest = load_manifest()
+    runs = healthy_runs(manifest, corpus)
+    result: dict = {"rate": rate, "warn_rate": warn_rate, "healthy_runs": [r.name for r in runs], "thresholds": {}}
+    maxima = {**baseline_maxima(runs), **changepoint_maxima(runs)}
+    for name, values in sorted(maxima.items()):
+        result["thresholds"][name] = {
+            "alert": round(gumbel_threshold(values, rate), 3),
+            "warn": round(gumbel_threshold(values, warn_rate), 3),
+            "healthy_maxima": [round(v, 3) for v in values],
+        }
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", type=Path, default=Path(DEFAULT_OUT))
+    p.add_argument("--rate", type=float, default=0.01, help="false alarms per healthy run-length (alerts)")
+    p.add_argument("--warn-rate", type=float, default=0.1, help="the same for warnings")
+    p.add_argument("--write", action="store_true", help=f"store the result in {CALIBRATION}")
+    args = p.parse_args(argv)
+    require_corpus(args.corpus)
+    result = calibrate(args.corpus, args.rate, args.warn_rate)
+    print(f"{len(result['healthy_runs'])} healthy calibration runs; alert at {args.rate} and warn at "
+          f"{args.warn_rate} false alarms per healthy run-length (Gumbel fit of the per-run maxima)")
+    for name, t in result["thresholds"].items():
+        print(f"  {name:34s} alert ≥ {t['alert']:8.3f}  warn ≥ {t['warn']:8.3f}  "
+              f"healthy max {max(t['healthy_maxima']):8.3f}")
+    if args.write:
+        CALIBRATION.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"written: {CALIBRATION}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Generate the calibration / held-out corpus fixed by experiments/corpus_manifest.json.
+
+    python -m experiments.corpus                 # every run, two at a time, into corpus/
+    python -m experiments.corpus --out DIR --jobs 2 --only NAME ...
+
+Each run is `python -m experiments.train --out DIR/NAME <recipe flags> <fault
+flags>` in its own process on one thread (bit-reproducible for one Python and
+torch). A run whose run.json records the same command is complete and is
+skipped, so an interrupted generation resumes where it stopped. After
+training, the run's checkpoint metrics are computed once (`ckptscan.scan_run`)
+and stored as DIR/NAME/metrics.json, so evaluation and calibration can re-judge
+the runs with other thresholds in seconds.
+
+The manifest fixes every run's recipe, its healthy twin (same seed and
+recipe, no fault) and its split: rules are tuned on "calibration" only;
+"heldout" is for the final figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+MANIFEST = Path(__file__).with_name("corpus_manifest.json")
+DEFAULT_OUT = "corpus"
+
+
+def load_manifest(path: Path = MANIFEST) -> dict:
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def require_corpus(corpus: Path) -> None:
+    """One line and exit 2 when the corpus has not been generated (or only in part)."""
+    missing = [r["name"] for r in load_manifest()["runs"] if not (corpus / r["name"] / "metrics.json").exists()]
+    if missing:
+        print(f"{corpus}: {len(missing)} run(s) of the manifest missing (e.g. {missing[0]}); "
+              f"generate them with `python -m experiments.corpus --out {corpus}`", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def run_flags(manifest: dict, run: dict) -> list[str]:
+    """The trainer flags of a run: its recipe's, its seed, then its fault's."""
+    return [*manifest["recipes"][run["recipe"]], "--seed", str(run["seed"]), *run["fault_flags"]]
+
+
+def is_complete(out: Path, flags: list[str]) -> bool:
+    try:
+        with open(out / "run.json") as fh:
+            done = json.load(fh)
+    except (OSError, ValueError):
+        return False
+    return done.get("command", "").endswith(" ".join(flags)) and (out / "metrics.json").exists()
+
+
+def cost(flags: list[str]) -> float:
+    """Relative training time of a run: layers x hidden size (the trainer's defaults otherwise)."""
+    def flag(name: str, default: int) -> int:
+        return int(flags[flags.index(name) + 1]) if name in flags else default
+    return flag("--layers", 2) * flag("--hidden-size", 64) * flag("--steps", 3000)
+
+
+def generate(name: str, flags: list[str], out: Path) -> tuple[str, float, str]:
+    t0 = time.time()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "experiments.train", "--out", str(out), "--threads", "1", *flags]
+    train = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if train.returncode != 0:
+        return name, time.time() - t0, "train failed: " + train.stderr.strip().splitlines()[-1]
+    metrics = subprocess.run([sys.executable, "-m", "experiments.metrics", str(out)], capture_output=True,
+                             text=True, env=env)
+    if metrics.returncode != 0:
+        return name, time.time() - t0, "metrics failed: " + metrics.stderr.strip().splitlines()[-1]
+    return name, time.time() - t0, train.stdout.strip().splitlines()[-1]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=DEFAULT_OUT, help="corpus directory (default: corpus/, git-ignored)")
+    p.add_argument("--jobs", type=int, default=2, help="runs trained at once, one thread each")
+    p.add_argument("--only", nargs="*", help="generate only these runs")
+    p.add_argument("--split", choices=["calibration", "heldout"], help="generate only this split")
+    p.add_argument("--manifest", type=Path, default=MANIFEST)
+    args = p.parse_args(argv)
+    manifest = load_manifest(args.manifest)
+    todo = []
+    for run in manifest["runs"]:
+        if args.only and run["name"] not in args.only or args.split and run["split"] != args.split:
+            continue
+        flags = run_flags(manifest, run)
+        out = Path(args.out) / run["name"]
+        if is_complete(out, flags):
+            continue
+        todo.append((run["name"], flags, out))
+    # Longest first, so that two jobs finish together rather than one waiting on a late 4-layer run.
+    todo.sort(key=lambda job: -cost(job[1]))
+    print(f"{len(todo)} run(s) to generate into {args.out}/ with {args.jobs} job(s)", flush=True)
+    t0 = time.time()
+    failed = 0
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for name, seconds, line in pool.map(lambda job: generate(*job), todo):
+            failed += "failed" in line
+            print(f"[{time.time() - t0:6.0f}s] {name} ({seconds:.0f}s): {line}", flush=True)
+    print(f"done in {time.time() - t0:.0f}s, {failed} failed")
+    raise SystemExit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Judge a corpus run again from its stored metrics (RUN/metrics.json).
+
+`judge_run` rebuilds ckptscan's trend report and runs ckptscan's rules on it
+with the thresholds under test: the same `assess_report` call that
+`ckptscan.scan_run` ends with, with the same warm-up (the loss log's LR
+warm-up end), so the verdict is what `ckptscan trend RUN` would print with
+those thresholds. `changepoint_maxima` gives, per healthy run, the largest
+CUSUM statistics that calibration needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+from ckptscan.detection.catalog import MONITORS
+from ckptscan.detection.changepoint import Cusum
+from ckptscan.detection.rules import Thresholds, assess_report, first_judged_pair, pooled_departures
+from ckptscan.detection.series import track
+from ckptscan.results import ScanReport, from_dict
+
+
+def load_report(run_dir: Path) -> ScanReport:
+    with open(run_dir / "metrics.json") as fh:
+        data = json.load(fh)
+    return from_dict(ScanReport, data)
+
+
+def effective_thresholds(report: ScanReport, thresholds: Thresholds) -> Thresholds:
+    """As scan_run does: judging starts after the learning-rate warm-up at the earliest."""
+    warmup = report.settings.get("lr_warmup_end_step")
+    if warmup is not None and warmup > thresholds.warmup_steps:
+        return dataclasses.replace(thresholds, warmup_steps=warmup)
+    return thresholds
+
+
+def judge_run(run_dir: Path, thresholds: Thresholds, divergence: int | None) -> ScanReport:
+    report = load_report(run_dir)
+    assess_report(report, effective_thresholds(report, thresholds), None, divergence)
+    return report
+
+
+def changepoint_maxima(runs: list[Path], thresholds: Thresholds | None = None) -> dict[str, list[float]]:
+    """Per run, the largest CUSUM statistic of (a) the per-layer series and (b)
+    the series pooled over layers, over the monitors that may alert alone
+    ("specific") and over all monitors ("all")."""
+    base = thresholds or Thresholds()
+    out: dict[str, list[float]] = {}
+    for run in runs:
+        report = load_report(run)
+        t = effective_thresholds(report, base)
+        pairs = report.pairs
+        steps = [float(p.to_step) for p in pairs]
+        settings = t.series_settings(first_judged_pair(pairs, t))
+        verdicts = []
+        for position in range(len(pairs[0].layers)):
+            layers = [pair.layers[position] for pair in pairs]
+            per_monitor = {}
+            for monitor in MONITORS:
+                values = [monitor.read(layer) for layer in layers]
+                if all(v is None for v in values):
+                    continue
+                per_monitor[monitor.name] = track(steps, values, monitor.spec, settings)
+            verdicts.append(per_monitor)
+        cusum = Cusum(t.cusum_drift, t.cusum_cap)
+        best = {"cusum specific": -math.inf, "cusum all": -math.inf,
+                "pooled_cusum specific": -math.inf, "pooled_cusum all": -math.inf}
+        for monitor in MONITORS:
+            if not monitor.spec.sequential:
+                continue
+            kinds = ["all"] + (["specific"] if monitor.alone == "alert" else [])
+            layer_max = max((p.cusum for v in verdicts if monitor.name in v for p in v[monitor.name]
+                             if p.cusum is not None), default=-math.inf)
+            pooled = [c for c in cusum.run(pooled_departures(verdicts, monitor.name, t.cusum_cap)) if c is not None]
+            pooled_max = max(pooled, default=-math.inf) if len(verdicts) > 1 else -math.inf
+            for kind in kinds:
+                best[f"cusum {kind}"] = max(best[f"cusum {kind}"], layer_max)
+                best[f"pooled_cusum {kind}"] = max(best[f"pooled_cusum {kind}"], pooled_max)
+        for name, value in best.items():
+            out.setdefault(name, []).append(value)
+    return out
