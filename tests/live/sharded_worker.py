@@ -5,6 +5,7 @@ trained a few steps with the Monitor."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -45,4 +46,10 @@ def train(rank: int, world: int, init_file: str, out: str, steps: int, every: in
               "snapshots": len(monitor.checkpoints)}
     (Path(out).parent / f"rank{rank}-{world}.json").write_text(json.dumps(record))
     if world > 1:
+        # Both ranks are done with every collective before the group goes away,
+        # and the process then ends without C++ static teardown: a rank whose
+        # gloo threads were still being torn down at exit aborted ("terminate
+        # called without an active exception") on a loaded machine.
+        dist.barrier()
         dist.destroy_process_group()
+        os._exit(0)
