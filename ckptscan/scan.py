@@ -180,8 +180,8 @@ class LayerTask:
         self.last_use = {i: max(b for a, b in self.pairs if i in (a, b)) for i in self.used}
 
     def __reduce__(self) -> tuple:
-        return (_reopen, ([str(c.path) for c in self.checkpoints], self.pairs, self.requested,
-                          None if self.probe is None else str(self.probe.path)))
+        return (_Located, ([str(c.path) for c in self.checkpoints], self.pairs, self.requested,
+                           None if self.probe is None else str(self.probe.path)))
 
     def __call__(self, layers: Sequence[int], stop: threading.Event) -> list[list[LayerResult]]:
         return [self.layer(layer, stop) for layer in layers]
@@ -189,8 +189,7 @@ class LayerTask:
     def describe(self, layers: Sequence[int]) -> str:
         """The task's work in words, for an error that can only name the task."""
         first, last = self.checkpoints[self.used[0]], self.checkpoints[self.used[-1]]
-        span = f"layer {layers[0]}" if len(layers) == 1 else f"layers {layers[0]}-{layers[-1]}"
-        return f"{span} of checkpoints {first.path} … {last.path} ({len(self.used)} in step order)"
+        return _describe(layers, first.path, last.path, len(self.used))
 
     def layer(self, layer: int, stop: threading.Event) -> list[LayerResult]:
         """This layer of every pair ([] once `stop` is set: the consumer has gone)."""
@@ -215,14 +214,38 @@ class LayerTask:
         return compared
 
 
-def _reopen(locations: list[str], pairs: list[tuple[int, int]], options: ScanOptions,
-            probe: str | None) -> LayerTask:
-    """A `LayerTask` rebuilt in another process from where its inputs are."""
-    from ckptscan.probe import load_probe
-    from ckptscan.readers import open_checkpoint
+class _Located:
+    """A `LayerTask` as it arrives in another process: its inputs by location,
+    opened when it first runs (so that a checkpoint broken since the driver
+    checked it fails the task with the reader's error, not the unpickling)."""
 
-    return LayerTask([open_checkpoint(location) for location in locations], pairs, options,
-                     None if probe is None else load_probe(probe))
+    def __init__(self, locations: list[str], pairs: list[tuple[int, int]], options: ScanOptions,
+                 probe: str | None) -> None:
+        self.args = (locations, pairs, options, probe)
+        self.task: LayerTask | None = None
+
+    def __reduce__(self) -> tuple:
+        return (_Located, self.args)
+
+    def __call__(self, layers: Sequence[int], stop: threading.Event) -> list[list[LayerResult]]:
+        if self.task is None:
+            from ckptscan.probe import load_probe
+            from ckptscan.readers import open_checkpoint
+
+            locations, pairs, options, probe = self.args
+            self.task = LayerTask([open_checkpoint(location) for location in locations], pairs, options,
+                                  None if probe is None else load_probe(probe))
+        return self.task(layers, stop)
+
+    def describe(self, layers: Sequence[int]) -> str:
+        locations, pairs, _, _ = self.args
+        used = sorted({i for pair in pairs for i in pair})
+        return _describe(layers, locations[used[0]], locations[used[-1]], len(used))
+
+
+def _describe(layers: Sequence[int], first: object, last: object, count: int) -> str:
+    span = f"layer {layers[0]}" if len(layers) == 1 else f"layers {layers[0]}-{layers[-1]}"
+    return f"{span} of the {count} checkpoints {first} … {last}"
 
 
 @dataclass

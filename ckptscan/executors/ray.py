@@ -121,7 +121,10 @@ class RayExecutor:
     def _connect(self) -> Any:
         ray = _ray()
         if not ray.is_initialized():
-            settings = {"include_dashboard": False, "logging_level": logging.WARNING, **self.init}
+            # Workers' logs stay on their nodes: a task's error comes back as
+            # one line through `map`, not as a remote traceback on stderr.
+            settings = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False,
+                        **self.init}
             try:
                 ray.init(address=self.address, **settings)
             except ConnectionError as e:
