@@ -1,5 +1,5 @@
 # The two commands of the README. Each sets up .venv on first use.
-.PHONY: demo test setup bench bench-scale bench-trend
+.PHONY: demo test setup bench bench-scale bench-trend bench-ray
 
 setup:
 	@scripts/setup
@@ -21,3 +21,6 @@ bench-scale: setup   # ~27 GB of generated checkpoints under /tmp/ckptscan-bench
 
 bench-trend: setup   # 20 checkpoints of a 1.1B-shaped model
 	.venv/bin/python bench/trend_run.py
+
+bench-ray: setup   # --executor ray vs local on 20 checkpoints (14 GB under /tmp/ckptscan-bench-ray); projection
+	.venv/bin/python bench/ray_overhead.py

@@ -6,8 +6,9 @@ judges the metrics afterwards (`ckptscan.detection.judge`). The loop
 is layer-major: for each layer, the checkpoints are visited in step order and
 only the previous checkpoint's layer is held, so memory stays at about two
 layers' monitored tensors and each checkpoint's bytes are read once. Layers
-are independent, so a couple of them run at once on worker threads
-(`ckptscan.parallel`): one worker's reads overlap the other's arithmetic.
+are independent: an executor (`ckptscan.executors`) runs them as tasks, by
+default a couple at once on worker threads (`ckptscan.parallel`: one
+worker's reads overlap the other's arithmetic), or on a Ray cluster.
 Only the monitored tensors' bytes are read, and with `heads` only those
 heads' rows of W_q and their KV heads' rows of W_k.
 """
@@ -138,7 +139,7 @@ def scan_layers(
         executor = LocalExecutor(options.workers, options.threads)
     groups = executor.group(todo) if todo else []
     done = 0
-    for position, group_results in executor.map(task, groups):
+    for position, group_results in executor.map(task, groups) if groups else ():
         for layer, layer_results in zip(groups[position], group_results):
             found[layer] = layer_results
             if on_layer is not None:

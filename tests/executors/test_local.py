@@ -10,7 +10,6 @@ import pytest
 
 from ckptscan import scan_run
 from ckptscan.cache import PairCache
-from ckptscan.cli import app  # noqa: F401 (the commands register on import)
 from ckptscan.compute import pair_settings
 from ckptscan.errors import CkptScanError
 from ckptscan.executors import make_executor
