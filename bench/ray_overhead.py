@@ -67,6 +67,8 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path("/tmp/ckptscan-bench-ray"))
     parser.add_argument("-n", type=int, default=20, help="checkpoints in the measured run")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--cli", type=float, nargs=2, metavar=("LOCAL_S", "RAY_S"),
+                        help="skip the end-to-end CLI runs; use these minima from an earlier run")
     args = parser.parse_args()
     print(f"machine: {machine()}")
     print(f"load average before: {load_average()}", flush=True)
@@ -77,8 +79,11 @@ def main() -> None:
           f"{LLAMA_1B_ATTENTION.monitored_bytes() / 1e6:.0f} MB monitored)", flush=True)
 
     timed: dict[str, list[float]] = {}
-    _trend(run_dir, [])  # page cache warm before the first timed run
-    for round_ in range(args.rounds):
+    if args.cli:
+        timed.update(cli_local=[args.cli[0]], cli_ray=[args.cli[1]])
+    else:
+        _trend(run_dir, [])  # page cache warm before the first timed run
+    for round_ in range(0 if args.cli else args.rounds):
         for label, extra in (("cli_local", []), ("cli_ray", ["--executor", "ray"])):
             timed.setdefault(label, []).append(_trend(run_dir, extra))
             print(f"round {round_ + 1}: {label} {timed[label][-1]:.1f} s", flush=True)
@@ -88,7 +93,7 @@ def main() -> None:
     from ckptscan.executors.ray import RayExecutor
 
     start = time.perf_counter()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
     ray_start = time.perf_counter() - start
     spec = resolve_run(run_dir)
     executor = RayExecutor()

@@ -47,8 +47,8 @@ INSTALL = "--executor ray needs Ray: pip install 'ckptscan[ray]'"
 class RayExecutor:
     """Layer tasks on the Ray cluster at `address` ("auto": the running
     cluster this machine belongs to; "ray://host:10001": a remote one via Ray
-    Client; None: the cluster `ray.init()` was already given in this process,
-    else a new local one, shut down again by `close()`).
+    Client; None: the Ray this process already joined with `ray.init`, else a
+    new local instance, shut down again by `close()`).
 
     `init`: more `ray.init` arguments. Workers need ckptscan and torch
     installed, and must see the checkpoints at the paths the driver sees."""
@@ -126,7 +126,9 @@ class RayExecutor:
             settings = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False,
                         **self.init}
             try:
-                ray.init(address=self.address, **settings)
+                # "local": a new instance even when a `ray start` cluster runs on this
+                # machine (plain ray.init() would join it); joining one is --ray-address auto.
+                ray.init(address=self.address or "local", **settings)
             except ConnectionError as e:
                 raise CkptScanError(f"cannot reach the Ray cluster at {self.address}: {_first_line(e)}") from None
             self._started = self.address is None

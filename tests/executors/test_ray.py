@@ -30,7 +30,9 @@ SAMPLE_RUNS = ["healthy", "attention_fault", "router_fault", "both_faults", "sil
 @pytest.fixture(scope="module")
 def local_ray():
     """One Ray instance for the module (start-up takes seconds), always shut down."""
-    ray.init(num_cpus=2, object_store_memory=100 * 1024**2, include_dashboard=False, logging_level="WARNING")
+    # address="local": a fresh instance, even if a cluster started elsewhere on this machine is running.
+    ray.init(address="local", num_cpus=2, object_store_memory=100 * 1024**2, include_dashboard=False,
+             logging_level="WARNING")
     try:
         yield
     finally:
