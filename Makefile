@@ -1,5 +1,5 @@
 # The two commands of the README. Each sets up .venv on first use.
-.PHONY: demo test setup bench bench-scale bench-trend bench-diff bench-watch bench-remote
+.PHONY: demo test setup bench bench-scale bench-trend bench-diff bench-watch bench-remote bench-ray
 
 setup:
 	@scripts/setup
@@ -30,3 +30,6 @@ bench-watch: setup   # ~1.3 GB of generated checkpoints under /tmp/ckptscan-benc
 
 bench-remote: setup   # a 1B-shaped pair (~6 GB under /tmp) served over S3 from loopback
 	.venv/bin/python bench/remote.py
+
+bench-ray: setup   # --executor ray vs local on 20 checkpoints (14 GB under /tmp/ckptscan-bench-ray); projection
+	.venv/bin/python bench/ray_overhead.py

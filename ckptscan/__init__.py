@@ -37,6 +37,8 @@ _EXPORTS = {
     "judge": "ckptscan.detection.judge",
     "load_report": "ckptscan.report.load",
     "PairCache": "ckptscan.cache",
+    "LocalExecutor": "ckptscan.executors.local",
+    "RayExecutor": "ckptscan.executors.ray",
     "scan_pair": "ckptscan.api",
     "scan_run": "ckptscan.api",
     "run_spec": "ckptscan.run",

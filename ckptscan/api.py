@@ -20,6 +20,7 @@ from ckptscan.cache import PairCache
 from ckptscan.metrics import compute
 from ckptscan.detection.judge import judge
 from ckptscan.detection.rules import Thresholds
+from ckptscan.executors import Executor
 from ckptscan.results import ScanReport
 from ckptscan.run import RunSpec, resolve_pair, resolve_run
 from ckptscan.scan import ScanOptions
@@ -36,16 +37,20 @@ def scan_pair(older: str | Path, newer: str | Path, options: ScanOptions | None 
 
 def scan_run(run_dir: str | Path, options: ScanOptions | None = None, *, thresholds: Thresholds | None = None,
              cache: PairCache | None = None, progress: Callable[[int, int], None] | None = None,
-             **resolve: object) -> ScanReport:
+             executor: Executor | None = None, **resolve: object) -> ScanReport:
     """Scan a run directory's checkpoints pair by pair and judge the series.
 
     `resolve`: `resolve_run`'s arguments (stride, base, probe, loss_log,
-    reference, config, settings). `thresholds` replaces the config's."""
-    return scan(resolve_run(run_dir, **resolve), options, thresholds=thresholds, cache=cache, progress=progress)
+    reference, config, settings). `thresholds` replaces the config's.
+    `executor`: where the layer tasks run (`ckptscan.executors`; default:
+    threads here, e.g. `RayExecutor("auto")` for a Ray cluster)."""
+    return scan(resolve_run(run_dir, **resolve), options, thresholds=thresholds, cache=cache, progress=progress,
+                executor=executor)
 
 
 def scan(spec: RunSpec, options: ScanOptions | None = None, *, thresholds: Thresholds | None = None,
-         cache: PairCache | None = None, progress: Callable[[int, int], None] | None = None) -> ScanReport:
+         cache: PairCache | None = None, progress: Callable[[int, int], None] | None = None,
+         executor: Executor | None = None) -> ScanReport:
     """compute + judge of a resolved spec."""
-    metrics = compute(spec, options, cache=cache, progress=progress)
+    metrics = compute(spec, options, cache=cache, progress=progress, executor=executor)
     return judge(metrics, thresholds or spec.config.thresholds, spec.reference, reference_path=spec.reference_path)

@@ -13,6 +13,10 @@ its key. The key holds:
 - the monitor settings: `ScanOptions.cache_key()` (every option that can
   change a number: precision, layers, heads, head overrides, device …) and
   the probe file's identity (`ckptscan.metrics.pair_settings`).
+A pair still being computed is kept layer by layer under
+`<cache dir>/layers/<its hash>/`, written as each layer arrives, so an
+interrupted run (a long cluster run, most of all) resumes at the layers it
+had not finished; the files are removed once the whole pair is written.
 Only metrics are cached, never findings: detection always runs afresh, so
 changed thresholds apply to cached pairs too.
 
@@ -28,6 +32,7 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -86,10 +91,42 @@ class PairCache:
             write_output(self._path(key), text)
         except OSError as e:
             self.write_error = f"{self.directory}: {e.strerror or e}"
+            return
+        shutil.rmtree(self._layer_dir(key), ignore_errors=True)
+
+    def get_layers(self, key: dict[str, Any]) -> dict[int, LayerResult]:
+        """The layers of an unfinished pair that `put_layer` wrote, by layer
+        number (unreadable or mismatched files are left out: recomputed)."""
+        found = {}
+        directory = self._layer_dir(key)
+        for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+            try:
+                entry = json.loads(path.read_text(encoding="utf-8"))
+                if entry.get("key") != key:
+                    raise ValueError("key mismatch")
+                layer = from_dict(LayerResult, entry["layer"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            found[layer.layer] = layer
+        return found
+
+    def put_layer(self, key: dict[str, Any], layer: LayerResult) -> None:
+        """One finished layer of a pair whose other layers are still running."""
+        text = json.dumps({"key": key, "layer": metrics_dict(layer)}, allow_nan=True)
+        try:
+            write_output(self._layer_dir(key) / f"{layer.layer}.json", text)
+        except OSError as e:
+            self.write_error = f"{self.directory}: {e.strerror or e}"
 
     def _path(self, key: dict[str, Any]) -> Path:
-        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
-        return self.directory / "pairs" / f"{digest}.json"
+        return self.directory / "pairs" / f"{_digest(key)}.json"
+
+    def _layer_dir(self, key: dict[str, Any]) -> Path:
+        return self.directory / "layers" / _digest(key)
+
+
+def _digest(key: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
 def metrics_dict(layer: LayerResult) -> dict[str, Any]:

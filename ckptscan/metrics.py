@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ckptscan.cache import PairCache, file_identity
+from ckptscan.executors import Executor
 from ckptscan.layouts import ModelInfo, resolve_layout
 from ckptscan.loss_log import LossLog
 from ckptscan.results import CheckpointRef, LayerResult, PairResult
@@ -43,8 +44,13 @@ def compute(
     *,
     cache: PairCache | None = None,
     progress: Callable[[int, int], None] | None = None,
+    executor: Executor | None = None,
 ) -> Metrics:
-    """Every pair of `spec`, from the cache where it has them."""
+    """Every pair of `spec`, from the cache where it has them.
+
+    `executor` runs the layer tasks (`ckptscan.executors`; default: threads
+    here). It only schedules the work: the numbers, and so the cache, are the
+    same whichever runs them."""
     options = options or ScanOptions()
     ckpts, pairs = spec.checkpoints, spec.pairs
     settings = pair_settings(options, spec)
@@ -59,7 +65,8 @@ def compute(
         position = {i: p for p, i in enumerate(needed)}
         model, computed = scan_layers([ckpts[i] for i in needed],
                                       [(position[pairs[k][0]], position[pairs[k][1]]) for k in missing],
-                                      options, spec.probe, progress)
+                                      options, spec.probe, progress, executor=executor,
+                                      **_resume([keys[k] for k in missing] if cache is not None else [], cache))
         for k, pair_layers in zip(missing, computed):
             layers[k] = pair_layers
             if cache is not None:
@@ -89,6 +96,28 @@ def compute(
         loss_log=spec.loss_log,
         cached=cached,
     )
+
+
+def _resume(keys: list[dict[str, Any]], cache: PairCache | None) -> dict[str, Any]:
+    """scan_layers' `known` and `on_layer` for the pairs of `keys`: layers an
+    interrupted run finished for every one of them are not computed again,
+    and each layer is cached as it arrives.
+
+    Why by layer, not by pair: a task walks one group of layers through every
+    checkpoint, so a pair is complete only when the last group finishes, at
+    the very end of the run; per-layer entries are what an interrupted run
+    has to show for its work."""
+    if cache is None:
+        return {}
+    partial = [cache.get_layers(key) for key in keys]
+    common = set.intersection(*(set(found) for found in partial))
+    known = {layer: [found[layer] for found in partial] for layer in common}
+
+    def arrived(layer: int, results: list[LayerResult]) -> None:
+        for key, result in zip(keys, results):
+            cache.put_layer(key, result)
+
+    return {"known": known, "on_layer": arrived}
 
 
 def pair_settings(options: ScanOptions, spec: RunSpec) -> dict[str, str]:

@@ -6,8 +6,9 @@ judges the metrics afterwards (`ckptscan.detection.judge`). The loop
 is layer-major: for each layer, the checkpoints are visited in step order and
 only the previous checkpoint's layer is held, so memory stays at about two
 layers' monitored tensors and each checkpoint's bytes are read once. Layers
-are independent, so a couple of them run at once on worker threads
-(`ckptscan.parallel`): one worker's reads overlap the other's arithmetic.
+are independent: an executor (`ckptscan.executors`) runs them as tasks, by
+default a couple at once on worker threads (`ckptscan.parallel`: one
+worker's reads overlap the other's arithmetic), or on a Ray cluster.
 Only the monitored tensors' bytes are read, and with `heads` only those
 heads' rows of W_q and their KV heads' rows of W_k.
 """
@@ -18,7 +19,7 @@ import json
 import threading
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import torch
 
@@ -38,10 +39,12 @@ from ckptscan.monitors.router import router_metrics
 from ckptscan.monitors.routing import RoutingStats, routing_stats
 from ckptscan.monitors.spectral import SpectralStats, spectral_stats
 from ckptscan.monitors.whole_matrix import whole_matrix_singular_values
-from ckptscan.parallel import ordered_map, plan_threads, torch_threads
 from ckptscan.probe import Probe
 from ckptscan.readers import Checkpoint
 from ckptscan.results import AttentionResult, HeadResult, LayerResult, RouterResult
+
+if TYPE_CHECKING:
+    from ckptscan.executors import Executor
 
 
 @dataclass(frozen=True)
@@ -100,11 +103,19 @@ def scan_layers(
     options: ScanOptions,
     probe: Probe | None = None,
     progress: Callable[[int, int], None] | None = None,
+    *,
+    executor: Executor | None = None,
+    known: Mapping[int, Sequence[LayerResult]] | None = None,
+    on_layer: Callable[[int, list[LayerResult]], None] | None = None,
 ) -> tuple[ModelInfo, list[list[LayerResult]]]:
     """The metrics of every (older, newer) index pair of `checkpoints`
     (ordered oldest first), layer by layer: (model, [pair][layer] results).
 
-    `progress(layers done, layers in total)` is called as layers finish.
+    `executor` runs the layer tasks (default: `LocalExecutor`, threads here).
+    `known`: layer -> its results for every pair, already computed (a resumed
+    run): those layers are not scheduled. `on_layer(layer, [pair] results)`
+    is called on this thread as each computed layer arrives, and
+    `progress(layers done, layers to compute)` after it.
     """
     checkpoints = list(checkpoints)
     if len(checkpoints) < 2:
@@ -119,45 +130,123 @@ def scan_layers(
     if probe is not None:
         routers = {p.layer: (name, checkpoints[0].tensors.shape(name)) for p in plans if (name := _router_name(p))}
         probe.check_routers(routers, layouts[0].info.hidden_size, checkpoints[0].path)
-    top_k = layouts[0].info.top_k or DEFAULT_TOP_K
-    options = replace(options, device=resolve_device(options.device))
-    selection = _head_selection(layouts[0].info, options.heads, checkpoints[0].path)
-    used = sorted({i for pair in pairs for i in pair})
-    last_use = {i: max(b for a, b in pairs if i in (a, b)) for i in used}
+    task = LayerTask(checkpoints, pairs, options, probe, layouts)
+    found = {layer: list(results) for layer, results in (known or {}).items() if len(results) == len(pairs)}
+    todo = [p.layer for p in plans if p.layer not in found]
+    if executor is None:
+        from ckptscan.executors.local import LocalExecutor
 
-    def scan_layer(plan: LayerPlan, stop: threading.Event) -> list[LayerResult]:
-        """This layer of every pair. Checkpoints are visited in step order and
-        a checkpoint's layer is held only while a later pair still needs it:
-        each checkpoint's bytes are read once."""
+        executor = LocalExecutor(options.workers, options.threads)
+    groups = executor.group(todo) if todo else []
+    done = 0
+    for position, group_results in executor.map(task, groups) if groups else ():
+        for layer, layer_results in zip(groups[position], group_results):
+            found[layer] = layer_results
+            if on_layer is not None:
+                on_layer(layer, layer_results)
+            done += 1
+            if progress is not None:
+                progress(done, len(todo))
+    return layouts[0].info, [[found[p.layer][k] for p in plans] for k in range(len(pairs))]
+
+
+class LayerTask:
+    """One scan's per-layer work: `task(layers, stop)` -> [layer][pair] results.
+
+    Each layer visits the checkpoints in step order and holds a checkpoint's
+    layer only while a later pair still needs it: each checkpoint's bytes are
+    read once, and each checkpoint's Grams are computed once.
+
+    Picklable by location, for executors that run it in other processes:
+    the pickle holds the checkpoints' paths, the probe's path and the options,
+    never an open file or a tensor of weights, and the receiving process
+    re-opens the checkpoints and resolves their layouts itself (reading
+    headers only). The driver has checked them; the worker reads its rows
+    straight from where they are stored.
+    """
+
+    def __init__(self, checkpoints: Sequence[Checkpoint], pairs: Sequence[tuple[int, int]], options: ScanOptions,
+                 probe: Probe | None = None, layouts: Sequence[ModelLayout] | None = None) -> None:
+        self.checkpoints = list(checkpoints)
+        self.pairs = [tuple(pair) for pair in pairs]
+        # "auto" is resolved where the task runs: the driver's CUDA says nothing of a worker node's.
+        self.requested = options
+        self.options = replace(options, device=resolve_device(options.device))
+        self.probe = probe
+        self.layouts = list(layouts) if layouts is not None else [
+            resolve_layout(c, options.overrides, options.tensor_map) for c in self.checkpoints]
+        self.top_k = self.layouts[0].info.top_k or DEFAULT_TOP_K
+        self.selection = _head_selection(self.layouts[0].info, options.heads, self.checkpoints[0].path)
+        self.used = sorted({i for pair in self.pairs for i in pair})
+        self.last_use = {i: max(b for a, b in self.pairs if i in (a, b)) for i in self.used}
+
+    def __reduce__(self) -> tuple:
+        return (_Located, ([str(c.path) for c in self.checkpoints], self.pairs, self.requested,
+                           None if self.probe is None else str(self.probe.path)))
+
+    def __call__(self, layers: Sequence[int], stop: threading.Event) -> list[list[LayerResult]]:
+        return [self.layer(layer, stop) for layer in layers]
+
+    def describe(self, layers: Sequence[int]) -> str:
+        """The task's work in words, for an error that can only name the task."""
+        first, last = self.checkpoints[self.used[0]], self.checkpoints[self.used[-1]]
+        return _describe(layers, first.path, last.path, len(self.used))
+
+    def layer(self, layer: int, stop: threading.Event) -> list[LayerResult]:
+        """This layer of every pair ([] once `stop` is set: the consumer has gone)."""
+        options, pairs = self.options, self.pairs
         held: dict[int, _LoadedLayer] = {}
         compared: list[LayerResult | None] = [None] * len(pairs)
+        plan = self.layouts[0].layers[_plan_position(self.layouts[0], layer)]
         # The probe's inputs for this layer are read once and routed by every checkpoint.
-        probe_input = probe.router_input(plan.layer) if probe is not None and _router_name(plan) else None
+        probe_input = self.probe.router_input(layer) if self.probe is not None and _router_name(plan) else None
         if probe_input is not None:
             probe_input = probe_input.to(options.device)
-        for i in used:
+        for i in self.used:
             if stop.is_set():  # the consumer has gone (error elsewhere, Ctrl-C)
                 return []
-            layout = layouts[i]
-            plan_i = layout.layers[_plan_position(layout, plan.layer)]
-            held[i] = _load_layer(checkpoints[i], plan_i, options, probe_input, top_k, selection)
+            layout = self.layouts[i]
+            plan_i = layout.layers[_plan_position(layout, layer)]
+            held[i] = _load_layer(self.checkpoints[i], plan_i, options, probe_input, self.top_k, self.selection)
             for k, (a, b) in enumerate(pairs):
                 if b == i:
-                    compared[k] = _compare(plan.layer, held[a], held[b], options, selection)
-            held = {j: layer for j, layer in held.items() if last_use[j] > i}
+                    compared[k] = _compare(layer, held[a], held[b], options, self.selection)
+            held = {j: loaded for j, loaded in held.items() if self.last_use[j] > i}
         return compared
 
-    results: list[list[LayerResult]] = [[] for _ in pairs]
-    workers, threads = plan_threads(len(plans), options.workers)
-    # The one place the process's torch thread count is set (and restored):
-    # the monitors never touch it, so the workers' solves run side by side.
-    with torch_threads(options.threads or threads):
-        for done, layer_results in enumerate(ordered_map(scan_layer, plans, workers), 1):
-            for result, layer_result in zip(results, layer_results):
-                result.append(layer_result)
-            if progress is not None:
-                progress(done, len(plans))
-    return layouts[0].info, results
+
+class _Located:
+    """A `LayerTask` as it arrives in another process: its inputs by location,
+    opened when it first runs (so that a checkpoint broken since the driver
+    checked it fails the task with the reader's error, not the unpickling)."""
+
+    def __init__(self, locations: list[str], pairs: list[tuple[int, int]], options: ScanOptions,
+                 probe: str | None) -> None:
+        self.args = (locations, pairs, options, probe)
+        self.task: LayerTask | None = None
+
+    def __reduce__(self) -> tuple:
+        return (_Located, self.args)
+
+    def __call__(self, layers: Sequence[int], stop: threading.Event) -> list[list[LayerResult]]:
+        if self.task is None:
+            from ckptscan.probe import load_probe
+            from ckptscan.readers import open_checkpoint
+
+            locations, pairs, options, probe = self.args
+            self.task = LayerTask([open_checkpoint(location) for location in locations], pairs, options,
+                                  None if probe is None else load_probe(probe))
+        return self.task(layers, stop)
+
+    def describe(self, layers: Sequence[int]) -> str:
+        locations, pairs, _, _ = self.args
+        used = sorted({i for pair in pairs for i in pair})
+        return _describe(layers, locations[used[0]], locations[used[-1]], len(used))
+
+
+def _describe(layers: Sequence[int], first: object, last: object, count: int) -> str:
+    span = f"layer {layers[0]}" if len(layers) == 1 else f"layers {layers[0]}-{layers[-1]}"
+    return f"{span} of the {count} checkpoints {first} … {last}"
 
 
 @dataclass

@@ -116,6 +116,14 @@ class SeriesCache:
         if self.disk is not None:
             self.disk.put(self._disk_key(key), layers)
 
+    def get_layers(self, key: dict[str, Any]) -> dict[int, LayerResult]:
+        """Layers an interrupted run left of an unfinished pair (from the disk cache only)."""
+        return self.disk.get_layers(self._disk_key(key)) if self.disk is not None else {}
+
+    def put_layer(self, key: dict[str, Any], layer: LayerResult) -> None:
+        if self.disk is not None:
+            self.disk.put_layer(self._disk_key(key), layer)
+
     def _disk_key(self, key: dict[str, Any]) -> dict[str, Any]:
         if "disk" not in key:
             key["disk"] = self.disk.key(key["older"], key["newer"], key["settings"])

@@ -64,6 +64,11 @@ class Base(str, Enum):
     first = "first"
 
 
+class ExecutorName(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
 _consoles: dict[str, Console] = {}
 
 

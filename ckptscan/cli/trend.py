@@ -11,6 +11,7 @@ from ckptscan.cli.app import (
     Base,
     ConfigFile,
     Device,
+    ExecutorName,
     FailOnOpt,
     Format,
     FormatOpt,
@@ -92,6 +93,12 @@ def trend(
     heads: Heads = None,
     full_spectrum: FullSpectrum = False,
     tensor_map: TensorMapFile = None,
+    executor: Annotated[ExecutorName, typer.Option(
+        "--executor", help="Where the layer tasks run: local (threads here) or ray (a Ray cluster; needs "
+        "pip install 'ckptscan[ray]'). Workers read the checkpoints from the paths given.")] = ExecutorName.local,
+    ray_address: Annotated[Optional[str], typer.Option(
+        "--ray-address", help="With --executor ray: 'auto' (the cluster this machine belongs to) or "
+        "ray://host:port (default: a Ray already set up in this process, else a new local one).")] = None,
 ) -> None:
     """When did each layer become abnormal, through which mechanism, and does the run pass the gate?"""
     with user_errors():
@@ -100,6 +107,7 @@ def trend(
         from ckptscan.cli.report import check_figure_outputs, check_tensorboard_output, write_figure_outputs, \
             write_tensorboard_output
         from ckptscan.errors import CkptScanError
+        from ckptscan.executors import make_executor
         from ckptscan.report.trend_table import print_trend
         from ckptscan.run import AUTO, resolve_run
 
@@ -120,10 +128,14 @@ def trend(
         for message in spec.notes:
             note(message, "yellow" if message.startswith("ignoring") else "dim", quiet)
         cache = None if no_cache else PairCache(cache_dir or default_cache_dir())
-        with _progress(quiet) as progress:
-            task = progress.add_task("scanning layers", total=None)
-            report = scan(spec, options, cache=cache,
-                          progress=lambda done, total: progress.update(task, completed=done, total=total))
+        runner = make_executor(ExecutorName(executor).value, ray_address)
+        try:
+            with _progress(quiet) as progress:
+                task = progress.add_task("scanning layers", total=None)
+                report = scan(spec, options, cache=cache, executor=runner,
+                              progress=lambda done, total: progress.update(task, completed=done, total=total))
+        finally:
+            runner.close()
         if cache is not None:
             note(f"cache: {cache.hits} pair(s) reused, {cache.misses} computed ({cache.directory})", quiet=quiet)
             if cache.write_error:

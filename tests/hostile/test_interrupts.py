@@ -35,7 +35,7 @@ def test_keyboard_interrupt_mid_scan(tmp_path: Path, capsys: pytest.CaptureFixtu
         raise KeyboardInterrupt
 
     monkeypatch.setattr(SafetensorsSource, "get", interrupted)
-    monkeypatch.setattr(ckptscan.scan, "plan_threads", lambda tasks, chosen=None: (min(workers, tasks), 1))
+    monkeypatch.setattr(ckptscan.executors.local, "plan_threads", lambda tasks, chosen=None: (min(workers, tasks), 1))
     result = run_cli(capsys, "diff", a, b, "--json", tmp_path / "report.json")
     assert calls
     assert result.code == 130
