@@ -65,7 +65,9 @@ print(best1, best2)
 
 def overlap(python: str, source: Path) -> tuple[float, float]:
     env = {**os.environ, "PYTHONPATH": str(source)}
-    out = subprocess.run([python, "-c", OVERLAP], env=env, capture_output=True, text=True, check=True).stdout
+    # cwd = the source: Python puts the working directory first on sys.path.
+    out = subprocess.run([python, "-c", OVERLAP], env=env, capture_output=True, text=True, check=True,
+                         cwd=source).stdout
     one, two = map(float, out.split())
     return one, two
 
@@ -96,7 +98,8 @@ def main() -> None:
             for _ in range(args.rounds):
                 for name, source in sources.items():
                     env_cmd = ["env", f"PYTHONPATH={source}", python, "-m", "ckptscan"]
-                    run = run_child([*env_cmd, "diff", str(a), str(b), "--json", f"{tmp}/{name}.json"])
+                    # cwd = the source: Python puts the working directory first on sys.path.
+                    run = run_child([*env_cmd, "diff", str(a), str(b), "--json", f"{tmp}/{name}.json"], cwd=source)
                     if run.returncode not in (0, 1):
                         raise SystemExit(f"{name} diff failed:\n{run.output[-2000:]}")
                     timed.setdefault(f"diff {name}", []).append(run.wall_s)
@@ -107,8 +110,10 @@ def main() -> None:
                     raise SystemExit(f"minimal script failed:\n{minimal.output[-2000:]}")
                 timed.setdefault("minimal", []).append(minimal.wall_s)
                 for flag in ("--help", "--version"):
-                    wall = min(run_child([python, "-m", "ckptscan", flag]).wall_s for _ in range(3))
-                    timed.setdefault(f"ckptscan {flag}", []).append(wall)
+                    for name, source in sources.items():
+                        env_cmd = ["env", f"PYTHONPATH={source}", python, "-m", "ckptscan", flag]
+                        wall = min(run_child(env_cmd, cwd=source).wall_s for _ in range(3))
+                        timed.setdefault(f"{flag} {name}", []).append(wall)
         finally:
             if worktree is not None:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)])

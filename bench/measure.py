@@ -52,7 +52,7 @@ class ChildRun:
     output: str
 
 
-def run_child(cmd: list[str]) -> ChildRun:
+def run_child(cmd: list[str], cwd: str | Path | None = None) -> ChildRun:
     """Run a command; its wall time and its own peak RSS.
 
     The peak comes from GNU time (`/usr/bin/time -f %M`), not from this
@@ -63,7 +63,7 @@ def run_child(cmd: list[str]) -> ChildRun:
     with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
         start = time.perf_counter()
         done = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name, *cmd], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT)
+                              stderr=subprocess.STDOUT, cwd=cwd)
         wall = time.perf_counter() - start
         peak_kb = int(rss.read().split()[-1])
     return ChildRun(wall, peak_kb * 1024, done.returncode, done.stdout.decode(errors="replace"))
