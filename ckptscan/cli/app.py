@@ -169,6 +169,18 @@ def head_overrides(num_heads: int | None, num_kv_heads: int | None, head_dim: in
                          load_model_config(model_config) if model_config is not None else None)
 
 
+def run_arguments(stride: int, base: Base | str, probe: Path | None, no_probe: bool, loss_log: Path | None,
+                  no_loss_log: bool, reference: Path | None, config: Path | None, settings: list[str] | None
+                  ) -> dict[str, object]:
+    """The flags of a run command (trend, watch) as `resolve_run`'s arguments:
+    a side file not given is the run's own (AUTO), --no-X switches it off."""
+    from ckptscan.run import AUTO
+
+    return {"stride": stride, "base": Base(base).value, "probe": None if no_probe else probe or AUTO,
+            "loss_log": None if no_loss_log else loss_log or AUTO, "reference": reference,
+            "config": config if config is not None else AUTO, "settings": settings or ()}
+
+
 def gate(report: ScanReport, fail_on: FailOn | str) -> int:
     """Exit code of the CI gate, with the reason printed either way."""
     from ckptscan.results import SEVERITIES
@@ -283,6 +295,13 @@ HtmlOut = Annotated[Optional[Path], typer.Option("--html", help="Write a self-co
                                                  "here (needs matplotlib: pip install 'ckptscan[report]').")]
 PngDir = Annotated[Optional[Path], typer.Option("--png", help="Write the report's figures as PNG files into this "
                                                 "directory.")]
+Stride = Annotated[int, typer.Option("--stride", help="Use every N-th checkpoint (from the first).")]
+BaseOpt = Annotated[Base, typer.Option("--base", help="previous: each checkpoint against the one before; first: each "
+                                       "against the first.")]
+NoLossLog = Annotated[bool, typer.Option("--no-loss-log", help="Use no loss log, not even the run's own.")]
+NoProbe = Annotated[bool, typer.Option("--no-probe", help="Use no probe, not even the run's own.")]
+CacheDir = Annotated[Optional[Path], typer.Option(
+    "--cache-dir", help="Where per-pair results are cached (default: $XDG_CACHE_HOME/ckptscan or ~/.cache/ckptscan).")]
 Reference = Annotated[Optional[Path], typer.Option(
     "--reference", help="JSON report (ckptscan trend --json) of a known-healthy run of the same model and schedule "
     "to compare with.")]

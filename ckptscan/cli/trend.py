@@ -9,6 +9,8 @@ import typer
 
 from ckptscan.cli.app import (
     Base,
+    BaseOpt,
+    CacheDir,
     ConfigFile,
     Device,
     ExecutorName,
@@ -25,6 +27,8 @@ from ckptscan.cli.app import (
     MarkdownSummary,
     ModelConfigFile,
     NumHeads,
+    NoLossLog,
+    NoProbe,
     NumKvHeads,
     PngDir,
     Precision,
@@ -32,6 +36,7 @@ from ckptscan.cli.app import (
     Quiet,
     Reference,
     SetThreshold,
+    Stride,
     TensorBoardDir,
     TensorMapFile,
     app,
@@ -39,6 +44,7 @@ from ckptscan.cli.app import (
     err,
     gate,
     note,
+    run_arguments,
     scan_options,
     user_errors,
 )
@@ -52,17 +58,15 @@ def trend(
     # str, not Path: a URL (s3://bucket/run/) must keep its "//".
     run_dir: Annotated[str, typer.Argument(help="Run directory holding checkpoint-N/ (or step-N/, iter_N/ ...) "
                                            "folders; local or a URL prefix (s3://, gs://, ...).")],
-    stride: Annotated[int, typer.Option("--stride", help="Use every N-th checkpoint (from the first).")] = 1,
-    base: Annotated[Base, typer.Option("--base", help="previous: each checkpoint against the one before; "
-                                       "first: each against the first.")] = Base.previous,
+    stride: Stride = 1,
+    base: BaseOpt = Base.previous,
     reference: Reference = None,
     baseline: Annotated[Optional[Path], typer.Option("--baseline", hidden=True,
                                                      help="Deprecated alias of --reference.")] = None,
     loss_log: Annotated[Optional[Path], typer.Option(
         "--loss-log", help="Loss log (JSON Lines or CSV with step, loss; default: RUN_DIR/train_log.jsonl when "
         "present).")] = None,
-    no_loss_log: Annotated[bool, typer.Option("--no-loss-log", help="Use no loss log, not even the run's "
-                                              "own.")] = False,
+    no_loss_log: NoLossLog = False,
     json_path: JsonOut = None,
     junit: JunitOut = None,
     tensorboard: TensorBoardDir = None,
@@ -73,9 +77,7 @@ def trend(
     fail_on: FailOnOpt = None,
     config: ConfigFile = None,
     set_: SetThreshold = None,
-    cache_dir: Annotated[Optional[Path], typer.Option(
-        "--cache-dir", help="Where per-pair results are cached (default: $XDG_CACHE_HOME/ckptscan or "
-        "~/.cache/ckptscan).")] = None,
+    cache_dir: CacheDir = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Compute every pair; read and write no "
                                            "cache.")] = False,
     quiet: Quiet = False,
@@ -88,7 +90,7 @@ def trend(
     probe: Annotated[Optional[Path], typer.Option(
         "--probe", help="Router inputs (safetensors, keys layers.{i}.router_input [T, d]) for routing entropy "
         "and expert load (default: RUN_DIR/probe.safetensors when present).")] = None,
-    no_probe: Annotated[bool, typer.Option("--no-probe", help="Use no probe, not even the run's own.")] = False,
+    no_probe: NoProbe = False,
     device: Device = "cpu",
     heads: Heads = None,
     full_spectrum: FullSpectrum = False,
@@ -109,7 +111,7 @@ def trend(
         from ckptscan.errors import CkptScanError
         from ckptscan.executors import make_executor
         from ckptscan.report.trend_table import print_trend
-        from ckptscan.run import AUTO, resolve_run
+        from ckptscan.run import resolve_run
 
         if baseline is not None:
             if reference is not None:
@@ -120,11 +122,8 @@ def trend(
         check_tensorboard_output(tensorboard)
         options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, device, heads,
                                full_spectrum, tensor_map, model_config)
-        spec = resolve_run(run_dir, stride=stride, base=Base(base).value,
-                           probe=None if no_probe else probe or AUTO,
-                           loss_log=None if no_loss_log else loss_log or AUTO,
-                           reference=reference, config=config if config is not None else AUTO,
-                           settings=set_ or ())
+        spec = resolve_run(run_dir, **run_arguments(stride, base, probe, no_probe, loss_log, no_loss_log, reference,
+                                                    config, set_))
         for message in spec.notes:
             note(message, "yellow" if message.startswith("ignoring") else "dim", quiet)
         cache = None if no_cache else PairCache(cache_dir or default_cache_dir())

@@ -19,6 +19,8 @@ import typer
 from ckptscan.cli.app import (
     EXIT_INTERRUPT,
     Base,
+    BaseOpt,
+    CacheDir,
     ConfigFile,
     Device,
     FailOn,
@@ -31,12 +33,15 @@ from ckptscan.cli.app import (
     MarkdownSummary,
     ModelConfigFile,
     NumHeads,
+    NoLossLog,
+    NoProbe,
     NumKvHeads,
     Precision,
     PrecisionOpt,
     Quiet,
     Reference,
     SetThreshold,
+    Stride,
     TensorBoardDir,
     TensorMapFile,
     app,
@@ -44,6 +49,7 @@ from ckptscan.cli.app import (
     gate,
     note,
     out,
+    run_arguments,
     scan_options,
     user_errors,
 )
@@ -69,24 +75,20 @@ def watch(
                                           "file such as DeepSpeed's 'latest').")] = 0.5,
     poll: Annotated[bool, typer.Option("--poll", help="Poll every --interval seconds even when watchdog "
                                        "(inotify) is installed.")] = False,
-    stride: Annotated[int, typer.Option("--stride", help="Use every N-th checkpoint (from the first).")] = 1,
-    base: Annotated[Base, typer.Option("--base", help="previous: each checkpoint against the one before; "
-                                       "first: each against the first.")] = Base.previous,
+    stride: Stride = 1,
+    base: BaseOpt = Base.previous,
     reference: Reference = None,
     loss_log: Annotated[Optional[Path], typer.Option(
         "--loss-log", help="Loss log (JSON Lines or CSV with step, loss; default: RUN_DIR/train_log.jsonl when "
         "present), read again at each new checkpoint.")] = None,
-    no_loss_log: Annotated[bool, typer.Option("--no-loss-log", help="Use no loss log, not even the run's "
-                                              "own.")] = False,
+    no_loss_log: NoLossLog = False,
     json_path: JsonOut = None,
     markdown_summary: MarkdownSummary = None,
     tensorboard: TensorBoardDir = None,
     fail_on: FailOnOpt = None,
     config: ConfigFile = None,
     set_: SetThreshold = None,
-    cache_dir: Annotated[Optional[Path], typer.Option(
-        "--cache-dir", help="Where per-pair results are cached (default: $XDG_CACHE_HOME/ckptscan or "
-        "~/.cache/ckptscan).")] = None,
+    cache_dir: CacheDir = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Read and write no cache on disk (each pair is "
                                            "still computed only once while watching).")] = False,
     quiet: Quiet = False,
@@ -98,7 +100,7 @@ def watch(
     probe: Annotated[Optional[Path], typer.Option(
         "--probe", help="Router inputs (safetensors, keys layers.{i}.router_input [T, d]) for routing entropy "
         "and expert load (default: RUN_DIR/probe.safetensors when present).")] = None,
-    no_probe: Annotated[bool, typer.Option("--no-probe", help="Use no probe, not even the run's own.")] = False,
+    no_probe: NoProbe = False,
     device: Device = "cpu",
     heads: Heads = None,
     full_spectrum: FullSpectrum = False,
@@ -110,7 +112,6 @@ def watch(
         from ckptscan.cache import PairCache, default_cache_dir
         from ckptscan.cli.report import check_tensorboard_output
         from ckptscan.errors import CkptScanError
-        from ckptscan.run import AUTO
         from ckptscan.watch import watch_run
 
         if timeout is not None and timeout <= 0:
@@ -123,9 +124,7 @@ def watch(
             cache=None if no_cache else PairCache(cache_dir or default_cache_dir()),
             notify=lambda message: note(message, "yellow" if message.startswith("ignoring") else "dim", quiet),
             on_start=lambda mode: note(f"watching {run_dir} ({mode}); Ctrl-C to stop", quiet=quiet),
-            stride=stride, base=Base(base).value, probe=None if no_probe else probe or AUTO,
-            loss_log=None if no_loss_log else loss_log or AUTO, reference=reference,
-            config=config if config is not None else AUTO, settings=set_ or ())
+            **run_arguments(stride, base, probe, no_probe, loss_log, no_loss_log, reference, config, set_))
         last: WatchEvent | None = None
         with closing(events):
             try:
