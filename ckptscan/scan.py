@@ -179,6 +179,7 @@ class LayerTask:
         self.selection = _head_selection(self.layouts[0].info, options.heads, self.checkpoints[0].path)
         self.used = sorted({i for pair in self.pairs for i in pair})
         self.last_use = {i: max(b for a, b in self.pairs if i in (a, b)) for i in self.used}
+        self.bases = {a for a, _ in self.pairs}  # checkpoints whose Grams a pair reuses
 
     def __reduce__(self) -> tuple:
         return (_Located, ([str(c.path) for c in self.checkpoints], self.pairs, self.requested,
@@ -207,7 +208,8 @@ class LayerTask:
                 return []
             layout = self.layouts[i]
             plan_i = layout.layers[_plan_position(layout, layer)]
-            held[i] = _load_layer(self.checkpoints[i], plan_i, options, probe_input, self.top_k, self.selection)
+            held[i] = _load_layer(self.checkpoints[i], plan_i, options, probe_input, self.top_k, self.selection,
+                                  as_base=i in self.bases)
             for k, (a, b) in enumerate(pairs):
                 if b == i:
                     compared[k] = _compare(layer, held[a], held[b], options, self.selection)
@@ -253,7 +255,8 @@ def _describe(layers: Sequence[int], first: object, last: object, count: int) ->
 class _LoadedLayer:
     weights: LayerWeights
     nonfinite: dict[str, int]
-    grams: QKGrams | None = None
+    qk_finite: bool = False  # W_q/W_k present, finite and within the compute dtype's range
+    grams: QKGrams | None = None  # only for a checkpoint that is the older side of a pair
     routing: RoutingStats | None = None
     stored_dtype: dict[str, str] = field(default_factory=dict)  # role -> safetensors dtype name
     compute_dtype: torch.dtype = torch.float32
@@ -266,7 +269,11 @@ def _load_layer(
     probe_input: torch.Tensor | None = None,
     top_k: int = DEFAULT_TOP_K,
     selection: _HeadSelection | None = None,
+    as_base: bool = True,
 ) -> _LoadedLayer:
+    """One checkpoint's layer, read and checked. `as_base`: the checkpoint is
+    the older side of some pair, whose Grams `qk_spectra` reuses; the newer
+    side's are assembled from the difference blocks, so they are not formed."""
     dtype = options.compute_dtype
     _prefetch(ckpt, plan, selection)
     raw = {name: _read_tensor(ckpt, plan, name, selection) for name in plan.tensors}
@@ -280,16 +287,17 @@ def _load_layer(
                 nonfinite[plan.roles.get(name, name)] = bad
     weights = _build(plan, raw, dtype, selection)
     grams = None
-    if weights.q is not None and all(r in ROUTER_ROLES for r in nonfinite):
-        grams = qk_grams(weights.q, weights.k, dtype)
-        if _overflows(grams, dtype) and dtype != torch.float64:
+    qk_finite = weights.q is not None and all(r in ROUTER_ROLES for r in nonfinite)
+    if qk_finite:
+        grams = qk_grams(weights.q, weights.k, dtype) if as_base else None
+        if _overflows(weights, grams, dtype) and dtype != torch.float64:
             # Finite weights so large (|w| ≳ 1e17) that their float32 Grams
             # overflow: this layer is computed in float64, which holds the
             # square of any value a float32 or narrower dtype can store.
             dtype = torch.float64
             weights = _build(plan, raw, dtype, selection)
-            grams = qk_grams(weights.q, weights.k, dtype)
-        if _overflows(grams, dtype):
+            grams = qk_grams(weights.q, weights.k, dtype) if as_base else None
+        if _overflows(weights, grams, dtype):
             name = next(n for n, role in plan.roles.items() if role not in ROUTER_ROLES)
             raise CkptScanError("values too large for float64 arithmetic", path=ckpt.path, tensor=name)
     routing = None
@@ -301,7 +309,7 @@ def _load_layer(
         except ValueError as e:
             raise CkptScanError(f"cannot route the probe: {e}", path=ckpt.path, tensor=_router_name(plan)) from None
     stored = {plan.roles.get(name, name): ckpt.tensors.dtype(name) for name in plan.tensors}
-    return _LoadedLayer(weights, nonfinite, grams, routing, stored, dtype)
+    return _LoadedLayer(weights, nonfinite, qk_finite, grams, routing, stored, dtype)
 
 
 def _surely_finite(tensor: torch.Tensor) -> bool:
@@ -324,10 +332,21 @@ def _build(plan: LayerPlan, raw: dict[str, torch.Tensor], dtype: torch.dtype,
     return weights
 
 
-def _overflows(grams: QKGrams, dtype: torch.dtype) -> bool:
+def _overflows(weights: LayerWeights, grams: QKGrams | None, dtype: torch.dtype) -> bool:
     """Whether Gram entries are within 16x of `dtype`'s range (or past it): the
-    ΔQ Grams of a pair can be 4x larger than either checkpoint's."""
+    ΔQ Grams of a pair can be 4x larger than either checkpoint's.
+
+    Without the Grams, a bound decides first: every entry of a Gram of rows
+    of length d is at most d·max|w|² (Cauchy–Schwarz), so weights within it
+    need no Gram formed; only weights past it pay for the exact check."""
     limit = torch.finfo(dtype).max / 16
+    if grams is None:
+        q, k = weights.q, weights.k
+        peak = max((max(-float(low), float(high)) for low, high in (torch.aminmax(w) for w in (q, k) if w.numel())),
+                   default=0.0)
+        if peak * peak * q.shape[-1] <= limit:  # a Python float: peak² cannot overflow here
+            return False
+        grams = qk_grams(q, k, dtype)
     return not all(bool(g.abs().amax() <= limit) for g in (grams.qq, grams.kk) if g.numel())
 
 
@@ -351,11 +370,11 @@ def _compare(
     wa, wb = a.weights, b.weights
     result.stored_dtype = dict(b.stored_dtype)
     result.changed_fraction = _changed_fractions(wa, wb)
-    if wa.q is not None and a.grams is not None and b.grams is not None:
+    if a.qk_finite and b.qk_finite:
         heads = selection or _HeadSelection.every(wa.q.shape[0], wa.k.shape[0])
-        spectra = qk_spectra(wa.q, wa.k, wb.q, wb.k, compute_dtype=dtype, grams_a=a.grams, grams_b=b.grams,
-                             kv_index=heads.kv_index)
-        result.attention = _attention_result(_on_cpu(spectra), heads)
+        spectra = _on_cpu(qk_spectra(wa.q, wa.k, wb.q, wb.k, compute_dtype=dtype, grams_a=a.grams,
+                                     kv_index=heads.kv_index))
+        result.attention = _attention_result(spectra, heads)
         if options.full_spectrum:
             _fill_full_spectrum(result.attention, wa, wb, dtype)
         if wa.rope_q is not None and wb.rope_q is not None:

@@ -151,7 +151,7 @@ def test_layers_are_placed_on_the_resolved_device(pair, monkeypatch):
     real_compare = scan_module._compare
 
     def spying_compare(layer, a, b, options, selection=None):
-        seen.append((options.device, a.weights.q.device.type, b.weights.k.device.type, b.grams.qq.device.type))
+        seen.append((options.device, a.weights.q.device.type, b.weights.k.device.type, a.grams.qq.device.type))
         return real_compare(layer, a, b, options, selection)
 
     monkeypatch.setattr(scan_module, "_compare", spying_compare)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 from factories import llama_config, llama_tensors, write_hf_checkpoint
 from hostile.helpers import run_cli
 
@@ -122,6 +123,37 @@ def test_huge_finite_weights_do_not_crash_the_scan(tmp_path: Path) -> None:
         assert got.router.epsilon == pytest.approx(want.router.epsilon, rel=1e-9)
     assert fast.pairs[0].layers[0].attention.q_spectral_norm_max > 1e18
     _no_nan_anywhere(strict_json(report_json(fast)))
+
+
+@pytest.mark.parametrize("side", ["older", "newer"])
+def test_huge_weights_on_one_side_give_the_float64_numbers(tmp_path: Path, side: str) -> None:
+    """The older checkpoint's Grams are formed (and reused); the newer's are
+    only bounded. Either side's overflow must send the layer to float64."""
+    a, b = _pair(tmp_path)
+    blown = a if side == "older" else b
+    tensors = {k: v for k, v in load_file(blown / "model.safetensors").items()}
+    tensors[Q.format(2)] = tensors[Q.format(2)] * 1e21
+    save_file(tensors, blown / "model.safetensors", metadata={"format": "pt"})
+    fast, exact = scan_pair(a, b), scan_pair(a, b, ScanOptions(compute_dtype=torch.float64))
+    got, want = fast.pairs[0].layers[2].attention, exact.pairs[0].layers[2].attention
+    assert got.delta2_entropy == pytest.approx(want.delta2_entropy, rel=1e-6)
+    assert got.qk_logit_bound == pytest.approx(want.qk_logit_bound, rel=1e-6)
+    assert got.q_spectral_norm_growth == pytest.approx(want.q_spectral_norm_growth, rel=1e-6)
+    _no_nan_anywhere(strict_json(report_json(fast)))
+
+
+@pytest.mark.parametrize("side", ["older", "newer"])
+def test_weights_too_large_even_for_float64_are_one_clear_error(tmp_path: Path, side: str,
+                                                              capsys: pytest.CaptureFixture) -> None:
+    a, b = _pair(tmp_path, dtype=torch.float64)
+    blown = a if side == "older" else b
+    tensors = {k: v for k, v in load_file(blown / "model.safetensors").items()}
+    tensors[Q.format(1)] = tensors[Q.format(1)] * 1e160
+    save_file(tensors, blown / "model.safetensors", metadata={"format": "pt"})
+    result = run_cli(capsys, "diff", a, b)
+    assert result.code == 2 and "Traceback" not in result.stderr
+    assert "too large for float64" in result.stderr and Q.format(1) in result.stderr
+    assert str(blown) in result.stderr
 
 
 def _bf16_pair(root: Path, update: float, dtype: torch.dtype = torch.bfloat16, seed: int = 7) -> tuple[Path, Path]:
