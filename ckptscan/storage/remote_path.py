@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 import threading
 from dataclasses import dataclass
-from typing import Iterator, Protocol
+from typing import Any, Iterator, Protocol
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,9 @@ class Store(Protocol):
 
     def read_ranges(self, key: str, ranges: list[tuple[int, int]],
                     what: str | list[str] | None = None) -> list[memoryview]: ...
+
+    def fetch_ranges(self, key: str, ranges: list[tuple[int, int]],
+                     what: str | list[str] | None = None) -> Any: ...
 
 
 class _Stat:
@@ -152,6 +155,10 @@ class RemotePath:
         """The bytes [start, end) of each range, fetched concurrently; `what`
         (the tensor read, or one name per range) goes into error messages."""
         return self.store.read_ranges(self.key, ranges, what)
+
+    def fetch_ranges(self, ranges: list[tuple[int, int]], what: str | list[str] | None = None) -> Any:
+        """`read_ranges` started, not waited for: a `stores.Fetch` (`result()`, `cancel()`)."""
+        return self.store.fetch_ranges(self.key, ranges, what)
 
     def read_bytes(self) -> bytes:
         info = self.info()

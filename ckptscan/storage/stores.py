@@ -9,7 +9,8 @@ concurrent ranged GETs through obstore vs s3fs's `cat_ranges`).
 Every read goes through `RangedReader.read_ranges`: ranges are coalesced
 when adjacent, split into parts of at most `PART_BYTES` so a large tensor is
 fetched over several connections, and issued on a thread pool that bounds
-the requests in flight (`MAX_IN_FLIGHT`, shared by every caller). Each part's
+the requests in flight (`MAX_IN_FLIGHT`, shared by every caller);
+`fetch_ranges` queues them without waiting (the scan's read-ahead). Each part's
 length is checked (a store returns the remainder when a range runs past the
 end of a short object, and a dropped connection can end a body early); short
 or failed parts are retried with exponential backoff and full jitter, after
@@ -23,7 +24,7 @@ import random
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ckptscan.errors import CkptScanError
@@ -41,16 +42,19 @@ def setting(name: str, default: float) -> float:
 
 # Ranged GETs in flight at once, over all threads and files. One S3 GET
 # streams at roughly 100 MB/s, so aggregate throughput comes from requests
-# in flight; S3 serves thousands per second per prefix, far above 16.
-MAX_IN_FLIGHT = max(1, int(setting("CKPTSCAN_MAX_REQUESTS", 16)))
+# in flight; S3 serves thousands per second per prefix, far above 32. 32
+# parts of at most PART_BYTES bound the bytes being received at once to
+# 256 MB; the read-ahead (`ckptscan.readahead`) keeps them busy.
+MAX_IN_FLIGHT = max(1, int(setting("CKPTSCAN_MAX_REQUESTS", 32)))
 # A part of a range is one request: at most PART_BYTES, large enough that
 # per-request latency is amortised; a small read is still spread over
-# SPREAD requests (parts of at least MIN_PART_BYTES), because the scan asks
-# for one layer of one checkpoint at a time and one GET streams at only
-# ~100 MB/s (bench/remote.py, s3like: the read path 1.86 s with 8 MB parts).
+# SPREAD requests (parts of at least MIN_PART_BYTES), so that one layer-load
+# is not one ~100 MB/s stream. With read-ahead several layer-loads are in
+# flight, so 4 parts each suffice (bench/remote.py, s3like: 8 parts were no
+# faster, for twice the requests).
 PART_BYTES = 8 << 20
 MIN_PART_BYTES = 1 << 20
-SPREAD = 8
+SPREAD = 4
 # Whole tries of one part (the client retries 5xx and throttling inside each).
 TRIES = 4
 # Per request: a stuck connection fails and is retried instead of hanging the nightly job.
@@ -119,6 +123,13 @@ class RangedReader:
     def read_ranges(self, key: str, ranges: list[tuple[int, int]],
                     what: str | list[str] | None = None) -> list[memoryview]:
         """`what`: the tensor read (or one name per range), for error messages."""
+        return self.fetch_ranges(key, ranges, what).result()
+
+    def fetch_ranges(self, key: str, ranges: list[tuple[int, int]],
+                     what: str | list[str] | None = None) -> Fetch:
+        """`read_ranges` without waiting: the requests are queued on the shared
+        pool now, and `Fetch.result()` waits for them (raising a failed one's
+        error there) or `Fetch.cancel()` drops those not yet sent."""
         parts = plan_parts(ranges)
         names = [what] * len(ranges) if what is None or isinstance(what, str) else what
 
@@ -126,25 +137,8 @@ class RangedReader:
             inside = dict.fromkeys(n for n, (s, e) in zip(names, ranges) if n and s < part[1] and e > part[0])
             return ", ".join(inside) or None
 
-        fetched = list(_shared_pool().map(lambda part: self._read_part(key, *part, tensors_in(part)), parts))
-        by_start = dict(zip(parts, fetched))
-        out = []
-        for start, end in ranges:
-            if end <= start:
-                out.append(memoryview(b""))
-                continue
-            # The parts inside [start, end): one zero-copy view when a range is
-            # exactly one part, else copied together once.
-            inside = [(s, e) for s, e in parts if s < end and e > start]
-            if len(inside) == 1 and inside[0] == (start, end):
-                out.append(by_start[inside[0]])
-                continue
-            buf = bytearray(end - start)
-            for s, e in inside:
-                lo, hi = max(s, start), min(e, end)
-                buf[lo - start:hi - start] = by_start[(s, e)][lo - s:hi - s]
-            out.append(memoryview(buf))
-        return out
+        pool = _shared_pool()
+        return Fetch(ranges, parts, [pool.submit(self._read_part, key, *part, tensors_in(part)) for part in parts])
 
     def _read_part(self, key: str, start: int, end: int, what: str | None) -> memoryview:
         def fetch() -> memoryview:
@@ -181,6 +175,60 @@ class RangedReader:
 
 class ShortRead(Exception):
     pass
+
+
+class Fetch:
+    """The ranged GETs of one `fetch_ranges` call, queued or in flight."""
+
+    def __init__(self, ranges: list[tuple[int, int]], parts: list[tuple[int, int]], futures: list[Future]):
+        self.ranges, self.parts, self.futures = ranges, parts, futures
+        self._out: list[memoryview] | None = None
+        self._error: BaseException | None = None  # a failure, raised again for every range it spoiled
+        self._lock = threading.Lock()
+
+    def result(self) -> list[memoryview]:
+        """The bytes of each range, once every part has arrived; the first
+        failed part's error (a `CkptScanError` naming URL and tensor) is raised
+        here, and the parts not yet sent are then cancelled."""
+        with self._lock:
+            if self._error is not None:
+                raise self._error
+            if self._out is None:
+                try:
+                    fetched = [future.result() for future in self.futures]
+                except Exception as e:
+                    self.cancel()
+                    self._error = e
+                    raise
+                self._out = _assemble(self.ranges, self.parts, fetched)
+            return self._out
+
+    def cancel(self) -> None:
+        """Drop the parts not yet sent (a request in flight ends by itself)."""
+        for future in self.futures:
+            future.cancel()
+
+
+def _assemble(ranges: list[tuple[int, int]], parts: list[tuple[int, int]],
+              fetched: list[memoryview]) -> list[memoryview]:
+    by_start = dict(zip(parts, fetched))
+    out = []
+    for start, end in ranges:
+        if end <= start:
+            out.append(memoryview(b""))
+            continue
+        # The parts inside [start, end): one zero-copy view when a range is
+        # exactly one part, else copied together once.
+        inside = [(s, e) for s, e in parts if s < end and e > start]
+        if len(inside) == 1 and inside[0] == (start, end):
+            out.append(by_start[inside[0]])
+            continue
+        buf = bytearray(end - start)
+        for s, e in inside:
+            lo, hi = max(s, start), min(e, end)
+            buf[lo - start:hi - start] = by_start[(s, e)][lo - s:hi - s]
+        out.append(memoryview(buf))
+    return out
 
 
 def reason(error: Exception) -> str:
