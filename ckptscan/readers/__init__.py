@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import re
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -25,8 +26,9 @@ from ckptscan.readers.base import DCP_METADATA_FILE, Checkpoint, TensorSource
 from ckptscan.readers.bounded import MAX_CONFIG_BYTES, MAX_INDEX_BYTES, check_depth, load_json, read_limited
 from ckptscan.readers.safetensors import TensorEntry, byte_span, read_header, read_tensor
 from ckptscan.storage import RemotePath, as_path
+from ckptscan.storage.stores import Fetch
 
-__all__ = ["Checkpoint", "SafetensorsSource", "TensorSource", "open_checkpoint", "step_from_name"]
+__all__ = ["Checkpoint", "SafetensorsSource", "TensorSource", "open_checkpoint", "open_checkpoints", "step_from_name"]
 
 
 class SafetensorsSource:
@@ -35,12 +37,11 @@ class SafetensorsSource:
     def __init__(self, files: list[Path], weight_map: dict[str, str] | None = None, index_path: Path | None = None):
         self.files = files
         self.metadata: dict[str, str] = {}
-        # Remote shards: bytes fetched by `prefetch`, taken by the `get` that asked for them.
-        self._prefetched: dict[tuple[str, tuple[int, int] | None], memoryview] = {}
+        # Remote shards: (fetch, position) of each read `prefetch` started, taken by the `get` that asked for it.
+        self._prefetched: dict[tuple[str, tuple[int, int] | None], tuple[Fetch, int]] = {}
         self._lock = threading.Lock()
         self._entries: dict[str, TensorEntry] = {}
-        for file in files:
-            entries, metadata = read_header(file)
+        for entries, metadata in _read_headers(files):
             self._entries.update(entries)
             self.metadata.update(metadata)
         if weight_map is not None:
@@ -67,22 +68,48 @@ class SafetensorsSource:
 
     def get(self, name: str, rows: tuple[int, int] | None = None) -> torch.Tensor:
         with self._lock:
-            data = self._prefetched.pop((name, rows), None)
+            pending = self._prefetched.pop((name, rows), None)
+        # Waits for a prefetch still in flight; its error (URL, tensor) is raised here.
+        data = None if pending is None else pending[0].result()[pending[1]]
         return read_tensor(self.entry(name), name, rows, data)
 
-    def prefetch(self, wanted: list[tuple[str, tuple[int, int] | None]]) -> None:
-        """Remote shards: fetch the byte ranges of these (tensor, rows) reads
-        in one concurrent batch per shard, adjacent ranges coalesced, for the
-        `get` calls that follow. Local files are read by `get` itself."""
+    def prefetch(self, wanted: list[tuple[str, tuple[int, int] | None]]) -> Callable[[], None]:
+        """Remote shards: start fetching the byte ranges of these (tensor, rows)
+        reads, one concurrent batch per shard, adjacent ranges coalesced, for
+        the `get` calls that follow (which wait for them). Does not wait; a
+        read already prefetched and not yet taken is not fetched again. Local
+        files are read by `get` itself. Returns a function that abandons what
+        no `get` has taken yet (cancelling the requests not yet sent)."""
         by_file: dict[RemotePath, list[tuple[tuple[str, tuple[int, int] | None], tuple[int, int]]]] = {}
-        for name, rows in wanted:
-            entry = self.entry(name)
-            if isinstance(entry.file, RemotePath):
-                by_file.setdefault(entry.file, []).append(((name, rows), byte_span(entry, name, rows)))
-        for file, reads in by_file.items():
-            datas = file.read_ranges([span for _, span in reads], [name for (name, _), _ in reads])
+        with self._lock:
+            for name, rows in dict.fromkeys(wanted):
+                entry = self.entry(name)
+                if isinstance(entry.file, RemotePath) and (name, rows) not in self._prefetched:
+                    by_file.setdefault(entry.file, []).append(((name, rows), byte_span(entry, name, rows)))
+            started = []
+            for file, reads in by_file.items():
+                fetch = file.fetch_ranges([span for _, span in reads], [name for (name, _), _ in reads])
+                started.append((fetch, [key for key, _ in reads]))
+                self._prefetched.update((key, (fetch, k)) for k, (key, _) in enumerate(reads))
+
+        def abandon() -> None:
             with self._lock:
-                self._prefetched.update((key, data) for (key, _), data in zip(reads, datas))
+                for fetch, keys in started:
+                    fetch.cancel()
+                    for key in keys:
+                        if self._prefetched.get(key, (None,))[0] is fetch:
+                            del self._prefetched[key]
+
+        return abandon
+
+
+def _read_headers(files: list[Path]) -> list[tuple[dict[str, TensorEntry], dict[str, str]]]:
+    """Each file's header; a sharded checkpoint's remote shards all at once
+    (each header is a GET, tens of ms to first byte), local ones in turn."""
+    if len(files) < 2 or not isinstance(files[0], RemotePath):
+        return [read_header(file) for file in files]
+    with ThreadPoolExecutor(min(len(files), 16), thread_name_prefix="ckptscan-header") as pool:
+        return list(pool.map(read_header, files))
 
 
 # Step numbers from the directory names training frameworks write
@@ -128,6 +155,38 @@ def step_from_name(name: str) -> int | None:
         if match:
             return int(match.group(1))
     return None
+
+
+def open_checkpoints(paths: list[str | Path]) -> list[Checkpoint]:
+    """`open_checkpoint` of each path, in order. URLs are opened side by
+    side: opening one is a chain of requests (listings, index, headers,
+    config) tens of ms each, which the next need not wait for. The first
+    failure in the order given is raised, as when opened one after another."""
+    located = [as_path(path) for path in paths]
+    if len(located) < 2 or not any(isinstance(path, RemotePath) for path in located):
+        return [open_checkpoint(path) for path in located]
+    outcomes: list[Checkpoint | BaseException | None] = [None] * len(located)
+
+    def open_one(k: int) -> None:
+        try:
+            outcomes[k] = open_checkpoint(located[k])
+        except BaseException as e:  # handed to the caller's thread below
+            outcomes[k] = e
+
+    # Daemon threads, joined interruptibly: Ctrl-C during a long download
+    # (a torch pickle) reaches the caller at once instead of waiting for it.
+    threads = [threading.Thread(target=open_one, args=(k,), daemon=True, name="ckptscan-open")
+               for k in range(1, len(located))]
+    for thread in threads:
+        thread.start()
+    open_one(0)
+    for k, outcome in enumerate(outcomes):
+        if k:
+            threads[k - 1].join()
+            outcome = outcomes[k]
+        if isinstance(outcome, BaseException):
+            raise outcome  # the later opens, which only read, end on their own
+    return outcomes  # type: ignore[return-value]
 
 
 def open_checkpoint(path: str | Path) -> Checkpoint:
