@@ -40,8 +40,10 @@ from ckptscan.monitors.routing import RoutingStats, routing_stats
 from ckptscan.monitors.spectral import SpectralStats, spectral_stats
 from ckptscan.monitors.whole_matrix import whole_matrix_singular_values
 from ckptscan.probe import Probe
+from ckptscan.readahead import ReadAhead
 from ckptscan.readers import Checkpoint
 from ckptscan.results import AttentionResult, HeadResult, LayerResult, RouterResult
+from ckptscan.storage import RemotePath
 
 if TYPE_CHECKING:
     from ckptscan.executors import Executor
@@ -139,14 +141,21 @@ def scan_layers(
         executor = LocalExecutor(options.workers, options.threads)
     groups = executor.group(todo) if todo else []
     done = 0
-    for position, group_results in executor.map(task, groups) if groups else ():
-        for layer, layer_results in zip(groups[position], group_results):
-            found[layer] = layer_results
-            if on_layer is not None:
-                on_layer(layer, layer_results)
-            done += 1
-            if progress is not None:
-                progress(done, len(todo))
+    # Remote checkpoints: fetch the next layer-loads while the current ones are computed on.
+    if any(isinstance(c.path, RemotePath) for c in checkpoints):
+        task.readahead = ReadAhead(todo, task.used, task.prefetch_load)
+    try:
+        for position, group_results in executor.map(task, groups) if groups else ():
+            for layer, layer_results in zip(groups[position], group_results):
+                found[layer] = layer_results
+                if on_layer is not None:
+                    on_layer(layer, layer_results)
+                done += 1
+                if progress is not None:
+                    progress(done, len(todo))
+    finally:
+        if task.readahead is not None:
+            task.readahead.close()
     return layouts[0].info, [[found[p.layer][k] for p in plans] for k in range(len(pairs))]
 
 
@@ -180,6 +189,7 @@ class LayerTask:
         self.used = sorted({i for pair in self.pairs for i in pair})
         self.last_use = {i: max(b for a, b in self.pairs if i in (a, b)) for i in self.used}
         self.bases = {a for a, _ in self.pairs}  # checkpoints whose Grams a pair reuses
+        self.readahead: ReadAhead | None = None  # set by `scan_layers` for remote checkpoints
 
     def __reduce__(self) -> tuple:
         return (_Located, ([str(c.path) for c in self.checkpoints], self.pairs, self.requested,
@@ -208,6 +218,8 @@ class LayerTask:
                 return []
             layout = self.layouts[i]
             plan_i = layout.layers[_plan_position(layout, layer)]
+            if self.readahead is not None:
+                self.readahead.reach(layer, i)
             held[i] = _load_layer(self.checkpoints[i], plan_i, options, probe_input, self.top_k, self.selection,
                                   as_base=i in self.bases)
             for k, (a, b) in enumerate(pairs):
@@ -215,6 +227,11 @@ class LayerTask:
                     compared[k] = _compare(layer, held[a], held[b], options, self.selection)
             held = {j: loaded for j, loaded in held.items() if self.last_use[j] > i}
         return compared
+
+    def prefetch_load(self, layer: int, i: int) -> Callable[[], None] | None:
+        """Start fetching checkpoint i's `layer` (a `ReadAhead` starter)."""
+        layout = self.layouts[i]
+        return _prefetch(self.checkpoints[i], layout.layers[_plan_position(layout, layer)], self.selection)
 
 
 class _Located:
@@ -591,19 +608,20 @@ def _head_selection(info: ModelInfo, heads: Sequence[int] | None, path: Path) ->
     return _HeadSelection(torch.tensor(wanted), kv_heads, kv_index, info.head_dim, info.num_heads, info.num_kv_heads)
 
 
-def _prefetch(ckpt: Checkpoint, plan: LayerPlan, selection: _HeadSelection | None) -> None:
+def _prefetch(ckpt: Checkpoint, plan: LayerPlan, selection: _HeadSelection | None) -> Callable[[], None] | None:
     """A source in object storage gets every byte range of this layer at once
     (fetched concurrently, adjacent ranges coalesced) instead of one request
-    after another; `_read_tensor` then takes them. Local sources have no
-    `prefetch` and read as before."""
+    after another; `_read_tensor` then takes them, waiting for those still in
+    flight. Returns the source's function abandoning them (see `ReadAhead`).
+    Local sources fetch nothing here and read as before."""
     prefetch = getattr(ckpt.tensors, "prefetch", None)
     if prefetch is None:
-        return
+        return None
     wanted: list[tuple[str, tuple[int, int] | None]] = []
     for name in plan.tensors:
         runs = selection.row_runs(plan.roles.get(name), ckpt.tensors.shape(name)) if selection is not None else None
         wanted.extend([(name, None)] if runs is None else [(name, run) for run in runs])
-    prefetch(wanted)
+    return prefetch(wanted)
 
 
 def _read_tensor(ckpt: Checkpoint, plan: LayerPlan, name: str, selection: _HeadSelection | None) -> torch.Tensor:
