@@ -32,7 +32,7 @@ from ckptscan.discovery import discover_run
 from ckptscan.errors import CkptScanError
 from ckptscan.loss_log import LossLog, read_loss_log
 from ckptscan.probe import Probe, load_probe
-from ckptscan.readers import Checkpoint, open_checkpoint
+from ckptscan.readers import Checkpoint, open_checkpoints
 from ckptscan.report.load import load_report
 from ckptscan.results import ScanReport
 from ckptscan.storage import as_path
@@ -149,7 +149,7 @@ def resolve_pair(
 ) -> RunSpec:
     """Two checkpoints (older, newer) compared as one update. `probe`: a
     probe file (or an already loaded `Probe`) for routing entropy."""
-    checkpoints = [open_checkpoint(older), open_checkpoint(newer)]
+    checkpoints = open_checkpoints([older, newer])
     spec = RunSpec("pair", str(newer), checkpoints, [(0, 1)], probe=_probe(probe), config=_config(config, settings))
     _reference(spec, reference)
     return spec
