@@ -11,7 +11,8 @@ then measures side by side, each figure the minimum of --rounds:
   monitored bytes (q_proj and k_proj of every layer of both checkpoints),
   and its number of GET requests; the same with `--heads 0-3`;
 * time: the remote diff's wall time; ckptscan's read path alone (the same
-  opens, prefetches and reads on two layer workers, without the math); the
+  opens, read-ahead, prefetches and reads on two layer workers, without the
+  math; also with 0, 1 and 4 layer-loads read ahead per worker); the
   remote I/O floor, the fastest plain
   concurrent ranged reads of exactly the monitored bytes we could write
   (every tensor cut into 8 MB parts on 32 threads of obstore `get_range`,
@@ -48,7 +49,7 @@ from measure import load_average, monitored_entries  # noqa: E402
 from s3_static import StaticS3  # noqa: E402
 from synthetic import ModelSpec, ensure_run  # noqa: E402
 
-from ckptscan import scan_pair  # noqa: E402
+from ckptscan import readahead, scan_pair  # noqa: E402
 from ckptscan.scan import ScanOptions  # noqa: E402
 from ckptscan.storage import stores  # noqa: E402
 
@@ -117,11 +118,9 @@ def measure_server(server, url, paths, ranges, head_ranges, monitored, head_moni
 
     diff_s, diff_bytes, diff_requests = counted(ScanOptions)
     reads_s = best(rounds, lambda: _ckptscan_reads(a, b))
-    default_part, by_part = stores.PART_BYTES, {}
-    for part_mb in (2, 4, 8, 16):  # the part size is a choice: see what each gives
-        stores.PART_BYTES = part_mb << 20
-        by_part[part_mb] = best(rounds, lambda: _ckptscan_reads(a, b))
-    stores.PART_BYTES = default_part
+    by_depth = {}
+    for depth in (0, 1, 4):  # layer-loads read ahead per worker: none (as before it existed), fewer, more
+        by_depth[depth] = best(rounds, lambda: _ckptscan_reads(a, b, depth))
     heads_s, heads_bytes, heads_requests = counted(lambda: ScanOptions(heads=HEADS))
     print(f"[{server}] remote diff: {diff_s:.2f} s, {diff_requests} GETs, {diff_bytes / 1e6:.1f} MB fetched = "
           f"{diff_bytes / monitored:.4f} x monitored (headers, index and config included)")
@@ -144,30 +143,36 @@ def measure_server(server, url, paths, ranges, head_ranges, monitored, head_moni
           f"sequential (one GET per tensor) {sequential:.2f} s; s3fs cat_ranges "
           + (f"{s3fs_s:.2f} s" if s3fs_s is not None else "(s3fs not installed)"))
     print(f"[{server}] ckptscan's read path alone (open both, then every layer's prefetch + reads on 2 workers, "
-          f"no math): {reads_s:.2f} s with {default_part >> 20} MB parts; by part size: "
-          + ", ".join(f"{mb} MB {t:.2f} s" for mb, t in by_part.items()))
+          f"no math): {reads_s:.2f} s reading {readahead.DEPTH} layer-loads ahead per worker; with "
+          + ", ".join(f"{depth} ahead {t:.2f} s" for depth, t in by_depth.items()))
     print(f"[{server}] ratios: remote diff / I/O floor {diff_s / floor:.2f}; remote diff / max(I/O floor, local "
           f"diff) {diff_s / max(floor, local):.2f}; read path / I/O floor {reads_s / floor:.2f}; --heads 0-3 diff "
           f"/ its floor {heads_s / heads_floor:.2f}; sequential / concurrent reads {sequential / floor:.2f}")
 
 
-def _ckptscan_reads(a: str, b: str) -> None:
-    """What the remote diff reads, through its own code path, without the math."""
+def _ckptscan_reads(a: str, b: str, depth: int = readahead.DEPTH) -> None:
+    """What the remote diff reads, through its own code path (opens, the scan
+    loop's read-ahead, prefetches, reads), without the math."""
     from ckptscan import scan
-    from ckptscan.layouts import HeadOverrides, resolve_layout
-    from ckptscan.readers import open_checkpoint
+    from ckptscan.readers import open_checkpoints
 
-    checkpoints = [open_checkpoint(a), open_checkpoint(b)]
-    layout = resolve_layout(checkpoints[0], HeadOverrides(), None)
+    checkpoints = open_checkpoints([a, b])
+    task = scan.LayerTask(checkpoints, [(0, 1)], ScanOptions())
+    layers = [plan.layer for plan in task.layouts[0].layers]
+    ahead = readahead.ReadAhead(layers, task.used, task.prefetch_load, depth)
 
     def layer(plan) -> None:
-        for checkpoint in checkpoints:
+        for i, checkpoint in enumerate(checkpoints):
+            ahead.reach(plan.layer, i)
             scan._prefetch(checkpoint, plan, None)
             for name in plan.tensors:
                 scan._read_tensor(checkpoint, plan, name, None)
 
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(layer, layout.layers))
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(layer, task.layouts[0].layers))
+    finally:
+        ahead.close()
 
 
 def best(rounds: int, fn, per_round=None) -> float:

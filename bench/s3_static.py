@@ -40,6 +40,10 @@ class StaticS3:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # TCP_NODELAY, as real object stores answer: with Nagle's algorithm
+            # the body written after the headers waits for the client's delayed
+            # ACK (40 ms on Linux), which timed this fixture, not the client.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args):
                 pass
