@@ -55,7 +55,7 @@ class ReadAhead:
     def reach(self, layer: int, checkpoint: int) -> None:
         """The calling worker is about to load `checkpoint`'s `layer`: start
         that load (unless it was started ahead) and up to `depth` after it."""
-        me = threading.get_ident()
+        me = threading.get_ident()  # a worker is its thread: layer workers live for the whole scan
         with self._lock:
             if self._closed:
                 return

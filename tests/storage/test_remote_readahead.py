@@ -1,0 +1,121 @@
+"""Read-ahead against a real S3 server: the loads a worker needs next are
+fetched while it reads the current one, every byte once, with the same
+numbers as the local scan; a failed read-ahead fetch is one clear line and
+exit 2 where its tensor is read; what is abandoned is cancelled."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from remote_helpers import hf_run, same_numbers
+from typer.testing import CliRunner
+
+from ckptscan.cli import app
+from ckptscan.errors import CkptScanError
+from ckptscan.readahead import ReadAhead
+from ckptscan.readers import open_checkpoints
+from ckptscan.readers.safetensors import REMOTE_HEADER_GUESS
+from ckptscan.scan import LayerTask, ScanOptions, _read_tensor
+from ckptscan.storage import stores
+
+runner = CliRunner()
+SHARD = "checkpoint-200/model-00001-of-00002.safetensors"
+
+
+def monitored_bytes(folders, layers) -> int:
+    """q_proj and k_proj of every layer of every checkpoint (bf16), from the local files."""
+    from ckptscan.readers import open_checkpoint
+
+    total = 0
+    for folder in folders:
+        source = open_checkpoint(folder).tensors
+        for layer in range(layers):
+            for p in "qk":
+                entry = source.entry(f"model.layers.{layer}.self_attn.{p}_proj.weight")
+                total += entry.end - entry.start
+    return total
+
+
+def test_a_trend_of_five_checkpoints_equals_the_local_one_and_fetches_every_byte_once(s3, tmp_path):
+    folders = hf_run(tmp_path / "run", steps=(100, 200, 300, 400, 500), layers=3)
+    url = s3.upload(tmp_path / "run", "run")
+    local = runner.invoke(app, ["trend", str(tmp_path / "run"), "--format", "json", "--no-cache"])
+    before = dict(stores.stats)
+    remote = runner.invoke(app, ["trend", url, "--format", "json", "--no-cache"])
+    assert local.exit_code == remote.exit_code == 0, remote.output
+    same_numbers(json.loads(local.stdout), json.loads(remote.stdout))
+    # Read-ahead fetches nothing twice and nothing unneeded: the monitored
+    # tensors, each shard's header GET (with up to 64 KiB more), config and index.
+    headers = sum(min(f.stat().st_size, 8 + REMOTE_HEADER_GUESS) for f in (tmp_path / "run").rglob("*.safetensors"))
+    small_files = sum(f.stat().st_size for f in (tmp_path / "run").rglob("*.json"))
+    assert stores.stats["bytes"] - before["bytes"] == monitored_bytes(folders, 3) + headers + small_files
+
+
+def test_the_next_loads_are_in_flight_while_the_current_one_is_read(s3, tmp_path):
+    folders = hf_run(tmp_path / "run", layers=3)
+    url = s3.upload(tmp_path / "run", "run")
+    checkpoints = open_checkpoints([f"{url}/checkpoint-100", f"{url}/checkpoint-200"])
+    task = LayerTask(checkpoints, [(0, 1)], ScanOptions())
+    ahead = ReadAhead([0, 1, 2], task.used, task.prefetch_load)
+    before = dict(stores.stats)
+    ahead.reach(0, 0)
+    # Checkpoint 0's layer 0 (needed now), and ahead of it checkpoint 1's layer 0 and checkpoint 0's layer 1.
+    pending = {(c, name) for c, ckpt in enumerate(checkpoints) for name, _ in ckpt.tensors._prefetched}
+    assert pending == {(c, f"model.layers.{layer}.self_attn.{p}_proj.weight")
+                       for c, layer in ((0, 0), (1, 0), (0, 1)) for p in "qk"}
+    local = open_checkpoints([str(f) for f in folders])
+    for layer, c in ((0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)):
+        ahead.reach(layer, c)
+        plan = task.layouts[c].layers[layer]
+        for name in plan.tensors:
+            assert _read_tensor(checkpoints[c], plan, name, None).equal(local[c].tensors.get(name))
+    ahead.close()
+    assert all(not c.tensors._prefetched for c in checkpoints)  # every fetch taken by its read
+    assert stores.stats["bytes"] - before["bytes"] == monitored_bytes(folders, 3)
+
+
+def test_a_failed_read_ahead_fetch_is_raised_where_its_tensor_is_read(s3, proxy, tmp_path):
+    """Checkpoint-200's layer 0 is fetched ahead while checkpoint-100's is read;
+    its shard answers 503 for good: checkpoint-100 reads fine, and reading the
+    tensor whose fetch failed raises the one error naming URL and tensor."""
+    hf_run(tmp_path / "run")
+    url = s3.upload(tmp_path / "run", "run")  # straight to the server; ckptscan reads through the proxy
+    checkpoints = open_checkpoints([f"{url}/checkpoint-100", f"{url}/checkpoint-200"])
+    proxy.fail(SHARD, "503", times=10**6)  # headers were read at open: every later GET of the shard fails
+    task = LayerTask(checkpoints, [(0, 1)], ScanOptions())
+    ahead = ReadAhead([0, 1], task.used, task.prefetch_load)
+    ahead.reach(0, 0)
+    plan = task.layouts[0].layers[0]
+    for name in plan.tensors:
+        _read_tensor(checkpoints[0], plan, name, None)
+    assert proxy.faults_sent > 0  # the read-ahead fetch of checkpoint-200 was sent, and failed
+    ahead.reach(0, 1)
+    with pytest.raises(CkptScanError) as error:
+        _read_tensor(checkpoints[1], plan, plan.tensors[0], None)
+    # The request held q_proj and k_proj (adjacent in the file: one part): both are named.
+    assert str(error.value).startswith(f"{url}/{SHARD}: tensor '{plan.tensors[0]}")
+    assert str(error.value).endswith("': read failed after 4 tries: 503 Service Unavailable, SlowDown")
+    ahead.close()
+
+
+def test_a_diff_whose_read_ahead_fails_is_one_line_and_exit_2_with_no_thread_left(s3, proxy, tmp_path):
+    hf_run(tmp_path / "run", layers=3)
+    url = s3.upload(tmp_path / "run", "run")  # straight to the server; ckptscan reads through the proxy
+    # checkpoint-200's layers are fetched ahead, while checkpoint-100's are read: its second
+    # shard's header GET goes through, every later GET of that shard is cut.
+    proxy.fail("checkpoint-200/model-00002-of-00002.safetensors", "cut", times=10**6, after=1)
+    threads = set(threading.enumerate())
+    result = runner.invoke(app, ["diff", f"{url}/checkpoint-100", f"{url}/checkpoint-200", "--format", "json"])
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[0].startswith(f"error: {url}/checkpoint-200/model-00002-of-00002.safetensors: tensor "
+                               "'model.layers."), lines[0]
+    assert "read failed after 4 tries" in lines[0]
+    # Layer workers and opening threads are gone; only the shared GET pool (bounded) may remain.
+    left = [t.name for t in set(threading.enumerate()) - threads
+            if t.name.startswith("ckptscan") and not t.name.startswith("ckptscan-get")]
+    assert left == [], left
