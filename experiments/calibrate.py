@@ -15,6 +15,13 @@ thresholds and the two baselines', so they are compared at one rate.
 
 Warnings use the same procedure at `warn_rate` (default 0.1).
 
+The reference rule (`--reference`) is calibrated the same way: each healthy
+calibration run is judged against the healthy run of its recipe with the
+other calibration seed, the per-run maxima of its departure (in the
+reference's own sigmas) are fitted, and `reference_scale_factor` is the
+alert quantile over `alert_sigma`: how much wider than one run's noise two
+healthy runs of one recipe differ.
+
 Only runs of the calibration split are read. `--write` stores the result in
 experiments/calibration.json, which experiments.evaluate reads; ckptscan's
 own defaults (ckptscan/detection/rules.py `Thresholds`) were set from this
@@ -29,6 +36,7 @@ import math
 import statistics
 from pathlib import Path
 
+from ckptscan.detection.rules import Thresholds
 from experiments.baselines import BASELINES, read_log
 from experiments.corpus import DEFAULT_OUT, load_manifest, require_corpus
 
@@ -67,19 +75,30 @@ def baseline_maxima(runs: list[Path]) -> dict[str, list[float]]:
 
 
 def calibrate(corpus: Path, rate: float, warn_rate: float) -> dict:
-    from experiments.judge import changepoint_maxima  # ckptscan's statistics, re-judged from metrics.json
+    from experiments.judge import changepoint_maxima, reference_maxima  # re-judged from metrics.json
 
     manifest = load_manifest()
     runs = healthy_runs(manifest, corpus)
     result: dict = {"rate": rate, "warn_rate": warn_rate, "healthy_runs": [r.name for r in runs], "thresholds": {}}
     maxima = {**baseline_maxima(runs), **changepoint_maxima(runs)}
+    maxima["reference departure"] = reference_maxima([(run, corpus / other_seed_twin(manifest, run.name))
+                                                      for run in runs])
     for name, values in sorted(maxima.items()):
         result["thresholds"][name] = {
             "alert": round(gumbel_threshold(values, rate), 3),
             "warn": round(gumbel_threshold(values, warn_rate), 3),
             "healthy_maxima": [round(v, 3) for v in values],
         }
+    alert = result["thresholds"]["reference departure"]["alert"]
+    result["reference_scale_factor"] = round(alert / Thresholds().alert_sigma, 3)
     return result
+
+
+def other_seed_twin(manifest: dict, name: str) -> str:
+    """The healthy calibration run of `name`'s recipe with another seed."""
+    run = next(r for r in manifest["runs"] if r["name"] == name)
+    return next(r["name"] for r in manifest["runs"] if r["recipe"] == run["recipe"] and r["seed"] != run["seed"]
+                and r["fault"] == "none" and r["split"] == "calibration")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -96,6 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     for name, t in result["thresholds"].items():
         print(f"  {name:34s} alert ≥ {t['alert']:8.3f}  warn ≥ {t['warn']:8.3f}  "
               f"healthy max {max(t['healthy_maxima']):8.3f}")
+    print(f"  reference_scale_factor = reference departure alert / alert_sigma = {result['reference_scale_factor']}")
     if args.write:
         CALIBRATION.write_text(json.dumps(result, indent=1) + "\n")
         print(f"written: {CALIBRATION}")

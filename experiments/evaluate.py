@@ -99,12 +99,25 @@ def twin_effect(run_dir: Path, twin_dir: Path, onset: int) -> dict:
     return {"logit_ratio": logit, "delta2_drop": delta2, "routing_drop": routing}
 
 
-def evaluate_run(corpus: Path, run: dict, thresholds: Thresholds, calibration: dict) -> Outcome:
+def reference_run(manifest: dict, run: dict, seed: int | None) -> str | None:
+    """The healthy run of `run`'s recipe with `seed` (another seed when it is
+    the run's own): a known-healthy run a team would pass as --reference."""
+    if seed is None:
+        return None
+    if seed == run["seed"]:
+        seed = next(r["seed"] for r in manifest["runs"] if r["recipe"] == run["recipe"] and r["seed"] != seed
+                    and r["fault"] == "none" and r["split"] == "calibration")
+    return next(r["name"] for r in manifest["runs"]
+                if r["recipe"] == run["recipe"] and r["seed"] == seed and r["fault"] == "none")
+
+
+def evaluate_run(corpus: Path, run: dict, thresholds: Thresholds, calibration: dict,
+                 reference: str | None = None) -> Outcome:
     run_dir = corpus / run["name"]
     log = read_log(run_dir)
     divergence = divergence_step(log["step"], log["loss"])
     onset = fault_onset(run_dir)
-    report = judge_run(run_dir, thresholds, divergence)
+    report = judge_run(run_dir, thresholds, divergence, corpus / reference if reference else None)
     families = FAULT_FAMILIES[run["fault"]]
     effect, measurable = {}, False
     if run["twin"] is not None:
@@ -220,14 +233,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--split", choices=["heldout", "calibration", "all"], default="heldout")
     p.add_argument("--corpus", type=Path, default=Path(DEFAULT_OUT))
     p.add_argument("--legacy", action="store_true", help="the rules before the change-point statistic")
+    p.add_argument("--reference-seed", type=int, default=None,
+                   help="judge each run with --reference = the healthy run of its recipe with this seed "
+                        "(a calibration seed; for a run of that very seed, the other calibration seed)")
     args = p.parse_args(argv)
     require_corpus(args.corpus)
     manifest = load_manifest()
     calibration = json.loads(CALIBRATION.read_text())
     thresholds = dataclasses.replace(Thresholds(), **LEGACY) if args.legacy else Thresholds()
     runs = [r for r in manifest["runs"] if args.split == "all" or r["split"] == args.split]
-    outcomes = [evaluate_run(args.corpus, run, thresholds, calibration) for run in runs]
-    print(f"split: {args.split} ({len(runs)} runs); ckptscan rules: {'legacy' if args.legacy else 'current'}")
+    outcomes = [evaluate_run(args.corpus, run, thresholds, calibration,
+                             reference_run(manifest, run, args.reference_seed)) for run in runs]
+    print(f"split: {args.split} ({len(runs)} runs); ckptscan rules: {'legacy' if args.legacy else 'current'}"
+          + ("" if args.reference_seed is None else f"; --reference: the recipe's healthy seed-{args.reference_seed} "
+             "run (the other calibration seed for that seed's own runs)"))
     print("cells: first alarm step and lead (% of onset→divergence); FA@s: false alarm at step s\n")
     print_table(outcomes)
     print_summary(summarize(outcomes))

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from ckptscan.detection.catalog import MONITORS
 from ckptscan.detection.changepoint import Cusum
+from ckptscan.detection.reference import reference_from_report
 from ckptscan.detection.rules import Thresholds, assess_report, first_judged_pair, pooled_departures
-from ckptscan.detection.series import track
+from ckptscan.detection.series import judged_value, track
 from ckptscan.results import ScanReport, from_dict
 
 
@@ -36,9 +37,16 @@ def effective_thresholds(report: ScanReport, thresholds: Thresholds) -> Threshol
     return thresholds
 
 
-def judge_run(run_dir: Path, thresholds: Thresholds, divergence: int | None) -> ScanReport:
+def judge_run(run_dir: Path, thresholds: Thresholds, divergence: int | None,
+              reference_dir: Path | None = None) -> ScanReport:
+    """`reference_dir`: a known-healthy run whose metrics serve as `--reference`."""
     report = load_report(run_dir)
-    assess_report(report, effective_thresholds(report, thresholds), None, divergence)
+    t = effective_thresholds(report, thresholds)
+    reference = None
+    if reference_dir is not None:
+        reference = reference_from_report(load_report(reference_dir), t.warmup_pairs, t.warmup_steps,
+                                          str(reference_dir))
+    assess_report(report, t, reference, divergence)
     return report
 
 
@@ -80,4 +88,41 @@ def changepoint_maxima(runs: list[Path], thresholds: Thresholds | None = None) -
                 best[f"pooled_cusum {kind}"] = max(best[f"pooled_cusum {kind}"], pooled_max)
         for name, value in best.items():
             out.setdefault(name, []).append(value)
+    return out
+
+
+def reference_maxima(pairs: list[tuple[Path, Path]], thresholds: Thresholds | None = None) -> list[float]:
+    """Per (healthy run, healthy reference run of its recipe with another seed):
+    the largest departure from the reference that the reference rule would
+    alert on, in the reference's own robust sigmas (scale factor 1): over the
+    judged pairs, layers and monitors compared across runs, the smaller of two
+    consecutive one-sided departures (the rule needs `consecutive` = 2 in a
+    row). The reference scale factor that keeps healthy runs from alerting is
+    the calibrated maximum over `alert_sigma`."""
+    base = thresholds or Thresholds()
+    out = []
+    for run, reference_dir in pairs:
+        report = load_report(run)
+        t = effective_thresholds(report, base)
+        reference = reference_from_report(load_report(reference_dir), t.warmup_pairs, t.warmup_steps)
+        start = first_judged_pair(report.pairs, t)
+        steps = [float(p.to_step) for p in report.pairs]
+        best = -math.inf
+        for position in range(len(report.pairs[0].layers)):
+            layers = [pair.layers[position] for pair in report.pairs]
+            for monitor in MONITORS:
+                expected = reference.expectations(layers[0].layer, monitor, steps, t.reference_pairs, 1.0) \
+                    if monitor.across_runs else None
+                if expected is None:
+                    continue
+                zs: list[float | None] = []
+                for index, (layer, e) in enumerate(zip(layers, expected)):
+                    y = judged_value(monitor.read(layer), monitor.spec.log)
+                    if index < start or e is None or math.isnan(y):
+                        zs.append(None)
+                        continue
+                    low = monitor.spec.bad == "low" or (monitor.spec.bad == "both" and y < e.center)
+                    zs.append((e.center - y if low else y - e.center) / e.scale)
+                best = max([best] + [min(a, b) for a, b in zip(zs, zs[1:]) if a is not None and b is not None])
+        out.append(best)
     return out

@@ -66,11 +66,15 @@ class Thresholds:
     # Baselines: the last `baseline_pairs` healthy pairs; none before `min_baseline_pairs`.
     baseline_pairs: int = 8
     min_baseline_pairs: int = 5
-    # Reference run (--baseline): the `reference_pairs` reference pairs nearest
+    # Reference run (--reference): the `reference_pairs` reference pairs nearest
     # in step give the expected value; their sigma is widened by
     # `reference_scale_factor` for the spread between runs (seeds, data order).
+    # Calibrated like the CUSUM thresholds (experiments/calibrate.py): each
+    # healthy calibration run against the healthy run of its recipe with the
+    # other seed departs by at most 7.2 of the reference's sigmas on two pairs
+    # in a row; the Gumbel 1 % quantile, 8.85, over alert_sigma is 1.48.
     reference_pairs: int = 5
-    reference_scale_factor: float = 3.0
+    reference_scale_factor: float = 1.5
     # Hard floors (alerts whatever the history): a normalised Δ2 entropy this
     # low means the update of every head concentrates on ~1 direction.
     delta2_entropy_norm_floor: float = 0.2
@@ -266,16 +270,17 @@ def series_findings(report: ScanReport, t: Thresholds, start: int, reference: Re
 
 
 def pooled_departures(verdicts: list[dict[str, list[Point]]], monitor: str, cap: float) -> list[float | None]:
-    """Per pair: the departures (robust sigmas, each capped to ±cap) of `monitor`
-    summed over the layers judged on that pair, divided by √(their number).
-    For a shift δ on every one of L layers it grows as δ·√L; for independent
-    healthy noise it stays a standard unit."""
+    """Per pair: the departures from each layer's own history (robust sigmas,
+    each capped to ±cap; never a reference run's, whose offset persists) of
+    `monitor` summed over the layers judged on that pair, divided by
+    √(their number). For a shift δ on every one of L layers it grows as
+    δ·√L; for independent healthy noise it stays a standard unit."""
     series = [v[monitor] for v in verdicts if monitor in v]
     if not series:
         return []
     out: list[float | None] = []
     for index in range(len(series[0])):
-        values = [max(-cap, min(cap, s[index].excess)) for s in series if s[index].excess is not None]
+        values = [max(-cap, min(cap, s[index].own_excess)) for s in series if s[index].own_excess is not None]
         out.append(sum(values) / len(values) ** 0.5 if values else None)
     return out
 
@@ -298,9 +303,9 @@ def pooled_findings(pairs: list[PairResult], verdicts: list[dict[str, list[Point
                 continue
             severity = "alert" if c >= t.pooled_cusum_alert else "warn"
             candidates = [(v[monitor.name][index], position) for position, v in enumerate(verdicts)
-                          if monitor.name in v and v[monitor.name][index].excess is not None]
-            point, position = max(candidates, key=lambda cp: cp[0].excess)
-            if point.excess <= t.cusum_drift:
+                          if monitor.name in v and v[monitor.name][index].own_excess is not None]
+            point, position = max(candidates, key=lambda cp: cp[0].own_excess)
+            if point.own_excess <= t.cusum_drift:
                 continue  # no layer adds to the sum on this pair: nothing to point at (the alarm began earlier)
             onset = pairs[change_point(sums, index)].to_step
             threshold = t.pooled_cusum_alert if severity == "alert" else t.pooled_cusum_warn
@@ -311,7 +316,7 @@ def pooled_findings(pairs: list[PairResult], verdicts: list[dict[str, list[Point
                 value=point.value,
                 message=f"{monitor.label}: CUSUM of the departures pooled over {len(candidates)} layers is {c:.1f} "
                         f"(≥ {threshold:g}; drift {t.cusum_drift:g} σ per pair) since step {onset}; "
-                        f"this layer departs most ({point.excess:.1f} σ)",
+                        f"this layer departs most ({point.own_excess:.1f} σ)",
                 baseline=point.expected,
                 threshold=threshold,
                 rule="pooled_cusum",

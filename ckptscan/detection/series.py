@@ -11,7 +11,8 @@ series' own healthy history predicts, not against a fixed number:
 - level: for monitors that do not drift in healthy runs, also the frozen
   level of the first `window` accepted points after warm-up. It catches a
   slow departure that the trailing baseline would absorb.
-- reference: an expected value and scale per point from a known-healthy run.
+- reference: an expected value and scale per point from a known-healthy run
+  (judged point by point; it does not feed the CUSUM).
 
 The noise sigma comes from the successive differences of the healthy points
 (a slow trend shifts their median, not their spread), floored at the
@@ -96,6 +97,9 @@ class Point:
     alert_at: float | None = None
     onset: int | None = None  # index where the current run of departures began
     cusum: float | None = None  # the CUSUM statistic after this point (robust sigmas accumulated)
+    # The departure from the run's own history (trend, level): what the CUSUMs
+    # accumulate. `excess` may come from a reference run; this never does.
+    own_excess: float | None = None
 
 
 @dataclass
@@ -184,7 +188,12 @@ def track(
         worst = max(judgements, key=lambda j: j.excess)
         excess[i] = worst.excess
         previous = next((c for c in reversed(sums) if c is not None), 0.0)
-        sums[i] = cusum.step(previous, worst.excess)
+        # The CUSUM accumulates departures from the run's own history only: a
+        # reference run differs by a persistent offset (seed, data order),
+        # which a CUSUM would add up into an alarm; the reference is judged
+        # point by point.
+        own = max((j.excess for j in judgements if j.rule != "reference"), default=None)
+        sums[i] = cusum.step(previous, own) if own is not None else previous
         if worst.excess >= settings.warn_sigma:
             streak.append(i)
         else:
@@ -216,6 +225,7 @@ def track(
             alert_at=_unjudged(worst.center + worst.side * settings.alert_sigma * worst.scale, spec.log),
             onset=onset,
             cusum=sums[i] if spec.sequential else None,
+            own_excess=own,
         ))
     return points
 

@@ -29,3 +29,13 @@ def test_no_healthy_calibration_run_reaches_an_alert():
     t = Thresholds()
     assert max(c["cusum specific"]["healthy_maxima"]) < t.cusum_alert
     assert max(c["pooled_cusum specific"]["healthy_maxima"]) < t.pooled_cusum_alert
+
+
+def test_reference_scale_is_the_calibrated_spread_between_healthy_runs():
+    """Two healthy runs of one recipe (other seed) differ by this many of one
+    run's sigmas at the calibrated 1 % rate; the default is it, rounded up."""
+    c = json.loads(CALIBRATION.read_text())
+    t = Thresholds()
+    assert t.reference_scale_factor == rounded_up(c["reference_scale_factor"])
+    assert c["reference_scale_factor"] == round(c["thresholds"]["reference departure"]["alert"] / t.alert_sigma, 3)
+    assert max(c["thresholds"]["reference departure"]["healthy_maxima"]) < t.alert_sigma * t.reference_scale_factor

@@ -10,8 +10,8 @@ from detection.helpers import alerts, run_report
 
 
 def verdicts(*layers):
-    return [{"delta2_entropy_norm": [Point("ok", 0.5, excess=e) if e is not None else Point("warmup", 0.5)
-                                     for e in excesses]} for excesses in layers]
+    return [{"delta2_entropy_norm": [Point("ok", 0.5, excess=e, own_excess=e) if e is not None
+                                     else Point("warmup", 0.5) for e in excesses]} for excesses in layers]
 
 
 def test_pooled_departure_is_the_capped_sum_over_root_layers():
@@ -21,6 +21,13 @@ def test_pooled_departure_is_the_capped_sum_over_root_layers():
     assert pooled[1] == pytest.approx((6.0 - 6.0 + 2.0) / math.sqrt(3))  # each layer capped to ±6
     assert pooled[2] == pytest.approx(4.0)  # only one layer judged on that pair
     assert pooled_departures(verdicts([1.0]), "routing_entropy_norm", cap=6.0) == []
+
+
+def test_departures_from_a_reference_run_are_not_pooled():
+    """A reference run's offset persists (seed, data order): the pooled CUSUM
+    adds up departures from each layer's own history only."""
+    both = [{"delta2_entropy_norm": [Point("ok", 0.5, excess=5.0, own_excess=0.5)]} for _ in range(4)]
+    assert pooled_departures(both, "delta2_entropy_norm", cap=6.0) == [pytest.approx(4 * 0.5 / 2)]
 
 
 def test_a_small_shift_in_every_layer_alerts_through_the_pooled_cusum_only():

@@ -207,3 +207,17 @@ def test_a_monitor_can_opt_out_of_the_cusum():
     spec = SeriesSpec("low", min_scale=0.01, sequential=False)
     points = track(range(30), values, spec, CUSUM)
     assert "alert" not in states(points) and all(p.cusum is None for p in points)
+
+
+def test_a_reference_offset_is_judged_point_by_point_not_accumulated():
+    # A healthy run that sits 3 reference-sigmas below its reference for good
+    # (another seed): each point is far under the reference rule's warn level,
+    # and the CUSUM, which accumulates departures from the run's own history
+    # only, stays quiet. The same offset in the run's own history would alert.
+    values = noisy([0.55] * 30, 0.002, seed=3)
+    reference = [Expectation(0.58, 0.01)] * 30
+    points = track(range(30), values, LOW, CUSUM, reference)
+    assert set(states(points)) <= {"warmup", "ok"}
+    assert max(p.excess for p in points if p.excess is not None) == pytest.approx(3.0, abs=1.0)
+    assert all(p.cusum == 0 for p in points if p.cusum is not None)
+    assert all(p.own_excess is None or p.own_excess < 2 for p in points)
