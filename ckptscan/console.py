@@ -27,9 +27,11 @@ def main() -> None:
         with terminate_like_ctrl_c():
             try:
                 from ckptscan.cli import main as cli_main
+                from ckptscan.cli.process import claim_process
             except KeyboardInterrupt:
                 sys.stderr.write("interrupted during start-up\n")
                 raise SystemExit(EXIT_INTERRUPT) from None
+            claim_process()
             cli_main()
     except SystemExit as e:
         if e.code == EXIT_INTERRUPT:

@@ -373,8 +373,17 @@ def _changed_fractions(a: LayerWeights, b: LayerWeights) -> dict[str, float]:
     found = {}
     for role, x, y in (("W_q", a.q, b.q), ("W_k", a.k, b.k), ("router", a.router, b.router)):
         if x is not None and y is not None and x.shape == y.shape and x.numel():
-            found[role] = int(torch.count_nonzero(x != y)) / x.numel()
+            found[role] = _count_changed(x, y) / x.numel()
     return found
+
+
+def _count_changed(x: torch.Tensor, y: torch.Tensor, chunk: int = 1 << 18) -> int:
+    """Elements with x != y, compared a chunk at a time: a whole-layer boolean
+    mask (and count_nonzero's wider temporaries) would be tens of MB of fresh
+    pages per layer, page-faulted in on every pair; chunks reuse the same
+    small block of memory."""
+    x, y = x.reshape(-1), y.reshape(-1)
+    return sum(int(torch.count_nonzero(x[i:i + chunk] != y[i:i + chunk])) for i in range(0, x.numel(), chunk))
 
 
 def _compare(

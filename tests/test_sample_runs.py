@@ -3,6 +3,7 @@ healthy raises nothing; each fault alerts in its own family first, before
 the loss diverges; the silent fault alerts although the loss never diverges."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,28 @@ def test_diff_in_the_library_and_the_cli_agree(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["diff", older, newer, "--json", str(path), "--quiet"])
     assert result.exit_code == 1, result.output  # layer 1's collapsed Δ2 entropy alerts
     assert json.loads(path.read_text()) == json.loads(json.dumps(report_dict(scan_pair(older, newer))))
+
+
+def test_the_console_process_gives_what_the_library_gives(reports, tmp_path):
+    """`ckptscan trend` in its own process (the console script pauses and
+    freezes the garbage collector around importing torch) writes the same
+    report; an in-process caller's collector is left as it was."""
+    import gc
+    import subprocess
+    import sys
+
+    from typer.testing import CliRunner
+
+    from ckptscan.cli import app
+    from ckptscan.report.json import report_dict
+
+    path = tmp_path / "report.json"
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
+    proc = subprocess.run([sys.executable, "-m", "ckptscan", "trend", str(SAMPLES / "router_fault"), "--json",
+                           str(path), "--no-cache", "--quiet"], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 1, proc.stderr  # the router fault alerts
+    assert json.loads(path.read_text()) == json.loads(json.dumps(report_dict(reports["router_fault"])))
+    frozen = gc.get_freeze_count()
+    CliRunner().invoke(app, ["diff", str(SAMPLES / "router_fault" / "checkpoint-100"),
+                             str(SAMPLES / "router_fault" / "checkpoint-200"), "--quiet"])
+    assert gc.get_freeze_count() == frozen and gc.isenabled()

@@ -38,6 +38,7 @@ from ckptscan.cli.app import (
     user_errors,
     PngDir,
 )
+from ckptscan.cli.process import load_library
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -78,6 +79,7 @@ def diff(
 ) -> None:
     """Per-layer health table of the update from CKPT_A to CKPT_B."""
     with user_errors():
+        load_library()
         from ckptscan.api import scan
         from ckptscan.cli.report import check_figure_outputs, check_tensorboard_output, write_figure_outputs, \
             write_tensorboard_output

@@ -48,6 +48,7 @@ from ckptscan.cli.app import (
     scan_options,
     user_errors,
 )
+from ckptscan.cli.process import load_library
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -104,6 +105,7 @@ def trend(
 ) -> None:
     """When did each layer become abnormal, through which mechanism, and does the run pass the gate?"""
     with user_errors():
+        load_library()
         from ckptscan.api import scan
         from ckptscan.cache import PairCache, default_cache_dir
         from ckptscan.cli.report import check_figure_outputs, check_tensorboard_output, write_figure_outputs, \

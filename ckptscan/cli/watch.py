@@ -53,6 +53,7 @@ from ckptscan.cli.app import (
     scan_options,
     user_errors,
 )
+from ckptscan.cli.process import load_library
 
 if TYPE_CHECKING:
     from ckptscan.results import ScanReport
@@ -109,6 +110,7 @@ def watch(
 ) -> None:
     """Follow a live run: print each new checkpoint's row as soon as it is complete; exit 1 at the first alert."""
     with user_errors():
+        load_library()
         from ckptscan.cache import PairCache, default_cache_dir
         from ckptscan.cli.report import check_tensorboard_output
         from ckptscan.errors import CkptScanError
