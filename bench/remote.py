@@ -21,10 +21,13 @@ then measures side by side, each figure the minimum of --rounds:
   of the same ranges (the client we did not keep); and the local diff of
   the same files (the compute the remote diff overlaps its reads with).
 
-Three servers: `static` (bench/s3_static.py: sendfile from the files, so
+Four servers: `static` (bench/s3_static.py: sendfile from the files, so
 the client is what is timed), `s3like` (the same, with 20 ms to first byte
 and 100 MB/s per response, roughly one S3 GET from a machine in the same
-region: where concurrency matters) and `moto` (the server of the test suite, which
+region: where concurrency matters), `link1g` (s3like behind a 1 Gbit/s link
+shared by all responses, a CI runner outside the cluster: the network, not
+the CPU, sets the pace, so the remote diff is judged against its I/O floor)
+and `moto` (the server of the test suite, which
 copies the whole object on every ranged GET and serialises the reads of one
 object: its times measure moto, its bytes and request counts are still
 exact, so only those and the diff's time are measured there: 32 concurrent
@@ -56,6 +59,10 @@ from ckptscan.storage import stores  # noqa: E402
 LLAMA_32_1B = ModelSpec("llama-3.2-1b", "llama", 16, 2048, 32, 8, 8192, 128256)
 STEPS = [1000, 1100]
 PART = 8 << 20
+# The loopback fixtures: as fast as it can; one S3 GET's pace (20 ms to first
+# byte, 100 MB/s each, many in flight); the same behind a 1 Gbit/s link.
+SERVERS = {"static": {}, "s3like": {"latency_s": 0.02, "rate": 100e6},
+           "link1g": {"latency_s": 0.02, "rate": 100e6, "link_rate": 125e6}}
 HEADS = [0, 1, 2, 3]
 
 
@@ -63,7 +70,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--root", type=Path, default=Path("/tmp/ckptscan-bench-remote"))
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--servers", default="static,s3like,moto")
+    parser.add_argument("--servers", default="static,s3like,link1g,moto")
     args = parser.parse_args()
 
     synthetic.SHARD_BYTES = 1 << 30  # sharded, as the issue asks (HF would write one 2.9 GB file)
@@ -84,8 +91,8 @@ def main() -> None:
     local = best(args.rounds, lambda: scan_pair(paths[0], paths[1]))
     print(f"local diff (files on disk, warm): {local:.2f} s", flush=True)
     for server in args.servers.split(","):
-        if server in ("static", "s3like"):
-            static = StaticS3(args.root / "run", **({"latency_s": 0.02, "rate": 100e6} if server == "s3like" else {}))
+        if server in SERVERS:
+            static = StaticS3(args.root / "run", **SERVERS[server])
             os.environ["AWS_ENDPOINT_URL"] = static.url
             measure_server(server, "s3://bucket", paths, ranges, head_ranges, monitored, head_monitored, local,
                            args.rounds)

@@ -12,7 +12,10 @@ Bucket `bucket` is the directory given.
 Loopback has no network: `latency_s` delays each answer (time to first byte)
 and `rate` caps each response's bytes per second, to emulate an object
 store, whose single GET is slow (tens of ms to first byte, ~100 MB/s) and
-whose aggregate throughput comes from many requests in flight.
+whose aggregate throughput comes from many requests in flight. `link_rate`
+caps the bytes per second of all responses together: the machine's own
+network link (a CI runner's 1 Gbit/s), where the network, not the store or
+the CPU, sets the pace.
 """
 
 from __future__ import annotations
@@ -32,9 +35,12 @@ _RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
 
 
 class StaticS3:
-    def __init__(self, root: Path, bucket: str = "bucket", latency_s: float = 0.0, rate: float | None = None):
+    def __init__(self, root: Path, bucket: str = "bucket", latency_s: float = 0.0, rate: float | None = None,
+                 link_rate: float | None = None):
         self.root, self.bucket = root, bucket
-        self.latency_s, self.rate = latency_s, rate
+        self.latency_s, self.rate, self.link_rate = latency_s, rate, link_rate
+        self._link_free = 0.0  # when the shared link is next idle (perf_counter)
+        self._link_lock = threading.Lock()
         self.requests = 0
         server = self
 
@@ -96,11 +102,18 @@ class StaticS3:
             request.wfile.flush()
             with open(file, "rb") as f:
                 offset, began = start, time.perf_counter()
+                paced = self.rate is not None or self.link_rate is not None
                 while offset < end:
-                    chunk = end - offset if self.rate is None else min(end - offset, 1 << 20)
-                    offset += os.sendfile(request.connection.fileno(), f.fileno(), offset, chunk)
+                    chunk = end - offset if not paced else min(end - offset, 1 << 20)
+                    sent = os.sendfile(request.connection.fileno(), f.fileno(), offset, chunk)
+                    offset += sent
                     if self.rate is not None:  # wait until this many bytes are due at `rate`
                         time.sleep(max(0.0, (offset - start) / self.rate - (time.perf_counter() - began)))
+                    if self.link_rate is not None:  # this chunk's turn on the shared link
+                        with self._link_lock:
+                            self._link_free = max(self._link_free, time.perf_counter()) + sent / self.link_rate
+                            due = self._link_free
+                        time.sleep(max(0.0, due - time.perf_counter()))
 
     def listing(self, request: BaseHTTPRequestHandler, query: dict) -> None:
         prefix = query.get("prefix", [""])[0]
