@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ckptscan.errors import CkptScanError
-from ckptscan.readers import Checkpoint, open_checkpoint, step_from_name
+from ckptscan.readers import Checkpoint, open_checkpoint, open_each, step_from_name
 from ckptscan.readers.orbax import CHECKPOINT_METADATA
 from ckptscan.storage import as_path
 
@@ -94,11 +94,9 @@ def discover_run(run_dir: str | Path) -> Run:
         candidates = [(e, _file_step(e.name), None) for e in entries
                       if e.is_file() and e.suffix in CHECKPOINT_FILE_SUFFIXES]
     opened: list[tuple[int, int, str, Checkpoint]] = []
-    for entry, name_step, index in candidates:
-        try:
-            checkpoint = open_checkpoint(entry)
-        except CkptScanError as e:
-            run.skipped.append({"path": str(entry), "reason": str(e)})
+    for (entry, name_step, index), checkpoint in zip(candidates, open_each([c[0] for c in candidates])):
+        if isinstance(checkpoint, CkptScanError):
+            run.skipped.append({"path": str(entry), "reason": str(checkpoint)})
             continue
         step = _step(checkpoint, entry, name_step, index, run)
         if step is None:

@@ -28,7 +28,8 @@ from ckptscan.readers.safetensors import TensorEntry, byte_span, read_header, re
 from ckptscan.storage import RemotePath, as_path
 from ckptscan.storage.stores import Fetch
 
-__all__ = ["Checkpoint", "SafetensorsSource", "TensorSource", "open_checkpoint", "open_checkpoints", "step_from_name"]
+__all__ = ["Checkpoint", "SafetensorsSource", "TensorSource", "open_checkpoint", "open_checkpoints", "open_each",
+           "step_from_name"]
 
 
 class SafetensorsSource:
@@ -157,35 +158,76 @@ def step_from_name(name: str) -> int | None:
     return None
 
 
+# Remote checkpoints opened at once: each open is a chain of small requests
+# (listings, index, headers, config), so a few in flight hide the latency;
+# more only add threads and memory for downloaded pickles.
+OPEN_CONCURRENCY = 8
+
+
 def open_checkpoints(paths: list[str | Path]) -> list[Checkpoint]:
-    """`open_checkpoint` of each path, in order. URLs are opened side by
-    side: opening one is a chain of requests (listings, index, headers,
-    config) tens of ms each, which the next need not wait for. The first
-    failure in the order given is raised, as when opened one after another."""
+    """`open_checkpoint` of each path, in order, URLs side by side
+    (`open_each`). The first failure in the order given is raised, as when
+    opened one after another."""
+    outcomes = _open_all(paths)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return outcomes  # type: ignore[return-value]
+
+
+def open_each(paths: list[str | Path]) -> list[Checkpoint | CkptScanError]:
+    """`open_checkpoint` of each path, in order; a path that cannot be opened
+    gives its `CkptScanError` in its place (a run skips it with the reason).
+    Any other exception is raised, the first in order."""
+    outcomes = _open_all(paths)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, CkptScanError):
+            raise outcome
+    return outcomes  # type: ignore[return-value]
+
+
+def _open_all(paths: list[str | Path]) -> list[Checkpoint | BaseException]:
+    """Each path opened, or the exception that opening it raised.
+
+    Local paths are opened one after another. URLs are opened
+    `OPEN_CONCURRENCY` at a time: opening one is a chain of requests tens of
+    ms each, which the next need not wait for. The workers are daemon
+    threads, and joining them is interruptible: Ctrl-C during a long download
+    (a torch pickle) reaches the caller at once; the opens still running only
+    read, and end on their own."""
     located = [as_path(path) for path in paths]
-    if len(located) < 2 or not any(isinstance(path, RemotePath) for path in located):
-        return [open_checkpoint(path) for path in located]
     outcomes: list[Checkpoint | BaseException | None] = [None] * len(located)
 
     def open_one(k: int) -> None:
         try:
             outcomes[k] = open_checkpoint(located[k])
-        except BaseException as e:  # handed to the caller's thread below
+        except BaseException as e:  # handed to the caller's thread
             outcomes[k] = e
 
-    # Daemon threads, joined interruptibly: Ctrl-C during a long download
-    # (a torch pickle) reaches the caller at once instead of waiting for it.
-    threads = [threading.Thread(target=open_one, args=(k,), daemon=True, name="ckptscan-open")
-               for k in range(1, len(located))]
+    if len(located) < 2 or not any(isinstance(path, RemotePath) for path in located):
+        for k, path in enumerate(located):
+            try:
+                outcomes[k] = open_checkpoint(path)
+            except Exception as e:  # Ctrl-C is not held back until the others are open
+                outcomes[k] = e
+        return outcomes  # type: ignore[return-value]
+    todo = iter(range(len(located)))
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                k = next(todo, None)
+            if k is None:
+                return
+            open_one(k)
+
+    threads = [threading.Thread(target=worker, daemon=True, name="ckptscan-open")
+               for _ in range(min(OPEN_CONCURRENCY, len(located)))]
     for thread in threads:
         thread.start()
-    open_one(0)
-    for k, outcome in enumerate(outcomes):
-        if k:
-            threads[k - 1].join()
-            outcome = outcomes[k]
-        if isinstance(outcome, BaseException):
-            raise outcome  # the later opens, which only read, end on their own
+    for thread in threads:
+        thread.join()
     return outcomes  # type: ignore[return-value]
 
 

@@ -146,3 +146,42 @@ def test_a_pickle_past_the_download_limit_is_refused_before_downloading(s3, tmp_
     assert result.stderr.startswith(f"error: {url}/checkpoint-1/pytorch_model.bin: this torch pickle cannot be "
                                     "read by byte range and must be downloaded whole, but its")
     assert "exceed the download limit" in result.stderr
+
+
+def test_urls_open_side_by_side_in_order_with_each_failure_in_its_place(s3, tmp_path, monkeypatch):
+    """A run's remote checkpoints are opened a few at a time (each open is a
+    chain of requests); the result keeps the given order, a checkpoint that
+    cannot be opened gives its error in its place, and `open_checkpoints`
+    raises the first failure in order."""
+    import threading
+    import time
+
+    import pytest
+
+    import ckptscan.readers as readers
+    from ckptscan.errors import CkptScanError
+
+    hf_run(tmp_path / "run", steps=(100, 200, 300))
+    url = s3.upload(tmp_path / "run", "run")
+    urls = [f"{url}/checkpoint-100", f"{url}/checkpoint-999", f"{url}/checkpoint-200", f"{url}/checkpoint-300"]
+    real, running, most = readers.open_checkpoint, [0], [0]
+    lock = threading.Lock()
+
+    def counting(path):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            time.sleep(0.2)  # every open in flight at the same moment, if they overlap at all
+            return real(path)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(readers, "open_checkpoint", counting)
+    opened = readers.open_each(urls)
+    assert most[0] == len(urls)
+    assert [str(c.path) for c in (opened[0], opened[2], opened[3])] == [urls[0], urls[2], urls[3]]
+    assert isinstance(opened[1], CkptScanError) and "checkpoint-999" in str(opened[1])
+    with pytest.raises(CkptScanError, match="checkpoint-999"):
+        readers.open_checkpoints(urls)
