@@ -74,14 +74,15 @@ def baseline_maxima(runs: list[Path]) -> dict[str, list[float]]:
     return out
 
 
-def calibrate(corpus: Path, rate: float, warn_rate: float) -> dict:
+def calibrate(corpora: list[Path], rate: float, warn_rate: float) -> dict:
     from experiments.judge import changepoint_maxima, reference_maxima  # re-judged from metrics.json
 
     manifest = load_manifest()
-    runs = healthy_runs(manifest, corpus)
-    result: dict = {"rate": rate, "warn_rate": warn_rate, "healthy_runs": [r.name for r in runs], "thresholds": {}}
+    runs = [run for corpus in corpora for run in healthy_runs(manifest, corpus)]
+    named = [r.name if len(corpora) == 1 else f"{r.parent.name}/{r.name}" for r in runs]
+    result: dict = {"rate": rate, "warn_rate": warn_rate, "healthy_runs": named, "thresholds": {}}
     maxima = {**baseline_maxima(runs), **changepoint_maxima(runs)}
-    maxima["reference departure"] = reference_maxima([(run, corpus / other_seed_twin(manifest, run.name))
+    maxima["reference departure"] = reference_maxima([(run, run.parent / other_seed_twin(manifest, run.name))
                                                       for run in runs])
     for name, values in sorted(maxima.items()):
         result["thresholds"][name] = {
@@ -103,13 +104,17 @@ def other_seed_twin(manifest: dict, name: str) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--corpus", type=Path, default=Path(DEFAULT_OUT))
+    p.add_argument("--corpus", type=Path, action="append",
+                   help=f"a corpus directory (default {DEFAULT_OUT}); give it again to pool the calibration runs "
+                        "of several generations of the corpus (e.g. trained on other machines)")
     p.add_argument("--rate", type=float, default=0.01, help="false alarms per healthy run-length (alerts)")
     p.add_argument("--warn-rate", type=float, default=0.1, help="the same for warnings")
     p.add_argument("--write", action="store_true", help=f"store the result in {CALIBRATION}")
     args = p.parse_args(argv)
-    require_corpus(args.corpus)
-    result = calibrate(args.corpus, args.rate, args.warn_rate)
+    corpora = args.corpus or [Path(DEFAULT_OUT)]
+    for corpus in corpora:
+        require_corpus(corpus)
+    result = calibrate(corpora, args.rate, args.warn_rate)
     print(f"{len(result['healthy_runs'])} healthy calibration runs; alert at {args.rate} and warn at "
           f"{args.warn_rate} false alarms per healthy run-length (Gumbel fit of the per-run maxima)")
     for name, t in result["thresholds"].items():

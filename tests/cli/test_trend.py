@@ -37,8 +37,8 @@ def test_table_shows_layers_verdict_loss_and_rollback(runs):
     result = invoke(runs["collapse"])
     assert result.exit_code == 1, result.output
     out = result.stdout
-    assert "Δ2 H/ln n" in out and "router ε" in out and "1300 attention" in out
-    assert "ALERT: attention monitors fired first, at step 1300" in out
+    assert "Δ2 H/ln n" in out and "router ε" in out and "1200 attention" in out
+    assert "ALERT: attention monitors fired first, at step 1200" in out
     assert "rollback candidate:" in out and "checkpoint-1100" in out
     assert "loss" in out and "diverged at step" in out and "lead: the first alert came" in out
     assert "using the run's loss log" in result.stderr
@@ -58,7 +58,7 @@ def test_json_output_every_pair_and_effective_thresholds(runs, tmp_path):
     assert written["thresholds"]["warmup_steps"] == 300  # raised to the LR warm-up of the run's loss log
     summary = written["summary"]
     assert summary["rollback_candidate"]["step"] == 1100
-    assert summary["first_alert_step"]["attention"] == 1300
+    assert summary["first_alert_step"]["attention"] == 1200
     assert summary["loss_divergence_step"] > 1500 and summary["lead_steps"] > 0
     findings = [f for p in written["pairs"] for layer in p["layers"] for f in layer["findings"]]
     series = [f for f in findings if f["rule"] in ("trend", "level")]

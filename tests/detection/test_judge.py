@@ -31,11 +31,16 @@ def test_judge_leaves_the_metrics_untouched_and_is_repeatable(metrics):
 
 def test_each_judged_point_records_its_expectation_and_levels(metrics):
     report = judge(metrics, Thresholds())
-    alert = next(f for p in report.pairs for f in p.layers[1].findings if f.severity == "alert" and f.rule != "floor")
+    alert = next(f for p in report.pairs for f in p.layers[1].findings
+                 if f.severity == "alert" and f.rule in ("trend", "level"))
     pair = next(p for p in report.pairs if alert in p.layers[1].findings)
     point = pair.layers[1].judgements[alert.monitor]
     assert point.state == "alert" and point.value == alert.value and point.rule == alert.rule
     assert point.expected == alert.baseline and point.alert_at == alert.threshold
+    # A CUSUM alert records the statistic it reached and the calibrated level it crossed.
+    cusum = next(f for p in report.pairs for f in p.layers[1].findings if f.severity == "alert" and f.rule == "cusum")
+    at = next(p for p in report.pairs if cusum in p.layers[1].findings).layers[1].judgements[cusum.monitor]
+    assert cusum.threshold == Thresholds().cusum_alert and at.cusum == cusum.score >= cusum.threshold
     # The alert level lies on the alarm side of the expectation, beyond the warn level.
     assert point.value <= point.alert_at < point.warn_at < point.expected
     healthy = report.pairs[-1].layers[0].judgements["delta2_entropy_norm"]

@@ -32,9 +32,9 @@ def test_attention_collapse_names_the_attention_family_and_rollback():
     assess_report(report, Thresholds(), loss_divergence_step=2300)
     s = report.summary
     assert s.status == "alert" and s.first_family == "attention"
-    # The first departing pair already alerts: layer 1's capped 6 σ departure, pooled over the two
-    # layers (6/√2 − 1 drift), on top of what the noise had left in the pooled CUSUM, crosses 3.9.
-    # The consecutive-pairs rule confirms one pair later.
+    # The first departing pair already alerts: layer 1's departure, capped at 6 σ, less the 1 σ
+    # drift, takes its own CUSUM to 5.0, the calibrated alert level. The consecutive-pairs rule
+    # confirms one pair later.
     assert s.first_alert_step == {"attention": 1600, "router": None, "numeric": None}
     assert s.first_alert_onset_step == 1600  # the pair 1500 -> 1600 departed first
     assert s.rollback_candidate.step == 1500 and s.rollback_candidate.path == "run/checkpoint-1500"
@@ -43,7 +43,7 @@ def test_attention_collapse_names_the_attention_family_and_rollback():
     layer1 = s.layers[1]
     assert (layer1.first_alert_step, layer1.first_alert_family) == (1600, "attention")
     first = next(f for step, layer, f in alerts(report) if step == 1600)
-    assert first.rule == "pooled_cusum" and first.score >= first.threshold == Thresholds().pooled_cusum_alert
+    assert first.rule == "cusum" and first.score >= first.threshold == Thresholds().cusum_alert
     assert layer1.current["delta2_entropy_norm"] == pytest.approx(report.pairs[-1].layers[1].attention
                                                                    .delta2_entropy_norm)
     assert layer1.baseline["delta2_entropy_norm"] == pytest.approx(0.55, abs=0.02)
