@@ -38,7 +38,7 @@ from pathlib import Path
 
 from ckptscan.detection.rules import Thresholds
 from experiments.baselines import BASELINES, read_log
-from experiments.corpus import DEFAULT_OUT, load_manifest, require_corpus
+from experiments.corpus import DEFAULT_OUT, load_manifest, reference_run, require_corpus
 
 CALIBRATION = Path(__file__).with_name("calibration.json")
 EULER_GAMMA = 0.5772156649015329
@@ -82,8 +82,9 @@ def calibrate(corpora: list[Path], rate: float, warn_rate: float) -> dict:
     named = [r.name if len(corpora) == 1 else f"{r.parent.name}/{r.name}" for r in runs]
     result: dict = {"rate": rate, "warn_rate": warn_rate, "healthy_runs": named, "thresholds": {}}
     maxima = {**baseline_maxima(runs), **changepoint_maxima(runs)}
-    maxima["reference departure"] = reference_maxima([(run, run.parent / other_seed_twin(manifest, run.name))
-                                                      for run in runs])
+    by_name = {r["name"]: r for r in manifest["runs"]}
+    maxima["reference departure"] = reference_maxima(
+        [(run, run.parent / reference_run(manifest, by_name[run.name], by_name[run.name]["seed"])) for run in runs])
     for name, values in sorted(maxima.items()):
         result["thresholds"][name] = {
             "alert": round(gumbel_threshold(values, rate), 3),
@@ -93,13 +94,6 @@ def calibrate(corpora: list[Path], rate: float, warn_rate: float) -> dict:
     alert = result["thresholds"]["reference departure"]["alert"]
     result["reference_scale_factor"] = round(alert / Thresholds().alert_sigma, 3)
     return result
-
-
-def other_seed_twin(manifest: dict, name: str) -> str:
-    """The healthy calibration run of `name`'s recipe with another seed."""
-    run = next(r for r in manifest["runs"] if r["name"] == name)
-    return next(r["name"] for r in manifest["runs"] if r["recipe"] == run["recipe"] and r["seed"] != run["seed"]
-                and r["fault"] == "none" and r["split"] == "calibration")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -45,6 +45,17 @@ def require_corpus(corpus: Path) -> None:
         raise SystemExit(2)
 
 
+def reference_run(manifest: dict, run: dict, seed: int) -> str:
+    """The healthy run of `run`'s recipe with `seed`, or, when that is the
+    run's own seed, with another calibration seed: a known-healthy run a team
+    would pass as --reference, never the run's own twin."""
+    if seed == run["seed"]:
+        seed = next(r["seed"] for r in manifest["runs"] if r["recipe"] == run["recipe"] and r["seed"] != seed
+                    and r["fault"] == "none" and r["split"] == "calibration")
+    return next(r["name"] for r in manifest["runs"]
+                if r["recipe"] == run["recipe"] and r["seed"] == seed and r["fault"] == "none")
+
+
 def run_flags(manifest: dict, run: dict) -> list[str]:
     """The trainer flags of a run: its recipe's, its seed, then its fault's."""
     return [*manifest["recipes"][run["recipe"]], "--seed", str(run["seed"]), *run["fault_flags"]]

@@ -45,7 +45,7 @@ from pathlib import Path
 from ckptscan.detection.rules import Thresholds
 from experiments.baselines import BASELINES, read_log
 from experiments.calibrate import CALIBRATION
-from experiments.corpus import DEFAULT_OUT, load_manifest, require_corpus
+from experiments.corpus import DEFAULT_OUT, load_manifest, reference_run, require_corpus
 from experiments.divergence import divergence_step
 from experiments.judge import judge_run, load_report
 
@@ -97,18 +97,6 @@ def twin_effect(run_dir: Path, twin_dir: Path, onset: int) -> dict:
                     and b.router.routing_entropy_norm is not None:
                 routing = max(routing, b.router.routing_entropy_norm - a.router.routing_entropy_norm)
     return {"logit_ratio": logit, "delta2_drop": delta2, "routing_drop": routing}
-
-
-def reference_run(manifest: dict, run: dict, seed: int | None) -> str | None:
-    """The healthy run of `run`'s recipe with `seed` (another seed when it is
-    the run's own): a known-healthy run a team would pass as --reference."""
-    if seed is None:
-        return None
-    if seed == run["seed"]:
-        seed = next(r["seed"] for r in manifest["runs"] if r["recipe"] == run["recipe"] and r["seed"] != seed
-                    and r["fault"] == "none" and r["split"] == "calibration")
-    return next(r["name"] for r in manifest["runs"]
-                if r["recipe"] == run["recipe"] and r["seed"] == seed and r["fault"] == "none")
 
 
 def evaluate_run(corpus: Path, run: dict, thresholds: Thresholds, calibration: dict,
@@ -243,7 +231,8 @@ def main(argv: list[str] | None = None) -> None:
     thresholds = dataclasses.replace(Thresholds(), **LEGACY) if args.legacy else Thresholds()
     runs = [r for r in manifest["runs"] if args.split == "all" or r["split"] == args.split]
     outcomes = [evaluate_run(args.corpus, run, thresholds, calibration,
-                             reference_run(manifest, run, args.reference_seed)) for run in runs]
+                             None if args.reference_seed is None else reference_run(manifest, run, args.reference_seed))
+                for run in runs]
     print(f"split: {args.split} ({len(runs)} runs); ckptscan rules: {'legacy' if args.legacy else 'current'}"
           + ("" if args.reference_seed is None else f"; --reference: the recipe's healthy seed-{args.reference_seed} "
              "run (the other calibration seed for that seed's own runs)"))

@@ -19,6 +19,7 @@ from ckptscan.detection.catalog import MONITORS
 from ckptscan.detection.changepoint import Cusum
 from ckptscan.detection.reference import reference_from_report
 from ckptscan.detection.rules import Thresholds, assess_report, first_judged_pair, pooled_departures
+from ckptscan.detection.series import _judge as departure  # the reference rule's own one-sided departure
 from ckptscan.detection.series import judged_value, track
 from ckptscan.results import ScanReport, from_dict
 
@@ -121,8 +122,7 @@ def reference_maxima(pairs: list[tuple[Path, Path]], thresholds: Thresholds | No
                     if index < start or e is None or math.isnan(y):
                         zs.append(None)
                         continue
-                    low = monitor.spec.bad == "low" or (monitor.spec.bad == "both" and y < e.center)
-                    zs.append((e.center - y if low else y - e.center) / e.scale)
+                    zs.append(departure(y, e.center, e.scale, "reference", monitor.spec.bad).excess)
                 best = max([best] + [min(a, b) for a, b in zip(zs, zs[1:]) if a is not None and b is not None])
         out.append(best)
     return out

@@ -300,6 +300,9 @@ BaseOpt = Annotated[Base, typer.Option("--base", help="previous: each checkpoint
                                        "against the first.")]
 NoLossLog = Annotated[bool, typer.Option("--no-loss-log", help="Use no loss log, not even the run's own.")]
 NoProbe = Annotated[bool, typer.Option("--no-probe", help="Use no probe, not even the run's own.")]
+RunProbe = Annotated[Optional[Path], typer.Option(
+    "--probe", help="Router inputs (safetensors, keys layers.{i}.router_input [T, d]) for routing entropy "
+    "and expert load (default: RUN_DIR/probe.safetensors when present).")]
 CacheDir = Annotated[Optional[Path], typer.Option(
     "--cache-dir", help="Where per-pair results are cached (default: $XDG_CACHE_HOME/ckptscan or ~/.cache/ckptscan).")]
 Reference = Annotated[Optional[Path], typer.Option(

@@ -40,6 +40,7 @@ from ckptscan.cli.app import (
     PrecisionOpt,
     Quiet,
     Reference,
+    RunProbe,
     SetThreshold,
     Stride,
     TensorBoardDir,
@@ -98,9 +99,7 @@ def watch(
     head_dim: HeadDim = None,
     layers: Layers = None,
     precision: PrecisionOpt = Precision.float32,
-    probe: Annotated[Optional[Path], typer.Option(
-        "--probe", help="Router inputs (safetensors, keys layers.{i}.router_input [T, d]) for routing entropy "
-        "and expert load (default: RUN_DIR/probe.safetensors when present).")] = None,
+    probe: RunProbe = None,
     no_probe: NoProbe = False,
     device: Device = "cpu",
     heads: Heads = None,
