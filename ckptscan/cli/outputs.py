@@ -9,6 +9,12 @@ again after each judged pair), `RenderOutputs` for `ckptscan report` (a saved
 report). A group checks, before any long scan, that what its destinations
 need is installed, then writes them all. Every write goes through
 `ckptscan.output`; a failed one is one line and exit 2.
+
+A new destination (say --wandb) is: its option in `cli.options` (a
+declaration and its `SHARED` entry, under the field's name), a field in the
+groups of the commands that offer it (where the field stands is where --help
+lists it), and its lines in those groups' `check` (what it needs installed)
+and `write`. The commands themselves do not change.
 """
 
 from __future__ import annotations
