@@ -14,21 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ckptscan.cli.app import (
-    HeadDim,
-    JsonOut,
-    Layers,
-    ModelConfigFile,
-    NumHeads,
-    NumKvHeads,
-    TensorMapFile,
-    app,
-    err,
-    head_overrides,
-    out,
-    parse_indices,
-    user_errors,
-)
+from ckptscan.cli.app import command, err, head_overrides, out, parse_indices, user_errors
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -38,20 +24,16 @@ if TYPE_CHECKING:
 INSPECT_SCHEMA_VERSION = 1
 
 
-@app.command()
+@command
 def inspect(
     # str, not Path: a URL (s3://bucket/run/) must keep its "//".
     path: Annotated[str, typer.Argument(help="A checkpoint (directory or file) or a run directory of checkpoints; "
                                         "local or a URL (s3://, gs://, ...).")],
-    json_path: JsonOut = None,
+    *,  # the options, in --help order; a bare name is a shared option (cli.options)
+    json_path,
     output: Annotated[str, typer.Option("--format", metavar="[table|json]", help="Print as a table or JSON.")] =
     "table",
-    num_heads: NumHeads = None,
-    num_kv_heads: NumKvHeads = None,
-    head_dim: HeadDim = None,
-    model_config: ModelConfigFile = None,
-    layers: Layers = None,
-    tensor_map: TensorMapFile = None,
+    num_heads, num_kv_heads, head_dim, model_config, layers, tensor_map,
 ) -> None:
     """Show the format, model family, head geometry and the tensors each layer reads."""
     with user_errors():

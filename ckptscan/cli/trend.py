@@ -7,94 +7,26 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ckptscan.cli.app import (
-    Base,
-    BaseOpt,
-    CacheDir,
-    ConfigFile,
-    Device,
-    ExecutorName,
-    FailOnOpt,
-    Format,
-    FormatOpt,
-    FullSpectrum,
-    HeadDim,
-    Heads,
-    HtmlOut,
-    JsonOut,
-    JunitOut,
-    Layers,
-    MarkdownSummary,
-    ModelConfigFile,
-    NumHeads,
-    NoLossLog,
-    NoProbe,
-    NumKvHeads,
-    PngDir,
-    Precision,
-    PrecisionOpt,
-    Quiet,
-    Reference,
-    RunProbe,
-    SetThreshold,
-    Stride,
-    TensorBoardDir,
-    TensorMapFile,
-    app,
-    emit,
-    err,
-    gate,
-    note,
-    run_arguments,
-    scan_options,
-    user_errors,
-)
+from ckptscan.cli.app import command, err, note, run_arguments, scan_options, user_errors
+from ckptscan.cli.options import ExecutorName
+from ckptscan.cli.outputs import ReportOutputs
 from ckptscan.cli.process import load_library
 
 if TYPE_CHECKING:
     from rich.progress import Progress
 
 
-@app.command()
+@command
 def trend(
     # str, not Path: a URL (s3://bucket/run/) must keep its "//".
     run_dir: Annotated[str, typer.Argument(help="Run directory holding checkpoint-N/ (or step-N/, iter_N/ ...) "
                                            "folders; local or a URL prefix (s3://, gs://, ...).")],
-    stride: Stride = 1,
-    base: BaseOpt = Base.previous,
-    reference: Reference = None,
+    *,  # the options, in --help order; a bare name is a shared option (cli.options)
+    stride, base, reference,
     baseline: Annotated[Optional[Path], typer.Option("--baseline", hidden=True,
                                                      help="Deprecated alias of --reference.")] = None,
-    loss_log: Annotated[Optional[Path], typer.Option(
-        "--loss-log", help="Loss log (JSON Lines or CSV with step, loss; default: RUN_DIR/train_log.jsonl when "
-        "present).")] = None,
-    no_loss_log: NoLossLog = False,
-    json_path: JsonOut = None,
-    junit: JunitOut = None,
-    tensorboard: TensorBoardDir = None,
-    output: FormatOpt = Format.table,
-    markdown_summary: MarkdownSummary = None,
-    html: HtmlOut = None,
-    png: PngDir = None,
-    fail_on: FailOnOpt = None,
-    config: ConfigFile = None,
-    set_: SetThreshold = None,
-    cache_dir: CacheDir = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Compute every pair; read and write no "
-                                           "cache.")] = False,
-    quiet: Quiet = False,
-    num_heads: NumHeads = None,
-    num_kv_heads: NumKvHeads = None,
-    head_dim: HeadDim = None,
-    model_config: ModelConfigFile = None,
-    layers: Layers = None,
-    precision: PrecisionOpt = Precision.float32,
-    probe: RunProbe = None,
-    no_probe: NoProbe = False,
-    device: Device = "cpu",
-    heads: Heads = None,
-    full_spectrum: FullSpectrum = False,
-    tensor_map: TensorMapFile = None,
+    loss_log, no_loss_log, outputs: ReportOutputs, fail_on, config, set_, cache_dir, no_cache, quiet, num_heads,
+    num_kv_heads, head_dim, model_config, layers, precision, probe, no_probe, device, heads, full_spectrum, tensor_map,
     executor: Annotated[ExecutorName, typer.Option(
         "--executor", help="Where the layer tasks run: local (threads here) or ray (a Ray cluster; needs "
         "pip install 'ckptscan[ray]'). Workers read the checkpoints from the paths given.")] = ExecutorName.local,
@@ -107,8 +39,6 @@ def trend(
         load_library()
         from ckptscan.api import scan
         from ckptscan.cache import PairCache, default_cache_dir
-        from ckptscan.cli.report import check_figure_outputs, check_tensorboard_output, write_figure_outputs, \
-            write_tensorboard_output
         from ckptscan.errors import CkptScanError
         from ckptscan.executors import make_executor
         from ckptscan.report.trend_table import print_trend
@@ -119,8 +49,7 @@ def trend(
                 raise CkptScanError("give --reference only (--baseline is its deprecated alias)")
             note("--baseline is deprecated: use --reference (a known-healthy run's report)", "yellow", quiet)
             reference = baseline
-        check_figure_outputs(html, png)
-        check_tensorboard_output(tensorboard)
+        outputs.check()
         options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, device, heads,
                                full_spectrum, tensor_map, model_config)
         spec = resolve_run(run_dir, **run_arguments(stride, base, probe, no_probe, loss_log, no_loss_log, reference,
@@ -140,11 +69,7 @@ def trend(
             note(f"cache: {cache.hits} pair(s) reused, {cache.misses} computed ({cache.directory})", quiet=quiet)
             if cache.write_error:
                 note(f"cache not written: {cache.write_error}", "yellow", quiet)
-        level = fail_on or spec.config.fail_on
-        emit(report, output, json_path, markdown_summary, print_trend, junit, level)
-        write_figure_outputs(report, html, png, quiet)
-        write_tensorboard_output(report, tensorboard, quiet)
-        code = gate(report, level)
+        code = outputs.write(report, fail_on or spec.config.fail_on, print_trend, quiet)
     raise typer.Exit(code)
 
 

@@ -9,62 +9,25 @@ each new pair, so it always holds the whole series judged so far.
 
 from __future__ import annotations
 
-import os
 from contextlib import closing
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ckptscan.cli.app import (
-    EXIT_INTERRUPT,
-    Base,
-    BaseOpt,
-    CacheDir,
-    ConfigFile,
-    Device,
-    FailOn,
-    FailOnOpt,
-    FullSpectrum,
-    HeadDim,
-    Heads,
-    JsonOut,
-    Layers,
-    MarkdownSummary,
-    ModelConfigFile,
-    NumHeads,
-    NoLossLog,
-    NoProbe,
-    NumKvHeads,
-    Precision,
-    PrecisionOpt,
-    Quiet,
-    Reference,
-    RunProbe,
-    SetThreshold,
-    Stride,
-    TensorBoardDir,
-    TensorMapFile,
-    app,
-    err,
-    gate,
-    note,
-    out,
-    run_arguments,
-    scan_options,
-    user_errors,
-)
+from ckptscan.cli.app import (EXIT_INTERRUPT, command, err, note, out, run_arguments, scan_options,
+                              user_errors)
+from ckptscan.cli.outputs import WatchOutputs, fails, gate
 from ckptscan.cli.process import load_library
 
 if TYPE_CHECKING:
-    from ckptscan.results import ScanReport
     from ckptscan.watch import WatchEvent
 
 
-@app.command()
+@command
 def watch(
     run_dir: Annotated[str, typer.Argument(help="Run directory the training job saves checkpoint-N/ (or step-N/, "
                                            "iter_N/ ...) folders into.")],
+    *,  # the options, in --help order; a bare name is a shared option (cli.options)
     interval: Annotated[float, typer.Option("--interval", help="Seconds between looks at the run directory "
                                             "(with inotify: a safety look, in case an event is missed).")] = 2.0,
     timeout: Annotated[Optional[float], typer.Option(
@@ -77,68 +40,43 @@ def watch(
                                           "file such as DeepSpeed's 'latest').")] = 0.5,
     poll: Annotated[bool, typer.Option("--poll", help="Poll every --interval seconds even when watchdog "
                                        "(inotify) is installed.")] = False,
-    stride: Stride = 1,
-    base: BaseOpt = Base.previous,
-    reference: Reference = None,
-    loss_log: Annotated[Optional[Path], typer.Option(
-        "--loss-log", help="Loss log (JSON Lines or CSV with step, loss; default: RUN_DIR/train_log.jsonl when "
-        "present), read again at each new checkpoint.")] = None,
-    no_loss_log: NoLossLog = False,
-    json_path: JsonOut = None,
-    markdown_summary: MarkdownSummary = None,
-    tensorboard: TensorBoardDir = None,
-    fail_on: FailOnOpt = None,
-    config: ConfigFile = None,
-    set_: SetThreshold = None,
-    cache_dir: CacheDir = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Read and write no cache on disk (each pair is "
-                                           "still computed only once while watching).")] = False,
-    quiet: Quiet = False,
-    num_heads: NumHeads = None,
-    num_kv_heads: NumKvHeads = None,
-    head_dim: HeadDim = None,
-    layers: Layers = None,
-    precision: PrecisionOpt = Precision.float32,
-    probe: RunProbe = None,
-    no_probe: NoProbe = False,
-    device: Device = "cpu",
-    heads: Heads = None,
-    full_spectrum: FullSpectrum = False,
-    tensor_map: TensorMapFile = None,
-    model_config: ModelConfigFile = None,
+    stride, base, reference,
+    live_loss_log, no_loss_log, outputs: WatchOutputs, fail_on, config, set_, cache_dir, no_disk_cache, quiet,
+    num_heads, num_kv_heads, head_dim, layers, precision, probe, no_probe, device, heads, full_spectrum, tensor_map,
+    model_config,
 ) -> None:
     """Follow a live run: print each new checkpoint's row as soon as it is complete; exit 1 at the first alert."""
     with user_errors():
         load_library()
         from ckptscan.cache import PairCache, default_cache_dir
-        from ckptscan.cli.report import check_tensorboard_output
         from ckptscan.errors import CkptScanError
         from ckptscan.watch import watch_run
 
         if timeout is not None and timeout <= 0:
             raise CkptScanError(f"--timeout must be > 0 seconds, not {timeout:g}")
-        check_tensorboard_output(tensorboard)
+        outputs.check()
         options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, device, heads,
                                full_spectrum, tensor_map, model_config)
         events = watch_run(
             run_dir, options, timeout=timeout, interval=interval, settle=settle, events=False if poll else None,
-            cache=None if no_cache else PairCache(cache_dir or default_cache_dir()),
+            cache=None if no_disk_cache else PairCache(cache_dir or default_cache_dir()),
             notify=lambda message: note(message, "yellow" if message.startswith("ignoring") else "dim", quiet),
             on_start=lambda mode: note(f"watching {run_dir} ({mode}); Ctrl-C to stop", quiet=quiet),
-            **run_arguments(stride, base, probe, no_probe, loss_log, no_loss_log, reference, config, set_))
+            **run_arguments(stride, base, probe, no_probe, live_loss_log, no_loss_log, reference, config, set_))
         last: WatchEvent | None = None
         with closing(events):
             try:
                 for event in events:
                     first = last is None
-                    _write(event, json_path, markdown_summary, tensorboard, quiet)
+                    outputs.write(event, quiet)
                     last = event  # the reports hold it now, whatever interrupts the printing
                     _print(event, first)
                     gate_on = fail_on or event.spec.config.fail_on
-                    if not keep_going and _fails(event.report, gate_on):
+                    if not keep_going and fails(event.report, gate_on):
                         raise typer.Exit(gate(event.report, gate_on))
             except KeyboardInterrupt:
-                kept = f"; {json_path} holds the series judged so far" if json_path is not None and last else ""
+                kept = (f"; {outputs.json_path} holds the series judged so far"
+                        if outputs.json_path is not None and last else "")
                 err().print(f"interrupted: stopped watching{kept}", highlight=False)
                 raise typer.Exit(EXIT_INTERRUPT) from None
         note(f"no new checkpoint for {timeout:g} s: stopped watching", quiet=quiet)
@@ -146,28 +84,6 @@ def watch(
             raise CkptScanError(f"no checkpoint pair was complete within --timeout {timeout:g} s", path=run_dir)
         code = gate(last.report, fail_on or last.spec.config.fail_on)
     raise typer.Exit(code)
-
-
-def _write(event: WatchEvent, json_path: Path | None, markdown_path: Path | None, tensorboard: Path | None,
-           quiet: bool) -> None:
-    """The outputs that follow the run, before the rows: a printed row's pair is in them."""
-    from ckptscan.errors import CkptScanError
-    from ckptscan.report.json import write_json
-    from ckptscan.report.watch_rows import markdown_rows
-
-    if json_path is not None:
-        write_json(event.report, json_path)
-    summary_path = markdown_path or os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary_path:
-        try:
-            with Path(summary_path).open("a", encoding="utf-8") as f:
-                f.write(markdown_rows(event.report, event.new))
-        except OSError as e:
-            raise CkptScanError(f"cannot append the Markdown summary: {e.strerror or e}", path=summary_path) from None
-    if tensorboard is not None:  # only steps not yet in the event files are appended
-        from ckptscan.cli.report import write_tensorboard_output
-
-        write_tensorboard_output(event.report, tensorboard, quiet)
 
 
 def _print(event: WatchEvent, first: bool) -> None:
@@ -180,11 +96,3 @@ def _print(event: WatchEvent, first: bool) -> None:
         print_model(console, event.report)
     print_rows(console, event.report, event.new, header=first)
     console.file.flush()  # a pipe (CI log, `tee`) gets each row when it is judged
-
-
-def _fails(report: ScanReport, fail_on: FailOn | str) -> bool:
-    """Whether the gate fails, without printing its line (printed once, on exit)."""
-    from ckptscan.results import SEVERITIES
-
-    status = report.summary.status
-    return status in SEVERITIES and SEVERITIES.index(status) >= SEVERITIES.index(FailOn(fail_on).value)
