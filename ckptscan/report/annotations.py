@@ -12,7 +12,8 @@ and earliest come first.
 
 from __future__ import annotations
 
-from ckptscan.results import SEVERITIES, Finding, ScanReport
+from ckptscan.results import Finding, ScanReport
+from ckptscan.vocabulary import SEVERITIES
 
 
 def github_annotations(report: ScanReport, fail_on: str = "alert") -> list[str]:
