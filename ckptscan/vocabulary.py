@@ -1,7 +1,8 @@
-"""The words the results are written in: severities, monitor families and
-the monitored series, each with its label, its alarm side and where its
-value is read. Detection judges in these words and every report renders
-them; neither depends on the other for them.
+"""The monitored series in words: each monitor's name, family, label, alarm
+side and scale, and where its value is read in a layer's result; and the
+worst of some statuses in the results' severity order. Detection judges in
+these words and every report renders them; neither depends on the other for
+them.
 
 How each series is judged (its resolution, whether its baseline follows a
 trend, what it may raise alone) is detection's: ckptscan/detection/catalog.py.
@@ -10,14 +11,9 @@ trend, what it may raise alone) is detection's: ckptscan/detection/catalog.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
-if TYPE_CHECKING:
-    from ckptscan.results import LayerResult
-
-# Severity order used by every rule and the CI gate.
-SEVERITIES = ("ok", "info", "warn", "alert")
-FAMILIES = ("attention", "router", "numeric")
+from ckptscan.results import SEVERITIES, LayerResult
 
 
 def worst(statuses: list[str]) -> str:

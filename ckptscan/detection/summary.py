@@ -12,8 +12,8 @@ checkpoint of the pair where the first alert's run of departures started.
 from __future__ import annotations
 
 from ckptscan.detection.catalog import BY_NAME
-from ckptscan.results import CheckpointRef, Finding, LayerSummary, PairResult, ScanReport, Summary
-from ckptscan.vocabulary import FAMILIES, worst
+from ckptscan.results import FAMILIES, CheckpointRef, Finding, LayerSummary, PairResult, ScanReport, Summary
+from ckptscan.vocabulary import worst
 
 
 def summarize(

@@ -45,9 +45,9 @@ from ckptscan.live.snapshot import ModelView, model_config
 from ckptscan.loss_log import LossLog
 from ckptscan.probe import Probe, capture_probe, load_probe
 from ckptscan.readers import Checkpoint
-from ckptscan.results import CheckpointRef, Finding, PairResult, ScanReport
+from ckptscan.results import SEVERITIES, CheckpointRef, Finding, PairResult, ScanReport
 from ckptscan.scan import ScanOptions, scan_layers
-from ckptscan.vocabulary import MONITORS, SEVERITIES
+from ckptscan.vocabulary import MONITORS
 
 log = logging.getLogger("ckptscan.live")
 

@@ -12,8 +12,7 @@ and earliest come first.
 
 from __future__ import annotations
 
-from ckptscan.results import Finding, ScanReport
-from ckptscan.vocabulary import SEVERITIES
+from ckptscan.results import SEVERITIES, Finding, ScanReport
 
 
 def github_annotations(report: ScanReport, fail_on: str = "alert") -> list[str]:

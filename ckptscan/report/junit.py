@@ -25,8 +25,7 @@ from xml.etree import ElementTree as ET
 
 from ckptscan.atomic import write_atomic
 from ckptscan.errors import CkptScanError
-from ckptscan.results import Finding, ScanReport
-from ckptscan.vocabulary import FAMILIES, SEVERITIES
+from ckptscan.results import FAMILIES, SEVERITIES, Finding, ScanReport
 
 GATE_LEVELS = ("warn", "alert")
 BODY_LINES = 40  # findings listed in a failure's text; a long run would bury the first ones

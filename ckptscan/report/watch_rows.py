@@ -16,8 +16,8 @@ from rich.text import Text
 from ckptscan.report.markdown import ICONS, escape
 from ckptscan.report.table import STATUS_STYLE, fmt
 from ckptscan.report.trend_table import router_monitor
-from ckptscan.results import LayerResult, PairResult, ScanReport
-from ckptscan.vocabulary import BY_NAME, SEVERITIES, MonitorInfo
+from ckptscan.results import SEVERITIES, LayerResult, PairResult, ScanReport
+from ckptscan.vocabulary import BY_NAME, MonitorInfo
 
 WIDTHS = {"step": 8, "pair": 15, "value": 14, "base": 6, "loss": 7, "status": 7}
 
