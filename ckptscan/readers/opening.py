@@ -18,20 +18,6 @@ from ckptscan.readers.sidecars import read_config
 from ckptscan.readers.steps import step_from_name
 from ckptscan.storage import RemotePath, as_path
 
-# Where frameworks record the step inside a checkpoint (Megatron `iteration`,
-# litgpt `step_count` (optimizer steps; its `iter_num` counts micro-batches),
-# nanoGPT `iter_num`, DeepSpeed `global_steps`, Lightning `global_step`,
-# torchtitan `train_state.step`, a step in an accelerate registered object,
-# the `step` of an Orbax train state).
-# It wins over the step in the name: names can be custom, the record cannot.
-META_STEPS = ("iteration", "step_count", "iter_num", "global_steps", "global_step", "train_state.step",
-              "custom_step", "step")
-# OLMo-core `train/checkpoint.py`: stepN/model_and_optim/ (DCP), stepN/train/rankR.pt,
-# and stepN/.metadata.json, written once everything else is saved.
-OLMO_CORE_MODEL_DIR = "model_and_optim"
-OLMO_CORE_DONE = ".metadata.json"
-
-
 # Remote checkpoints opened at once: each open is a chain of small requests
 # (listings, index, headers, config), so a few in flight hide the latency;
 # more only add threads and memory for downloaded pickles.
@@ -105,6 +91,16 @@ def _open_all(paths: list[str | Path]) -> list[Checkpoint | BaseException]:
     return outcomes  # type: ignore[return-value]
 
 
+# Where frameworks record the step inside a checkpoint (Megatron `iteration`,
+# litgpt `step_count` (optimizer steps; its `iter_num` counts micro-batches),
+# nanoGPT `iter_num`, DeepSpeed `global_steps`, Lightning `global_step`,
+# torchtitan `train_state.step`, a step in an accelerate registered object,
+# the `step` of an Orbax train state).
+# It wins over the step in the name: names can be custom, the record cannot.
+META_STEPS = ("iteration", "step_count", "iter_num", "global_steps", "global_step", "train_state.step",
+              "custom_step", "step")
+
+
 def open_checkpoint(path: str | Path) -> Checkpoint:
     """Open a checkpoint directory or file. Reads headers, indexes and pickle
     structure (memory-mapped), never tensor data. `path` may be a URL
@@ -143,6 +139,12 @@ def _open_file(path: Path) -> Checkpoint:
         raise CkptScanError(f"unsupported checkpoint file; expected {formats.EXPECTED}", path=path)
     known, target = recognised
     return known.open(target)
+
+
+# OLMo-core `train/checkpoint.py`: stepN/model_and_optim/ (DCP), stepN/train/rankR.pt,
+# and stepN/.metadata.json, written once everything else is saved.
+OLMO_CORE_MODEL_DIR = "model_and_optim"
+OLMO_CORE_DONE = ".metadata.json"
 
 
 def _open_dir(path: Path) -> Checkpoint:

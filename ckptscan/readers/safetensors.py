@@ -28,8 +28,8 @@ from typing import Any, Callable
 import torch
 
 from ckptscan.errors import CkptScanError
+from ckptscan.readers import sidecars
 from ckptscan.readers.base import DTYPES, Checkpoint, Format
-from ckptscan.readers.sidecars import read_config, weight_map
 from ckptscan.readers.steps import step_from_name
 from ckptscan.storage import RemotePath
 from ckptscan.storage.stores import Fetch
@@ -372,7 +372,7 @@ def _index_in(folder: Path) -> Path | None:
 
 def _open_indexed(index_path: Path) -> Checkpoint:
     """A sharded checkpoint through its index: every shard it names must be there."""
-    shards = weight_map(index_path)
+    shards = sidecars.weight_map(index_path)
     files = []
     for shard in sorted(set(shards.values())):
         file = index_path.parent / shard
@@ -382,7 +382,7 @@ def _open_indexed(index_path: Path) -> Checkpoint:
         files.append(file)
     folder = index_path.parent
     return Checkpoint(index_path, "safetensors-sharded", step_from_name(folder.name),
-                      SafetensorsSource(files, shards, index_path), read_config(folder / "config.json"),
+                      SafetensorsSource(files, shards, index_path), sidecars.read_config(folder / "config.json"),
                       [index_path, *files])
 
 
@@ -393,7 +393,7 @@ def _single_file(path: Path) -> Path | None:
 def _open_file(path: Path) -> Checkpoint:
     folder = path.parent
     return Checkpoint(path, "safetensors", step_from_name(folder.name), SafetensorsSource([path]),
-                      read_config(folder / "config.json"), [path])
+                      sidecars.read_config(folder / "config.json"), [path])
 
 
 def _shards_in(folder: Path) -> Path | None:
@@ -405,7 +405,7 @@ def _open_shards(folder: Path) -> Checkpoint:
     files = sorted(folder.glob("*.safetensors"))
     _require_every_shard(folder, files)
     return Checkpoint(folder, "safetensors", step_from_name(folder.name), SafetensorsSource(files),
-                      read_config(folder / "config.json"), files)
+                      sidecars.read_config(folder / "config.json"), files)
 
 
 def _require_every_shard(folder: Path, files: list[Path]) -> None:

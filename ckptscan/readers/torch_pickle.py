@@ -37,7 +37,7 @@ from ckptscan.errors import CkptScanError
 from ckptscan.storage import RemotePath
 from ckptscan.storage.download import local_copy
 from ckptscan.readers.base import Checkpoint, Format, dtype_name
-from ckptscan.readers.sidecars import read_config, read_yaml, weight_map
+from ckptscan.readers import sidecars
 from ckptscan.readers.steps import step_from_name
 
 # Classes from these packages become inert stand-ins instead of being imported.
@@ -403,13 +403,13 @@ def _open_pickle(path: Path) -> Checkpoint:
     litgpt_config = path.parent / LITGPT_CONFIG
     files = [path]
     if litgpt_config.is_file():
-        meta["litgpt_config"] = read_yaml(litgpt_config)
+        meta["litgpt_config"] = sidecars.read_yaml(litgpt_config)
         kind = "litgpt"
         files.append(litgpt_config)
     step = step_from_name(path.parent.name)
     if step is None and path.parent.name.startswith("mp_rank_"):
         step = step_from_name(path.parent.parent.name)
-    return Checkpoint(path, kind, step, source, read_config(path.parent / "config.json"), files, meta)
+    return Checkpoint(path, kind, step, source, sidecars.read_config(path.parent / "config.json"), files, meta)
 
 
 def _index_file(path: Path) -> Path | None:
@@ -421,10 +421,10 @@ def _index_in(folder: Path) -> Path | None:
 
 
 def _open_indexed(index_path: Path) -> Checkpoint:
-    source = open_torch_index(index_path, weight_map(index_path))
+    source = open_torch_index(index_path, sidecars.weight_map(index_path))
     folder = index_path.parent
     return Checkpoint(folder, "torch-sharded", step_from_name(folder.name), source,
-                      read_config(folder / "config.json"), [index_path, *sorted(set(source.shards.values()))])
+                      sidecars.read_config(folder / "config.json"), [index_path, *sorted(set(source.shards.values()))])
 
 
 def _deepspeed_in(folder: Path) -> Path | None:
