@@ -158,13 +158,13 @@ def test_urls_open_side_by_side_in_order_with_each_failure_in_its_place(s3, tmp_
 
     import pytest
 
-    import ckptscan.readers as readers
+    import ckptscan.readers.opening as opening
     from ckptscan.errors import CkptScanError
 
     hf_run(tmp_path / "run", steps=(100, 200, 300))
     url = s3.upload(tmp_path / "run", "run")
     urls = [f"{url}/checkpoint-100", f"{url}/checkpoint-999", f"{url}/checkpoint-200", f"{url}/checkpoint-300"]
-    real, running, most = readers.open_checkpoint, [0], [0]
+    real, running, most = opening.open_checkpoint, [0], [0]
     lock = threading.Lock()
 
     def counting(path):
@@ -178,10 +178,10 @@ def test_urls_open_side_by_side_in_order_with_each_failure_in_its_place(s3, tmp_
             with lock:
                 running[0] -= 1
 
-    monkeypatch.setattr(readers, "open_checkpoint", counting)
-    opened = readers.open_each(urls)
+    monkeypatch.setattr(opening, "open_checkpoint", counting)
+    opened = opening.open_each(urls)
     assert most[0] == len(urls)
     assert [str(c.path) for c in (opened[0], opened[2], opened[3])] == [urls[0], urls[2], urls[3]]
     assert isinstance(opened[1], CkptScanError) and "checkpoint-999" in str(opened[1])
     with pytest.raises(CkptScanError, match="checkpoint-999"):
-        readers.open_checkpoints(urls)
+        opening.open_checkpoints(urls)
