@@ -54,7 +54,7 @@ from synthetic import ModelSpec, ensure_run  # noqa: E402
 
 from ckptscan import readahead, scan_pair  # noqa: E402
 from ckptscan.scan import ScanOptions  # noqa: E402
-from ckptscan.storage import stores  # noqa: E402
+from ckptscan.storage import ranged  # noqa: E402
 
 LLAMA_32_1B = ModelSpec("llama-3.2-1b", "llama", 16, 2048, 32, 8, 8192, 128256)
 STEPS = [1000, 1100]
@@ -118,10 +118,10 @@ def measure_server(server, url, paths, ranges, head_ranges, monitored, head_moni
     a, b = (f"{url}/{p.name}" for p in paths)
 
     def counted(options_fn):
-        before = dict(stores.stats)
-        seconds = best(rounds, lambda: scan_pair(a, b, options_fn()), per_round=lambda: stores.stats.update(
+        before = dict(ranged.stats)
+        seconds = best(rounds, lambda: scan_pair(a, b, options_fn()), per_round=lambda: ranged.stats.update(
             requests=before["requests"], bytes=before["bytes"]))
-        return seconds, stores.stats["bytes"] - before["bytes"], stores.stats["requests"] - before["requests"]
+        return seconds, ranged.stats["bytes"] - before["bytes"], ranged.stats["requests"] - before["requests"]
 
     diff_s, diff_bytes, diff_requests = counted(ScanOptions)
     reads_s = best(rounds, lambda: _ckptscan_reads(a, b))

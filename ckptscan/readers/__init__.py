@@ -26,7 +26,7 @@ from ckptscan.readers.base import DCP_METADATA_FILE, Checkpoint, TensorSource
 from ckptscan.readers.bounded import MAX_CONFIG_BYTES, MAX_INDEX_BYTES, check_depth, load_json, read_limited
 from ckptscan.readers.safetensors import TensorEntry, byte_span, read_header, read_tensor
 from ckptscan.storage import RemotePath, as_path
-from ckptscan.storage.stores import Fetch
+from ckptscan.storage.ranged import Fetch
 
 __all__ = ["Checkpoint", "SafetensorsSource", "TensorSource", "open_checkpoint", "open_checkpoints", "open_each",
            "step_from_name"]
