@@ -160,20 +160,19 @@ def measure_server(server, url, paths, ranges, head_ranges, monitored, head_moni
 def _ckptscan_reads(a: str, b: str, depth: int = readahead.DEPTH) -> None:
     """What the remote diff reads, through its own code path (opens, the scan
     loop's read-ahead, prefetches, reads), without the math."""
-    from ckptscan import scan
     from ckptscan.readers import open_checkpoints
+    from ckptscan.scan import LayerTask
+    from ckptscan.scan.reading import read_layer
 
     checkpoints = open_checkpoints([a, b])
-    task = scan.LayerTask(checkpoints, [(0, 1)], ScanOptions())
+    task = LayerTask(checkpoints, [(0, 1)], ScanOptions())
     layers = [plan.layer for plan in task.layouts[0].layers]
     ahead = readahead.ReadAhead(layers, task.used, task.prefetch_load, depth)
 
     def layer(plan) -> None:
         for i, checkpoint in enumerate(checkpoints):
             ahead.reach(plan.layer, i)
-            scan._prefetch(checkpoint, plan, None)
-            for name in plan.tensors:
-                scan._read_tensor(checkpoint, plan, name, None)
+            read_layer(checkpoint, plan, None, "cpu")
 
     try:
         with ThreadPoolExecutor(2) as pool:

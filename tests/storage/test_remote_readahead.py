@@ -17,7 +17,8 @@ from ckptscan.errors import CkptScanError
 from ckptscan.readahead import ReadAhead
 from ckptscan.readers import open_checkpoints
 from ckptscan.readers.safetensors import REMOTE_HEADER_GUESS
-from ckptscan.scan import LayerTask, ScanOptions, _read_tensor
+from ckptscan.scan import LayerTask, ScanOptions
+from ckptscan.scan.reading import read_tensor
 from ckptscan.storage import ranged
 
 runner = CliRunner()
@@ -70,7 +71,7 @@ def test_the_next_loads_are_in_flight_while_the_current_one_is_read(s3, tmp_path
         ahead.reach(layer, c)
         plan = task.layouts[c].layers[layer]
         for name in plan.tensors:
-            assert _read_tensor(checkpoints[c], plan, name, None).equal(local[c].tensors.get(name))
+            assert read_tensor(checkpoints[c], plan, name, None).equal(local[c].tensors.get(name))
     ahead.close()
     assert all(not c.tensors._prefetched for c in checkpoints)  # every fetch taken by its read
     assert ranged.stats["bytes"] - before["bytes"] == monitored_bytes(folders, 3)
@@ -89,11 +90,11 @@ def test_a_failed_read_ahead_fetch_is_raised_where_its_tensor_is_read(s3, proxy,
     ahead.reach(0, 0)
     plan = task.layouts[0].layers[0]
     for name in plan.tensors:
-        _read_tensor(checkpoints[0], plan, name, None)
+        read_tensor(checkpoints[0], plan, name, None)
     assert proxy.faults_sent > 0  # the read-ahead fetch of checkpoint-200 was sent, and failed
     ahead.reach(0, 1)
     with pytest.raises(CkptScanError) as error:
-        _read_tensor(checkpoints[1], plan, plan.tensors[0], None)
+        read_tensor(checkpoints[1], plan, plan.tensors[0], None)
     # The request held q_proj and k_proj (adjacent in the file: one part): both are named.
     assert str(error.value).startswith(f"{url}/{SHARD}: tensor '{plan.tensors[0]}")
     assert str(error.value).endswith("': read failed after 4 tries: 503 Service Unavailable, SlowDown")
