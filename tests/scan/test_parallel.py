@@ -15,13 +15,12 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ckptscan import scan as scan_module
 from ckptscan.cli import app
 from ckptscan.errors import CkptScanError
 from ckptscan.parallel import ordered_map, plan_threads, torch_threads
 from ckptscan.report.json import report_dict
 from ckptscan import scan_pair
-from ckptscan.scan import ScanOptions, resolve_device
+from ckptscan.scan import ScanOptions, resolve_device, tasks
 from factories import llama_config, llama_tensors, updated, write_hf_checkpoint
 
 CONFIG = llama_config(layers=4, hidden=64, heads=4, kv_heads=2, experts=4)
@@ -148,13 +147,13 @@ def test_unknown_devices_are_refused(device):
 def test_layers_are_placed_on_the_resolved_device(pair, monkeypatch):
     """The raw tensors go to options.device before any arithmetic."""
     seen = []
-    real_compare = scan_module._compare
+    real_compare = tasks.compare
 
     def spying_compare(layer, a, b, options, selection=None):
         seen.append((options.device, a.weights.q.device.type, b.weights.k.device.type, a.grams.qq.device.type))
         return real_compare(layer, a, b, options, selection)
 
-    monkeypatch.setattr(scan_module, "_compare", spying_compare)
+    monkeypatch.setattr(tasks, "compare", spying_compare)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     scan_pair(*pair, ScanOptions(device="auto"))
     assert seen and set(seen) == {("cpu", "cpu", "cpu", "cpu")}
