@@ -257,7 +257,10 @@ class Check:
     def run_checkpoints(self, count: int) -> list[Path]:
         spec = self.shape.spec
         started = time.perf_counter()
-        paths = ensure_run(spec, self.workdir / f"{spec.name}-run", [100 * (i + 1) for i in range(count)])
+        try:
+            paths = ensure_run(spec, self.workdir / f"{spec.name}-run", [100 * (i + 1) for i in range(count)])
+        except SystemExit as e:  # the generator's "not enough disk": this part's ERROR row, not the end of the run
+            raise RuntimeError(str(e)) from None
         print(f"{count} checkpoints of {spec.name} ready in {time.perf_counter() - started:.0f} s", flush=True)
         return paths
 
