@@ -159,6 +159,29 @@ def test_layers_are_placed_on_the_resolved_device(pair, monkeypatch):
     assert seen and set(seen) == {("cpu", "cpu", "cpu", "cpu")}
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_monitors_run_in_full_float32_whatever_the_caller_set(pair, monkeypatch, workers):
+    """A training script's TF32 ("high"/"medium") must not reach the Gram
+    products: live reports would differ from `trend` on the same weights.
+    The caller's setting is back once the scan returns."""
+    seen = []
+    real_compare = tasks.compare
+
+    def spying_compare(layer, a, b, options, selection=None):
+        seen.append(torch.get_float32_matmul_precision())
+        return real_compare(layer, a, b, options, selection)
+
+    monkeypatch.setattr(tasks, "compare", spying_compare)
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        scan_pair(*pair, ScanOptions(workers=workers))
+        assert torch.get_float32_matmul_precision() == "medium"
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert seen and set(seen) == {"highest"}
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown when CUDA is absent")
 def test_cli_refuses_cuda_without_a_gpu(pair):
     result = CliRunner().invoke(app, ["diff", str(pair[0]), str(pair[1]), "--device", "cuda"])
