@@ -19,6 +19,7 @@ from rich.text import Text
 
 from ckptscan.detection.catalog import BY_NAME, Monitor
 from ckptscan.detection.summary import worst
+from ckptscan.interventions import intervention_lines
 from ckptscan.report.sparkline import cell_statuses, sparkline
 from ckptscan.report.table import STATUS_STYLE, fmt, print_model
 from ckptscan.results import Finding, LayerResult, LayerSummary, ScanReport
@@ -146,6 +147,8 @@ def _print_summary(console: Console, report: ScanReport) -> None:
     if s.rollback_candidate is not None:
         console.print(f"rollback candidate: {s.rollback_candidate.path} (step {s.rollback_candidate.step}), the last "
                       f"checkpoint before the departure that raised the first alert began", highlight=False)
+    for line in intervention_lines(s):
+        console.print(f"  what to do, {line}", highlight=False)
     if s.lead_steps is not None:
         console.print(f"lead: the first alert came {s.lead_steps} steps before the loss diverged"
                       if s.lead_steps >= 0 else
