@@ -85,7 +85,8 @@ def test_a_rerun_over_the_grown_run_appends_only_new_steps(store, reports):
     assert run.data.tags["ckptscan.verdict"] == "alert"  # the newest scan's verdict
 
 
-def test_a_bad_store_is_one_line_and_changes_nothing(reports, tmp_path, capsys):
+def test_a_bad_store_is_one_line_and_changes_nothing(reports, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     report = reports["loss"]
     before = report_json(report)
     (tmp_path / "a-file").write_text("")
