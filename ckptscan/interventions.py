@@ -27,8 +27,8 @@ class Intervention:
 
 
 # Any alert: the rollback the summary names, as PaLM restarts.
-RESTART = ("restart from the rollback candidate and skip the batches seen since (PaLM restarted ~100 steps "
-           "before a spike and skipped 200-500 batches)", "Chowdhery et al. 2022, arXiv:2204.02311")
+RESTART = ("restart from the rollback candidate, skipping the batches seen since (PaLM: ~100 steps before "
+           "the spike, 200-500 batches skipped)", "Chowdhery et al. 2022, arXiv:2204.02311")
 
 _ACTIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "attention": (
