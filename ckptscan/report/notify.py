@@ -26,9 +26,9 @@ import json
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from urllib.request import Request, urlopen
 
 from ckptscan import __version__
 from ckptscan.atomic import write_atomic
@@ -105,10 +105,10 @@ def post_json(url: str, payload: dict, timeout: float = TIMEOUT_S, attempts: int
     for attempt in range(attempts):
         if attempt:
             time.sleep(backoff * 2 ** (attempt - 1))
-        request = urllib.request.Request(url, data=body, method="POST", headers={
+        request = Request(url, data=body, method="POST", headers={
             "Content-Type": "application/json", "User-Agent": f"ckptscan/{__version__}"})
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
+            with urlopen(request, timeout=timeout) as response:
                 response.read()
             return
         except urllib.error.HTTPError as e:
