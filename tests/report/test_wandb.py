@@ -99,10 +99,10 @@ def test_targets():
             parse_target(bad)
 
 
-def test_a_failing_wandb_is_one_line_and_changes_nothing(offline, reports, capsys, tmp_path):
+def test_a_failing_wandb_is_one_line_and_changes_nothing(offline, reports, capsys):
     report = reports["loss"]
     before = report_json(report)
-    offline.parent.joinpath("wandb").write_text("")  # a file where wandb wants its directory
+    offline.write_text("")  # a file where wandb wants its directory
     assert deliver("--wandb", write_wandb, report, "ckptscan-tests") is None
     err = capsys.readouterr().err
     assert err.startswith("ckptscan: --wandb not updated: ") and err.count("\n") == 1
