@@ -206,6 +206,8 @@ class Summary:
     loss_divergence_step: int | None = None
     lead_steps: int | None = None  # loss_divergence_step − first alert step (positive: the alert came first)
     layers: list[LayerSummary] = field(default_factory=list)
+    # What the literature does about each alerting family: [{family, action, source}] (ckptscan/interventions.py).
+    interventions: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass

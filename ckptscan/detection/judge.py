@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ckptscan.detection.reference import reference_from_report
 from ckptscan.detection.rules import Thresholds, assess_report
+from ckptscan.interventions import interventions_for
 from ckptscan.loss_log import divergence_step
 from ckptscan.results import PairResult, ScanReport, Summary
 
@@ -57,6 +58,7 @@ def judge(metrics: Metrics, thresholds: Thresholds | None = None, reference: Sca
                                          reference_path)
         expected.check_model(metrics.model)
     assess_report(report, thresholds, expected, divergence)
+    report.summary.interventions = interventions_for(report.summary)
     return report
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ckptscan.errors import CkptScanError
+from ckptscan.interventions import intervention_lines
 from ckptscan.output import own_descriptor, write_output
 from ckptscan.report.figures import Figure, run_figures
 from ckptscan.report.load import as_json_values, report_from_dict
@@ -175,6 +176,7 @@ def _verdict(report: ScanReport) -> str:
         ("first warning per family", _per_family(s.first_warn_step)),
         ("departure began at step", s.first_alert_onset_step if s.first_alert_onset_step is not None else "–"),
         ("rollback candidate", rollback),
+        *[("what to do", line) for line in intervention_lines(s)],
         ("loss", loss),
     ]
     if s.lead_steps is not None:

@@ -107,6 +107,15 @@ def test_verdict_thresholds_and_facts_are_on_the_page(page, reports):
     assert first_finding.message in text
 
 
+def test_what_to_do_follows_the_rollback_candidate(page, reports):
+    from ckptscan.interventions import intervention_lines
+
+    text = " ".join(parse(page).text)
+    lines = intervention_lines(reports["loss"].summary)
+    assert lines and all(line in text for line in lines)
+    assert text.index("rollback candidate") < text.index("what to do") < text.index(lines[0])
+
+
 def test_embedded_images_decode(page):
     from PIL import Image
 
