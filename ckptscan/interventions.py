@@ -22,47 +22,48 @@ from ckptscan.results import Summary
 @dataclass(frozen=True)
 class Intervention:
     family: str  # "attention" | "router" | "numeric"
+    short: str  # a few words, for one terminal line per family
     action: str
     source: str  # authors, year and arXiv id
 
 
 # Any alert: the rollback the summary names, as PaLM restarts.
-RESTART = ("restart from the rollback candidate, skipping the batches seen since (PaLM: ~100 steps before "
+RESTART = ("restart from the rollback, skipping batches", "restart from the rollback candidate, skipping the batches seen since (PaLM: ~100 steps before "
            "the spike, 200-500 batches skipped)", "Chowdhery et al. 2022, arXiv:2204.02311")
 
-_ACTIONS: dict[str, tuple[tuple[str, str], ...]] = {
+_ACTIONS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "attention": (
-        ("normalize queries and keys before their dot product (QK-layernorm / QK-norm)",
+        ("QK-norm", "normalize queries and keys before their dot product (QK-layernorm / QK-norm)",
          "Wortsman et al. 2023, arXiv:2309.14322; OLMo 2, arXiv:2501.00656"),
-        ("cap the attention logits: tanh soft-capping (Gemma 2, cap 50), or softmax capping with QK-norm",
+        ("logit soft-capping", "cap the attention logits: tanh soft-capping (Gemma 2, cap 50), or softmax capping with QK-norm",
          "Gemma 2, arXiv:2408.00118; Rybakov et al. 2024, arXiv:2410.16682"),
-        ("rescale a head's W_q and W_k after an update whose max attention logit exceeds a threshold (QK-Clip)",
+        ("QK-Clip", "rescale a head's W_q and W_k after an update whose max attention logit exceeds a threshold (QK-Clip)",
          "Kimi K2, arXiv:2507.20534"),
-        ("reparametrize the linear layers with spectral normalization and a learned scalar (sigmaReparam), "
+        ("σReparam", "reparametrize the linear layers with spectral normalization and a learned scalar (sigmaReparam), "
          "which prevents attention entropy collapse", "Zhai et al. 2023, arXiv:2303.06296"),
-        ("lower the learning rate: attention-logit growth is a high-learning-rate instability",
+        ("lower LR", "lower the learning rate: attention-logit growth is a high-learning-rate instability",
          "Wortsman et al. 2023, arXiv:2309.14322"),
         RESTART,
     ),
     "router": (
-        ("add the router z-loss, which penalizes large router logits (ST-MoE: coefficient 1e-3)",
+        ("router z-loss", "add the router z-loss, which penalizes large router logits (ST-MoE: coefficient 1e-3)",
          "Zoph et al. 2022 (ST-MoE), arXiv:2202.08906"),
-        ("compute the router in float32 (selective precision) and initialize it smaller",
+        ("float32 router, smaller init", "compute the router in float32 (selective precision) and initialize it smaller",
          "Fedus et al. 2021 (Switch Transformer), arXiv:2101.03961"),
-        ("raise the load-balancing loss coefficient (Switch Transformer: 1e-2)",
+        ("larger load-balancing coefficient", "raise the load-balancing loss coefficient (Switch Transformer: 1e-2)",
          "Fedus et al. 2021 (Switch Transformer), arXiv:2101.03961"),
-        ("route by expert choice (balanced by construction, not causal) or change the capacity factor",
+        ("expert choice or capacity factor", "route by expert choice (balanced by construction, not causal) or change the capacity factor",
          "Zhou et al. 2022, arXiv:2202.09368"),
         RESTART,
     ),
     "numeric": (
         RESTART,
-        ("keep numerically sensitive parts (softmax, router) in float32 rather than bfloat16 (selective precision)",
+        ("float32 softmax and router", "keep numerically sensitive parts (softmax, router) in float32 rather than bfloat16 (selective precision)",
          "Fedus et al. 2021 (Switch Transformer), arXiv:2101.03961"),
     ),
 }
 INTERVENTIONS: dict[str, tuple[Intervention, ...]] = {
-    family: tuple(Intervention(family, action, source) for action, source in actions)
+    family: tuple(Intervention(family, short, action, source) for short, action, source in actions)
     for family, actions in _ACTIONS.items()
 }
 
@@ -84,5 +85,14 @@ def interventions_for(summary: Summary) -> list[dict[str, str]]:
 
 
 def intervention_lines(summary: Summary) -> list[str]:
-    """One line per intervention, for the terminal, the HTML report and notifications."""
+    """One line per intervention, with its source: the HTML report and notifications."""
     return [f"{i['family']}: {i['action']} [{i['source']}]" for i in summary.interventions]
+
+
+def family_lines(summary: Summary) -> list[str]:
+    """One short line per alerting family, for the terminal; the actions in
+    full, with their sources, are in the JSON and the HTML report."""
+    by_family: dict[str, list[str]] = {}
+    for i in summary.interventions:
+        by_family.setdefault(i["family"], []).append(i.get("short") or i["action"])
+    return [f"{family}: {' · '.join(shorts)}" for family, shorts in by_family.items()]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ckptscan import scan_run
-from ckptscan.interventions import INTERVENTIONS, RESTART, intervention_lines, interventions_for
+from ckptscan.interventions import INTERVENTIONS, RESTART, family_lines, intervention_lines, interventions_for
 from ckptscan.report.json import report_dict
 from ckptscan.results import FAMILIES, Summary
 
@@ -36,10 +36,19 @@ def test_the_first_family_comes_first_and_the_shared_restart_once():
     families = [i["family"] for i in listed]
     assert families == sorted(families, key=lambda f: f != "router")  # router's, then attention's
     assert families[0] == "router" and "attention" in families
-    assert [i["action"] for i in listed].count(RESTART[0]) == 1
-    assert set(listed[0]) == {"family", "action", "source"}
+    assert [i["action"] for i in listed].count(RESTART[1]) == 1
+    assert set(listed[0]) == {"family", "short", "action", "source"}
     assert intervention_lines(Summary("alert", [], {}, interventions=listed))[0] == \
         f"router: {listed[0]['action']} [{listed[0]['source']}]"
+
+
+def test_the_terminal_gets_one_short_line_per_family_first_family_first():
+    listed = interventions_for(summary("router", attention=1700, router=1100))
+    lines = family_lines(Summary("alert", [], {}, interventions=listed))
+    assert [line.split(":")[0] for line in lines] == ["router", "attention"]
+    assert lines[0] == "router: " + " · ".join(i.short for i in INTERVENTIONS["router"])
+    # the restart is listed once, under the first family
+    assert lines[1] == "attention: " + " · ".join(i.short for i in INTERVENTIONS["attention"] if i.short != RESTART[0])
 
 
 def test_only_alerting_families():

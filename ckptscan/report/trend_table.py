@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ckptscan.interventions import intervention_lines
+from ckptscan.interventions import family_lines
 from ckptscan.report.sparkline import cell_statuses, sparkline
 from ckptscan.report.table import STATUS_STYLE, fmt, print_model
 from ckptscan.results import Finding, LayerResult, LayerSummary, ScanReport
@@ -146,8 +146,10 @@ def _print_summary(console: Console, report: ScanReport) -> None:
     if s.rollback_candidate is not None:
         console.print(f"rollback candidate: {s.rollback_candidate.path} (step {s.rollback_candidate.step}), the last "
                       f"checkpoint before the departure that raised the first alert began", highlight=False)
-    for line in intervention_lines(s):
+    for line in family_lines(s):
         console.print(f"  what to do, {line}", highlight=False)
+    if s.interventions:
+        console.print("  (each with its source: the JSON's summary.interventions, the HTML report)", highlight=False)
     if s.lead_steps is not None:
         console.print(f"lead: the first alert came {s.lead_steps} steps before the loss diverged"
                       if s.lead_steps >= 0 else

@@ -5,7 +5,7 @@ import io
 
 from rich.console import Console
 
-from ckptscan.interventions import intervention_lines
+from ckptscan.interventions import family_lines
 from ckptscan.report.trend_table import print_trend
 
 
@@ -19,7 +19,7 @@ def printed(report):
 def test_what_to_do_follows_the_rollback_line(reports):
     lines = printed(reports["loss"])
     rollback = next(i for i, line in enumerate(lines) if line.startswith("rollback candidate:"))
-    expected = [f"  what to do, {line}" for line in intervention_lines(reports["loss"].summary)]
+    expected = [f"  what to do, {line}" for line in family_lines(reports["loss"].summary)]
     assert expected and lines[rollback + 1: rollback + 1 + len(expected)] == expected
 
 
