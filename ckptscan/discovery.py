@@ -27,7 +27,7 @@ from pathlib import Path
 from ckptscan.errors import CkptScanError
 from ckptscan.readers import Checkpoint, open_checkpoint, open_each, step_from_name
 from ckptscan.readers.orbax import CHECKPOINT_METADATA
-from ckptscan.storage import as_path
+from ckptscan.storage import RemotePath, as_path
 
 # Pointer files naming the newest complete checkpoint: DeepSpeed writes `latest`
 # (`global_stepN`) and Megatron `latest_checkpointed_iteration.txt` (N or
@@ -63,9 +63,7 @@ class Run:
 
 def discover_run(run_dir: str | Path) -> Run:
     """Every usable checkpoint under `run_dir` (a directory or a URL prefix), ordered by step."""
-    run_dir = as_path(run_dir)
-    if not run_dir.is_dir():
-        raise CkptScanError("not a run directory", path=run_dir)
+    run_dir = run_directory(run_dir)
     folder = checkpoint_folder(run_dir)
     run = Run(run_dir, [])
     newest = newest_complete(folder)
@@ -120,6 +118,16 @@ def discover_run(run_dir: str | Path) -> Run:
         raise CkptScanError(f"{what} in this run directory" + (f" (skipped {skipped})" if skipped else ""),
                             path=run_dir)
     return run
+
+
+def run_directory(run_dir: str | Path) -> Path | RemotePath:
+    """`run_dir` as a path (`~` and `$VAR` expanded), checked to be a directory."""
+    path = as_path(run_dir)
+    if not path.exists():
+        raise CkptScanError("does not exist", path=path)
+    if not path.is_dir():
+        raise CkptScanError("is a file, not a run directory (of checkpoint-N/ folders or checkpoint files)", path=path)
+    return path
 
 
 def looks_like_run(path: Path) -> bool:

@@ -46,7 +46,7 @@ from ckptscan.cache import PairCache
 from ckptscan.metrics import compute
 from ckptscan.detection.judge import judge
 from ckptscan.detection.rules import Thresholds
-from ckptscan.discovery import checkpoint_folder, newest_complete
+from ckptscan.discovery import checkpoint_folder, newest_complete, run_directory
 from ckptscan.errors import CkptScanError
 from ckptscan.probe import Probe
 from ckptscan.readers import Checkpoint, open_checkpoint, step_from_name
@@ -268,9 +268,7 @@ def watch_run(
     2 s"). `resolve`: `run_spec`'s side files and pairing (stride, base,
     probe, loss_log, reference, config, settings).
     """
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise CkptScanError("not a run directory", path=run_dir)
+    run_dir = run_directory(run_dir)
     if interval <= 0 or settle < 0:
         raise CkptScanError(f"--interval must be > 0 and --settle ≥ 0 (got {interval}, {settle})")
     watcher = Watcher(run_dir, options or ScanOptions(), cache=SeriesCache(cache), interval=interval,

@@ -13,6 +13,10 @@ A parameter annotated with a dataclass stands for a group of shared options,
 one per field, in field order (`cli.outputs.ReportOutputs`: the report's
 destinations); the command receives them as one instance of that dataclass.
 
+Every path option reaches the command with `~` and `$VAR` expanded
+(`ckptscan.paths`): the shell leaves `--cache-dir '~/c'` and `--json=~/r.json`
+as typed. Arguments that may be URLs are `str` and expanded by the library.
+
 Only typer is imported here: `ckptscan --help` must not wait for torch or rich.
 """
 
@@ -26,6 +30,8 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Optional, TypeVar, get_type_hints
 
 import typer
+
+from ckptscan.paths import expand_path
 
 
 class Format(str, Enum):
@@ -161,6 +167,7 @@ def shared_options(command: Command) -> Command:
 
     @functools.wraps(command)
     def run(**flags: Any) -> Any:
+        flags = {name: expand_path(value) if isinstance(value, Path) else value for name, value in flags.items()}
         for name, group in groups.items():
             flags[name] = group(**{field.name: flags.pop(field.name) for field in dataclasses.fields(group)})
         return command(**flags)
