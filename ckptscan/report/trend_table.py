@@ -4,7 +4,7 @@ Each row: a sparkline of the normalised Δ2 entropy and of the router's
 headline monitor (routing entropy with a probe, else ε) over the run, each
 cell coloured by the worst finding of that monitor's family in its pairs;
 the newest value against its baseline; the layer's first alert (step and
-family); its worst status. Below: the loss, the verdict, rollback candidate
+family); its worst status. Below: the loss, the skipped checkpoints, the verdict, rollback candidate
 and lead time, then each flagged layer's first findings.
 """
 
@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ckptscan.discovery import CORRUPT
 from ckptscan.report.sparkline import cell_statuses, sparkline
 from ckptscan.report.table import STATUS_STYLE, fmt, print_model
 from ckptscan.results import Finding, LayerResult, LayerSummary, ScanReport
@@ -139,8 +140,16 @@ def _print_loss(console: Console, report: ScanReport) -> None:
                   highlight=False)
 
 
+def skipped_line(item: dict[str, str]) -> str:
+    """A skipped checkpoint, its path once (a reader's message starts with it)."""
+    reason = item["reason"]
+    return f"skipped {reason}" if reason.startswith(item["path"]) else f"skipped {item['path']}: {reason}"
+
+
 def _print_summary(console: Console, report: ScanReport) -> None:
     s = report.summary
+    for item in report.skipped:  # before the verdict, which covers only the checkpoints scanned
+        console.print(skipped_line(item), highlight=False, style="yellow" if item.get("kind") == CORRUPT else "dim")
     console.print(Text(s.message or s.status, style=STATUS_STYLE.get(s.status, "")))
     if s.rollback_candidate is not None:
         console.print(f"rollback candidate: {s.rollback_candidate.path} (step {s.rollback_candidate.step}), the last "
@@ -158,8 +167,6 @@ def _print_summary(console: Console, report: ScanReport) -> None:
                                style=style))
     for note in report.settings.get("run_notes", []):  # e.g. steps that are accelerate save indices
         console.print(f"note: {note}", highlight=False, style="dim")
-    for skipped in report.skipped:
-        console.print(f"skipped {skipped['path']}: {skipped['reason']}", highlight=False, style="dim")
     pending = report.settings.get("pending_steps")
     if pending:
         console.print(f"newer checkpoints not on the stride yet (not scanned): steps {pending}", highlight=False,

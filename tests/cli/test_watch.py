@@ -84,7 +84,7 @@ def test_follows_a_live_run_and_exits_at_the_first_alert(writer, tmp_path, mode)
                      "not exist")
     size = (writer.source / "checkpoint-300/model-00002-of-00002.safetensors").stat().st_size
     writer.send(f"head checkpoint-300/model-00002-of-00002.safetensors {size // 2}")
-    watch.err.expect("^waiting for checkpoint-300: .*outside the file's")
+    watch.err.expect("^waiting for checkpoint-300: .*truncated: the header declares")
     assert rows(watch.out.lines) == [100, 200], "the partial checkpoint was not read"
     writer.send("rest checkpoint-300/model-00002-of-00002.safetensors")
     watch.out.expect(row(300))
