@@ -129,15 +129,23 @@ def _title(report: ScanReport) -> str:
 
 
 def _print_loss(console: Console, report: ScanReport) -> None:
+    """The loss over the run: mean loss of the first and last pairs and, for a
+    run that diverged, its lowest pair and the divergence step (a run that
+    diverged late can still end below where it started)."""
     if "loss_log" not in report.settings:
         return
     losses = [p.loss for p in report.pairs]
-    known = [v for v in losses if v is not None]
-    span = f"{fmt(known[0])} → {fmt(known[-1])}" if known else "no finite loss"
+    known = [(loss, pair) for loss, pair in zip(losses, report.pairs) if loss is not None]
     divergence = report.summary.loss_divergence_step
-    diverged = f"diverged at step {divergence}" if divergence is not None else "did not diverge"
-    console.print(f"loss      {sparkline(losses, SPARK_WIDTH)}  {span}; {diverged} ({report.settings['loss_log']})",
-                  highlight=False)
+    if not known:
+        text = "no finite loss"
+    elif divergence is None:
+        text = f"{fmt(known[0][0])} → {fmt(known[-1][0])}; did not diverge"
+    else:
+        low, pair = min(known, key=lambda k: k[0])
+        text = (f"first pair {fmt(known[0][0])}, lowest {fmt(low)} (steps {pair.from_step}–{pair.to_step}), last pair "
+                f"{fmt(known[-1][0])}; diverged at step {divergence}")
+    console.print(f"loss      {sparkline(losses, SPARK_WIDTH)}  {text} ({report.settings['loss_log']})", highlight=False)
 
 
 def skipped_line(item: dict[str, str]) -> str:
