@@ -94,9 +94,20 @@ def note(message: str, style: str = "dim", quiet: bool = False) -> None:
         err().print(message, highlight=False, style=style)
 
 
+# The report files this command has written so far (`wrote`), for the line
+# an interrupt prints: Ctrl-C while the HTML renders comes after the JSON.
+_written: list[str] = []
+
+
+def wrote(path: object) -> None:
+    """Record a report file as written (`user_errors` names it if interrupted)."""
+    _written.append(str(path))
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Turn input problems and Ctrl-C into one clear line and an exit code."""
+    _written.clear()
     try:
         yield
     except CkptScanError as e:
@@ -110,7 +121,8 @@ def user_errors() -> Iterator[None]:
 
         # SIGTERM arrives as Terminated, a KeyboardInterrupt (ckptscan.interrupts).
         how = "interrupted by SIGTERM" if isinstance(e, Terminated) else "interrupted"
-        err().print(f"{how}: no report was written", highlight=False)
+        done = f"only {', '.join(_written)} written" if _written else "no report was written"
+        err().print(f"{how}: {done}", highlight=False)
         raise typer.Exit(EXIT_INTERRUPT) from None
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from ckptscan.cli.app import EXIT_GATE, EXIT_OK, err, note, out, report_console
+from ckptscan.cli.app import EXIT_GATE, EXIT_OK, err, note, out, report_console, wrote
 from ckptscan.cli.options import FailOn, Format
 from ckptscan.errors import CkptScanError
 
@@ -188,8 +188,11 @@ def emit(report: ScanReport, output: Format | str, json_path: Path | None, markd
         raise CkptScanError(f"cannot write the report: {e.strerror or e}", path=where) from None
     if json_path is not None:
         write_json(report, json_path)
+        if not json_to_stdout:
+            wrote(json_path)
     if junit_path is not None:
         write_junit(junit, junit_path)
+        wrote(junit_path)
     if os.environ.get("GITHUB_ACTIONS") == "true":
         # Raw lines: the runner must see each command whole, unwrapped and unstyled.
         sys.stderr.write("".join(line + "\n" for line in github_annotations(report, fail_on)))
@@ -200,6 +203,7 @@ def emit(report: ScanReport, output: Format | str, json_path: Path | None, markd
             append_markdown(report, summary_path)
         except OSError as e:
             raise CkptScanError(f"cannot append the Markdown summary: {e.strerror or e}", path=summary_path) from None
+        wrote(summary_path)
 
 
 def check_figure_outputs(html: Path | None, png: Path | None) -> None:
@@ -219,6 +223,7 @@ def write_figure_outputs(report: ScanReport, html: Path | None, png: Path | None
     from ckptscan.report.json import report_dict
 
     for path in write_report_files(report_dict(report), html, png):
+        wrote(path)
         note(f"wrote {path}", quiet=quiet)
 
 

@@ -74,8 +74,8 @@ def trend(
             runner.close()
         if cache is not None:
             note(f"cache: {cache.hits} pair(s) reused, {cache.misses} computed ({cache.directory})", quiet=quiet)
-            if cache.write_error:
-                note(f"cache not written: {cache.write_error}", "yellow", quiet)
+            if cache.write_error:  # not fatal (the cache only saves time), but never silent, even with --quiet
+                note(f"warning: cache not written: {cache.write_error}", "yellow")
         code = outputs.write(report, fail_on or spec.config.fail_on, print_trend, quiet, allow_corrupt)
     raise typer.Exit(code)
 
