@@ -32,7 +32,7 @@ from ckptscan.readers import sidecars
 from ckptscan.readers.base import DTYPES, Checkpoint, Format
 from ckptscan.readers.steps import step_from_name
 from ckptscan.storage import RemotePath
-from ckptscan.storage.stores import Fetch
+from ckptscan.storage.ranged import Fetch
 
 # A remote header is fetched with its first request: this covers the header
 # of a shard of several hundred tensors in one GET (a larger one costs a

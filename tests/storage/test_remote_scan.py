@@ -17,7 +17,7 @@ from ckptscan.readers.safetensors import REMOTE_HEADER_GUESS
 from ckptscan.report.json import report_dict
 from ckptscan import scan_pair
 from ckptscan.scan import ScanOptions
-from ckptscan.storage import stores
+from ckptscan.storage import ranged
 
 runner = CliRunner()
 
@@ -40,7 +40,7 @@ def test_selected_heads_read_only_their_rows_and_equal_the_local_scan(s3, tmp_pa
     url = s3.upload(tmp_path / "run", "run")
     options = ScanOptions(heads=[1, 2])
     local = scan_pair(older, newer, options)
-    before = dict(stores.stats)
+    before = dict(ranged.stats)
     remote = scan_pair(f"{url}/checkpoint-100", f"{url}/checkpoint-200", ScanOptions(heads=[1, 2]))
     same_numbers(report_dict(local), report_dict(remote))
     # Every byte is fetched once: per layer and checkpoint the q rows of heads 1-2
@@ -49,7 +49,7 @@ def test_selected_heads_read_only_their_rows_and_equal_the_local_scan(s3, tmp_pa
     monitored = 2 * 2 * (2 * 16 * 64 + 32 * 64) * 4
     headers = sum(min(f.stat().st_size, 8 + REMOTE_HEADER_GUESS) for f in (tmp_path / "run").rglob("*.safetensors"))
     small_files = sum(f.stat().st_size for f in (tmp_path / "run").rglob("*.json"))
-    assert stores.stats["bytes"] - before["bytes"] == monitored + headers + small_files
+    assert ranged.stats["bytes"] - before["bytes"] == monitored + headers + small_files
 
 
 def test_dcp_diff_equals_the_local_diff(s3, tmp_path):
