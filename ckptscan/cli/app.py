@@ -106,8 +106,11 @@ def wrote(path: object) -> None:
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn input problems and Ctrl-C into one clear line and an exit code."""
+    """Turn input problems and Ctrl-C into one clear line and an exit code.
+    Entered once per command: its consoles are made afresh (COLUMNS and
+    whether stdout is a terminal are read for each command run in-process)."""
     _written.clear()
+    _consoles.clear()
     try:
         yield
     except CkptScanError as e:

@@ -24,9 +24,11 @@ without this rule a verdict. Two cases show in the weights themselves:
   initialisation the weights outgrow themselves (the sample runs: 1.5 from
   step 0 to 100).
 - the same checkpoint twice (a copy): every monitored weight is bit-identical,
-  and there is no update to judge. In a run the same holds for frozen
-  weights (a LoRA run's base model), which the UNCHANGED verdict covers, so
-  this is a `diff` rule only.
+  and there is no update to judge (nor is there when the weights did not
+  train: frozen, or every update lost to bf16 rounding, which
+  `detection/numerics.py` explains). In a run, frozen weights (a LoRA run's
+  base model) are what the UNCHANGED verdict covers, so this is a `diff`
+  rule only.
 
 Both are alert findings of the numeric family (evidence about the input, not
 about the dynamics), so the default gate fails and the JSON report says why.
@@ -75,7 +77,7 @@ def identical_findings(pair: PairResult) -> None:
     parts = [part for layer in pair.layers for part in (layer.attention, layer.router) if part is not None]
     if not parts or not all(part.unchanged for part in parts):
         return
-    message = ("every monitored weight is bit-identical in the two checkpoints: the same checkpoint twice (a copy), "
-               "not an update")
+    message = ("every monitored weight is bit-identical in the two checkpoints (the same checkpoint twice, a copy, or "
+               "weights that did not train): no update to judge")
     for layer in pair.layers:
         layer.findings.append(Finding(RULE_IDENTICAL, "numeric", "alert", 0.0, message, rule=RULE_IDENTICAL))
