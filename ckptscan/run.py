@@ -32,6 +32,7 @@ from ckptscan.config import Config, load_config
 from ckptscan.discovery import discover_run, run_directory
 from ckptscan.errors import CkptScanError
 from ckptscan.loss_log import LossLog, read_loss_log
+from ckptscan.paths import expand_path
 from ckptscan.probe import Probe, load_probe
 from ckptscan.readers import Checkpoint, open_checkpoints
 from ckptscan.report.load import load_report
@@ -200,7 +201,7 @@ def _probe(probe: str | Path | Probe | None) -> Probe | None:
 
 def _reference(spec: RunSpec, path: str | Path | None) -> None:
     if path is not None:
-        spec.reference, spec.reference_path = load_report(path), str(path)
+        spec.reference, spec.reference_path = load_report(path), str(expand_path(path))
 
 
 def _config(config: SideFile, settings: Sequence[str]) -> Config:
