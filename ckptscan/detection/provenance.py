@@ -13,7 +13,7 @@ without this rule a verdict. Two cases show in the weights themselves:
   once the learning-rate warm-up is over: in the sample runs (a tiny model
   at a high learning rate, among the fastest-moving runs there are) at most
   0.50 (median over layers of the larger of ‖ΔW_q‖/‖W_q‖ and ‖ΔW_k‖/‖W_k‖),
-  in large-model pretraining ~10⁻². Pairs of the sample runs' different
+  shrinking as training goes on. Pairs of the sample runs' different
   trajectories give 1.03–3.3 (runs that share their first 1000 steps,
   0.24–0.51: they are one run until they fork). So the bound is 1, where
   the update is as large as the weights it updates (`UNRELATED_CHANGE`), a
