@@ -138,14 +138,16 @@ def _print_loss(console: Console, report: ScanReport) -> None:
     known = [(loss, pair) for loss, pair in zip(losses, report.pairs) if loss is not None]
     divergence = report.summary.loss_divergence_step
     if not known:
-        text = "no finite loss"
+        span = "no finite loss"
     elif divergence is None:
-        text = f"{fmt(known[0][0])} → {fmt(known[-1][0])}; did not diverge"
+        span = f"{fmt(known[0][0])} → {fmt(known[-1][0])}"
     else:
         low, pair = min(known, key=lambda k: k[0])
-        text = (f"first pair {fmt(known[0][0])}, lowest {fmt(low)} (steps {pair.from_step}–{pair.to_step}), last pair "
-                f"{fmt(known[-1][0])}; diverged at step {divergence}")
-    console.print(f"loss      {sparkline(losses, SPARK_WIDTH)}  {text} ({report.settings['loss_log']})", highlight=False)
+        span = (f"first pair {fmt(known[0][0])}, lowest {fmt(low)} (steps {pair.from_step}–{pair.to_step}), "
+                f"last pair {fmt(known[-1][0])}")
+    diverged = f"diverged at step {divergence}" if divergence is not None else "did not diverge"
+    console.print(f"loss      {sparkline(losses, SPARK_WIDTH)}  {span}; {diverged} ({report.settings['loss_log']})",
+                  highlight=False)
 
 
 def skipped_line(item: dict[str, str]) -> str:
