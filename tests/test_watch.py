@@ -245,8 +245,8 @@ def test_bad_settings_are_errors_at_once(tmp_path, kwargs, message):
         next(watch_run(tmp_path, **kwargs))
 
 
-def test_not_a_directory(tmp_path):
-    with pytest.raises(CkptScanError, match="not a run directory"):
+def test_a_missing_directory_does_not_exist(tmp_path):
+    with pytest.raises(CkptScanError, match="missing: does not exist"):
         next(watch_run(tmp_path / "missing"))
 
 
