@@ -17,7 +17,8 @@ Every path option reaches the command with `~` and `$VAR` expanded
 (`ckptscan.paths`): the shell leaves `--cache-dir '~/c'` and `--json=~/r.json`
 as typed. Arguments that may be URLs are `str` and expanded by the library.
 
-Only typer is imported here: `ckptscan --help` must not wait for torch or rich.
+Only typer (and `ckptscan.paths`, which needs os alone) is imported here:
+`ckptscan --help` must not wait for torch or rich.
 """
 
 from __future__ import annotations
