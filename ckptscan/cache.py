@@ -40,6 +40,7 @@ import torch
 
 import ckptscan
 from ckptscan.output import write_output
+from ckptscan.paths import expand_path
 from ckptscan.readers import Checkpoint
 from ckptscan.results import LayerResult, from_dict
 from ckptscan.storage import RemotePath
@@ -61,7 +62,7 @@ class PairCache:
     """Per-pair LayerResults on disk; counts hits and misses."""
 
     def __init__(self, directory: str | Path) -> None:
-        self.directory = Path(directory)
+        self.directory = expand_path(directory)
         self.hits = 0
         self.misses = 0
         self.write_error: str | None = None  # the cache is an optimisation: a failed write is reported, not fatal

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 from ckptscan.detection.rules import Thresholds
 from ckptscan.errors import CkptScanError
+from ckptscan.paths import expand_path
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -58,7 +59,7 @@ def load_config(path: Path | None = None, overrides: Sequence[str] = (), start: 
                 search: bool = True) -> Config:
     """Defaults, then the config file (`path`, or with `search` the one found
     from `start`, default the current directory), then `overrides` ("KEY=VALUE")."""
-    source = path
+    source = expand_path(path) if path is not None else None
     if source is None and search:
         source = find_config((start or Path.cwd()).resolve())
     values: dict[str, Any] = {}

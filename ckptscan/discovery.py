@@ -12,10 +12,14 @@ records the step inside the checkpoint (Lightning `global_step`, DeepSpeed
 registered with accelerate), that step orders the run, whatever the name
 says. Pointer files (`latest`, `latest_checkpointed_iteration.txt`) are not
 checkpoints. What looks like a checkpoint but cannot be used is listed in
-`Run.skipped` with the reason: temporary directories, checkpoints newer than
-the framework's "latest" pointer (still being written), checkpoints that do
-not open, a second checkpoint of the same step (Lightning's `last.ckpt` or
-litgpt's `final/`, copies of the newest one).
+`Run.skipped` with the reason and its kind (`SKIPPED_KINDS`): temporary
+directories and checkpoints newer than the framework's "latest" pointer are
+"in_progress" (the framework says they are still being written); a
+checkpoint that does not open is "corrupt" (truncated, a damaged header, a
+missing shard: nothing marks it as still being written, so a gate must not
+pass over it); a second checkpoint of the same step (Lightning's
+`last.ckpt` or litgpt's `final/`, copies of the newest one) is "duplicate";
+one whose step is neither in its name nor recorded inside is "no_step".
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from pathlib import Path
 from ckptscan.errors import CkptScanError
 from ckptscan.readers import Checkpoint, open_checkpoint, open_each, step_from_name
 from ckptscan.readers.orbax import CHECKPOINT_METADATA
-from ckptscan.storage import as_path
+from ckptscan.storage import RemotePath, as_path
 
 # Pointer files naming the newest complete checkpoint: DeepSpeed writes `latest`
 # (`global_stepN`) and Megatron `latest_checkpointed_iteration.txt` (N or
@@ -49,6 +53,9 @@ FILE_STEP = re.compile(r"(?:^|[-_=.])(?:step|iter|global_step)[-_=]?(\d+)(?:$|[-
 LITGPT_FINAL = "final"
 # Lightning's copy of the newest checkpoint (`last.ckpt`, `last-v1.ckpt`).
 LAST = re.compile(r"^last(-v\d+)?$")
+# The kinds of skipped checkpoint (a skipped entry's "kind", a public JSON value).
+IN_PROGRESS, CORRUPT, DUPLICATE, NO_STEP = "in_progress", "corrupt", "duplicate", "no_step"
+SKIPPED_KINDS = (IN_PROGRESS, CORRUPT, DUPLICATE, NO_STEP)
 
 
 @dataclass
@@ -63,9 +70,7 @@ class Run:
 
 def discover_run(run_dir: str | Path) -> Run:
     """Every usable checkpoint under `run_dir` (a directory or a URL prefix), ordered by step."""
-    run_dir = as_path(run_dir)
-    if not run_dir.is_dir():
-        raise CkptScanError("not a run directory", path=run_dir)
+    run_dir = run_directory(run_dir)
     folder = checkpoint_folder(run_dir)
     run = Run(run_dir, [])
     newest = newest_complete(folder)
@@ -79,12 +84,12 @@ def discover_run(run_dir: str | Path) -> Run:
         if step is not None and entry.is_dir():
             if newest is not None and step > newest:
                 run.skipped.append({"path": str(entry), "reason": f"newer than the 'latest' pointer (step {newest}):"
-                                    " still being written, or abandoned"})
+                                    " still being written, or abandoned", "kind": IN_PROGRESS})
             else:
                 candidates.append((entry, step, None))
         elif entry.is_dir() and step_from_name(TEMPORARY.sub("", entry.name)) is not None:
             run.skipped.append({"path": str(entry), "reason": "temporary directory (still being written, or "
-                                "abandoned)"})
+                                "abandoned)", "kind": IN_PROGRESS})
         elif entry.is_dir() and (match := ACCELERATE.match(entry.name)):
             candidates.append((entry, None, int(match.group(1))))
         elif entry.name == LITGPT_FINAL and (entry / "lit_model.pth").is_file():
@@ -96,11 +101,12 @@ def discover_run(run_dir: str | Path) -> Run:
     opened: list[tuple[int, int, str, Checkpoint]] = []
     for (entry, name_step, index), checkpoint in zip(candidates, open_each([c[0] for c in candidates])):
         if isinstance(checkpoint, CkptScanError):
-            run.skipped.append({"path": str(entry), "reason": str(checkpoint)})
+            run.skipped.append({"path": str(entry), "reason": str(checkpoint), "kind": CORRUPT})
             continue
         step = _step(checkpoint, entry, name_step, index, run)
         if step is None:
-            run.skipped.append({"path": str(entry), "reason": "no step in the name and none recorded inside"})
+            run.skipped.append({"path": str(entry), "reason": "no step in the name and none recorded inside",
+                                "kind": NO_STEP})
             continue
         checkpoint.step = step
         opened.append((step, bool(LAST.match(entry.stem)), entry.name, checkpoint))
@@ -109,7 +115,7 @@ def discover_run(run_dir: str | Path) -> Run:
         if run.checkpoints and run.checkpoints[-1].step == step:
             run.skipped.append({"path": str(checkpoint.path), "reason": f"same step {step} as "
                                 f"{run.checkpoints[-1].path.name} (a copy, e.g. Lightning's last.ckpt or litgpt's "
-                                "final/)"})
+                                "final/)", "kind": DUPLICATE})
             continue
         run.checkpoints.append(checkpoint)
     if not run.checkpoints:
@@ -120,6 +126,16 @@ def discover_run(run_dir: str | Path) -> Run:
         raise CkptScanError(f"{what} in this run directory" + (f" (skipped {skipped})" if skipped else ""),
                             path=run_dir)
     return run
+
+
+def run_directory(run_dir: str | Path) -> Path | RemotePath:
+    """`run_dir` as a path (`~` and `$VAR` expanded), checked to be a directory."""
+    path = as_path(run_dir)
+    if not path.exists():
+        raise CkptScanError("does not exist", path=path)
+    if not path.is_dir():
+        raise CkptScanError("is a file, not a run directory (of checkpoint-N/ folders or checkpoint files)", path=path)
+    return path
 
 
 def looks_like_run(path: Path) -> bool:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ckptscan.errors import CkptScanError
+from ckptscan.paths import expand_path
 
 
 @dataclass
@@ -57,7 +58,7 @@ class LossLog:
 
 
 def read_loss_log(path: str | Path) -> LossLog:
-    path = Path(path)
+    path = expand_path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:

@@ -28,6 +28,7 @@ from safetensors.torch import save as safetensors_bytes
 
 from ckptscan.errors import CkptScanError
 from ckptscan.output import write_output
+from ckptscan.paths import expand_path
 from ckptscan.readers.safetensors import TensorEntry, read_header, read_tensor
 
 PROBE_KEY = re.compile(r"^layers\.(\d+)\.router_input$")
@@ -88,7 +89,7 @@ def probe_key(layer: int) -> str:
 
 def load_probe(path: str | Path) -> Probe:
     """Read and validate a probe file's header and values (one layer in memory at a time)."""
-    path = Path(path)
+    path = expand_path(path)
     if path.is_dir():
         raise CkptScanError("is a directory; a probe is one .safetensors file", path=path)
     entries, _ = read_header(path)

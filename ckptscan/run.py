@@ -23,19 +23,21 @@ for); a file named explicitly that cannot be used is an error.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence, Union
 
 from ckptscan.config import Config, load_config
-from ckptscan.discovery import discover_run
+from ckptscan.discovery import discover_run, run_directory
 from ckptscan.errors import CkptScanError
 from ckptscan.loss_log import LossLog, read_loss_log
+from ckptscan.paths import expand_path
 from ckptscan.probe import Probe, load_probe
 from ckptscan.readers import Checkpoint, open_checkpoints
 from ckptscan.report.load import load_report
 from ckptscan.results import ScanReport
-from ckptscan.storage import as_path
+from ckptscan.storage import RemotePath, as_path
 
 
 class _Auto:
@@ -88,9 +90,7 @@ def resolve_run(
     growing run keeps its cached pairs); `base="first"`: each against the
     first. `settings`: "KEY=VALUE" overrides of the config's thresholds.
     """
-    run_dir = as_path(run_dir)
-    if not run_dir.is_dir():
-        raise CkptScanError("not a run directory", path=run_dir)
+    run_dir = run_directory(run_dir)
     run = discover_run(run_dir)
     if len(run.checkpoints) < 2:
         raise CkptScanError(f"found {len(run.checkpoints)} usable checkpoint(s); a trend needs at least two",
@@ -148,11 +148,39 @@ def resolve_pair(
     settings: Sequence[str] = (),
 ) -> RunSpec:
     """Two checkpoints (older, newer) compared as one update. `probe`: a
-    probe file (or an already loaded `Probe`) for routing entropy."""
+    probe file (or an already loaded `Probe`) for routing entropy. The same
+    checkpoint twice, or steps in the wrong order, are errors (`check_pair`)."""
     checkpoints = open_checkpoints([older, newer])
+    check_pair(*checkpoints)
     spec = RunSpec("pair", str(newer), checkpoints, [(0, 1)], probe=_probe(probe), config=_config(config, settings))
     _reference(spec, reference)
     return spec
+
+
+def check_pair(older: Checkpoint, newer: Checkpoint) -> None:
+    """Refuse two checkpoints that cannot be an update of one run, as far as
+    their paths and steps tell (docs/guides/misuse.md): the same checkpoint
+    twice, the newer one first, or both at one step. What only the weights
+    tell (different runs, a copy) is a finding (`detection/provenance.py`)."""
+    if _same_checkpoint(older.path, newer.path):
+        raise CkptScanError("the same checkpoint given twice; diff compares an older checkpoint with a newer one",
+                            path=older.path)
+    if older.step is None or newer.step is None or older.step < newer.step:
+        return
+    if older.step == newer.step:
+        raise CkptScanError(f"{older.path} and {newer.path} are both step {older.step}: not two steps of one run")
+    raise CkptScanError(f"{older.path} (step {older.step}) is newer than {newer.path} (step {newer.step}): give the "
+                        "older checkpoint first")
+
+
+def _same_checkpoint(a: Path | RemotePath, b: Path | RemotePath) -> bool:
+    """One file or folder under two names (a symlink, `./x` and `x`), or one URL twice."""
+    if isinstance(a, Path) and isinstance(b, Path):
+        try:
+            return os.path.samefile(a, b)
+        except OSError:
+            return False
+    return str(a).rstrip("/") == str(b).rstrip("/")
 
 
 def plan_pairs(count: int, stride: int = 1, base: str = "previous") -> list[tuple[int, int]]:
@@ -173,7 +201,7 @@ def _probe(probe: str | Path | Probe | None) -> Probe | None:
 
 def _reference(spec: RunSpec, path: str | Path | None) -> None:
     if path is not None:
-        spec.reference, spec.reference_path = load_report(path), str(path)
+        spec.reference, spec.reference_path = load_report(path), str(expand_path(path))
 
 
 def _config(config: SideFile, settings: Sequence[str]) -> Config:

@@ -46,8 +46,9 @@ from ckptscan.cache import PairCache
 from ckptscan.metrics import compute
 from ckptscan.detection.judge import judge
 from ckptscan.detection.rules import Thresholds
-from ckptscan.discovery import checkpoint_folder, newest_complete
+from ckptscan.discovery import checkpoint_folder, newest_complete, run_directory
 from ckptscan.errors import CkptScanError
+from ckptscan.paths import expand_path
 from ckptscan.probe import Probe
 from ckptscan.readers import Checkpoint, open_checkpoint, step_from_name
 from ckptscan.results import LayerResult, ScanReport
@@ -268,9 +269,8 @@ def watch_run(
     2 s"). `resolve`: `run_spec`'s side files and pairing (stride, base,
     probe, loss_log, reference, config, settings).
     """
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise CkptScanError("not a run directory", path=run_dir)
+    run_dir = expand_path(run_dir)  # a local directory: watching needs its filesystem events
+    run_directory(run_dir)  # it exists, and is a directory
     if interval <= 0 or settle < 0:
         raise CkptScanError(f"--interval must be > 0 and --settle ≥ 0 (got {interval}, {settle})")
     watcher = Watcher(run_dir, options or ScanOptions(), cache=SeriesCache(cache), interval=interval,

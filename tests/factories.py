@@ -22,6 +22,13 @@ def updated(tensors: dict[str, torch.Tensor], scale: float, generator: torch.Gen
     return {k: v + scale * torch.randn(v.shape, generator=generator, dtype=v.dtype) for k, v in tensors.items()}
 
 
+def next_checkpoint(tensors: dict[str, torch.Tensor], seed: int, scale: float = 0.004) -> dict[str, torch.Tensor]:
+    """The checkpoint after `tensors` in one run: each weight moved by a fifth
+    of its own scale (random_weights' 0.02), as training moves it. Two
+    independent draws are not an update: ckptscan flags them as different runs."""
+    return updated(tensors, scale, torch.Generator().manual_seed(seed))
+
+
 def write_hf_checkpoint(
     directory: Path,
     tensors: dict[str, torch.Tensor],

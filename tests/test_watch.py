@@ -77,7 +77,7 @@ def test_a_late_shard_and_a_growing_file_are_waited_for(writer, source):
     size = (source / shard(100, 2)).stat().st_size
     writer.send(f"head {shard(100, 2)} {size // 2}")
     assert watcher.look() == [] and watcher.look() == []
-    assert "outside the file's" in notes[-1] and notes[-1].startswith("waiting for checkpoint-100:")
+    assert "truncated: the header declares" in notes[-1] and notes[-1].startswith("waiting for checkpoint-100:")
     writer.send(f"head {shard(100, 2)} {size - 1}")
     assert watcher.look() == [] and watcher.look() == []
     assert len(notes) == 2, "a file growing is the same reason: noted once"
@@ -245,8 +245,8 @@ def test_bad_settings_are_errors_at_once(tmp_path, kwargs, message):
         next(watch_run(tmp_path, **kwargs))
 
 
-def test_not_a_directory(tmp_path):
-    with pytest.raises(CkptScanError, match="not a run directory"):
+def test_a_missing_directory_does_not_exist(tmp_path):
+    with pytest.raises(CkptScanError, match="missing: does not exist"):
         next(watch_run(tmp_path / "missing"))
 
 

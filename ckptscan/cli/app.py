@@ -43,21 +43,41 @@ EXIT_OK, EXIT_GATE, EXIT_INPUT, EXIT_INTERRUPT = 0, 1, 2, 130
 
 def command(function: Command) -> Command:
     """Register `function` as the command of its name, its bare parameters
-    being shared options (`cli.options.shared_options`)."""
-    return app.command()(shared_options(function))
+    being shared options (`cli.options.shared_options`). The command list of
+    `ckptscan --help` shows its docstring's first paragraph whole (click
+    would cut it at ~45 characters with "...")."""
+    summary = " ".join((function.__doc__ or "").strip().split("\n\n")[0].split())
+    return app.command(short_help=summary)(shared_options(function))
 
 
 _consoles: dict[str, Console] = {}
 
 
-def out() -> Console:
-    """stdout. Piped output (CI logs, files) has no width to respect: the
-    table is not squeezed. markup=False: printed names come from files."""
-    if "out" not in _consoles:
-        from rich.console import Console
+# The width of a report written to a pipe or a file without COLUMNS: wide
+# enough that no line is ever wrapped (each is as long as it is; the trend
+# table's sparklines stop growing at their full length).
+UNWRAPPED_WIDTH = 10_000
 
-        _consoles["out"] = Console(markup=False) if Console().is_terminal else Console(width=160, markup=False)
+
+def out() -> Console:
+    """stdout, for the report (`report_console`)."""
+    if "out" not in _consoles:
+        _consoles["out"] = report_console()
     return _consoles["out"]
+
+
+def report_console(stderr: bool = False) -> Console:
+    """A console for a report: a terminal's width, or COLUMNS when set (as
+    rich reads it); piped output (CI logs, files) has no width to respect and
+    is not wrapped at all. markup=False: printed names come from files."""
+    import os
+
+    from rich.console import Console
+
+    console = Console(stderr=stderr, markup=False)
+    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return console
+    return Console(stderr=stderr, markup=False, width=UNWRAPPED_WIDTH, soft_wrap=True)
 
 
 def err() -> Console:
@@ -74,9 +94,23 @@ def note(message: str, style: str = "dim", quiet: bool = False) -> None:
         err().print(message, highlight=False, style=style)
 
 
+# The report files this command has written so far (`wrote`), for the line
+# an interrupt prints: Ctrl-C while the HTML renders comes after the JSON.
+_written: list[str] = []
+
+
+def wrote(path: object) -> None:
+    """Record a report file as written (`user_errors` names it if interrupted)."""
+    _written.append(str(path))
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn input problems and Ctrl-C into one clear line and an exit code."""
+    """Turn input problems and Ctrl-C into one clear line and an exit code.
+    Entered once per command: its consoles are made afresh (COLUMNS and
+    whether stdout is a terminal are read for each command run in-process)."""
+    _written.clear()
+    _consoles.clear()
     try:
         yield
     except CkptScanError as e:
@@ -90,7 +124,8 @@ def user_errors() -> Iterator[None]:
 
         # SIGTERM arrives as Terminated, a KeyboardInterrupt (ckptscan.interrupts).
         how = "interrupted by SIGTERM" if isinstance(e, Terminated) else "interrupted"
-        err().print(f"{how}: no report was written", highlight=False)
+        done = f"only {', '.join(_written)} written" if _written else "no report was written"
+        err().print(f"{how}: {done}", highlight=False)
         raise typer.Exit(EXIT_INTERRUPT) from None
 
 

@@ -20,14 +20,15 @@ if TYPE_CHECKING:
 @command
 def diff(
     # str, not Path: a URL (s3://bucket/run/checkpoint-1000) must keep its "//".
-    ckpt_a: Annotated[str, typer.Argument(help="Older checkpoint (directory, file or URL: s3://, gs://, ...).")],
-    ckpt_b: Annotated[str, typer.Argument(help="Newer checkpoint.")],
+    ckpt_a: Annotated[str, typer.Argument(metavar="CKPT_A", help="Older checkpoint (directory, file or URL: s3://, "
+                                          "gs://, ...).")],
+    ckpt_b: Annotated[str, typer.Argument(metavar="CKPT_B", help="Newer checkpoint.")],
     *,  # the options, in --help order; a bare name is a shared option (cli.options)
     outputs: ReportOutputs, fail_on, config, set_, quiet, num_heads, num_kv_heads, head_dim, model_config, layers,
     precision,
     probe: Annotated[Optional[Path], typer.Option(
-        "--probe", help="Router inputs (safetensors, keys layers.{i}.router_input [T, d]): adds routing entropy "
-        "and expert load per MoE layer.")] = None,
+        "--probe", metavar="FILE", help="Router inputs (safetensors, keys layers.{i}.router_input [T, d]): adds "
+        "routing entropy and expert load per MoE layer.")] = None,
     reference, device, heads, full_spectrum, tensor_map,
 ) -> None:
     """Per-layer health table of the update from CKPT_A to CKPT_B."""

@@ -27,8 +27,9 @@ INSPECT_SCHEMA_VERSION = 1
 @command
 def inspect(
     # str, not Path: a URL (s3://bucket/run/) must keep its "//".
-    path: Annotated[str, typer.Argument(help="A checkpoint (directory or file) or a run directory of checkpoints; "
-                                        "local or a URL (s3://, gs://, ...).")],
+    path: Annotated[str, typer.Argument(
+        metavar="PATH", help="A checkpoint (directory or file) or a run directory of checkpoints; local or a URL "
+        "(s3://, gs://, ...).")],
     *,  # the options, in --help order; a bare name is a shared option (cli.options)
     json_path,
     output: Annotated[str, typer.Option("--format", metavar="[table|json]", help="Print as a table or JSON.")] =

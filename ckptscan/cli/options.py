@@ -13,7 +13,12 @@ A parameter annotated with a dataclass stands for a group of shared options,
 one per field, in field order (`cli.outputs.ReportOutputs`: the report's
 destinations); the command receives them as one instance of that dataclass.
 
-Only typer is imported here: `ckptscan --help` must not wait for torch or rich.
+Every path option reaches the command with `~` and `$VAR` expanded
+(`ckptscan.paths`): the shell leaves `--cache-dir '~/c'` and `--json=~/r.json`
+as typed. Arguments that may be URLs are `str` and expanded by the library.
+
+Only typer (and `ckptscan.paths`, which needs os alone) is imported here:
+`ckptscan --help` must not wait for torch or rich.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Optional, TypeVar, get_type_hints
 
 import typer
+
+from ckptscan.paths import expand_path
 
 
 class Format(str, Enum):
@@ -55,73 +62,80 @@ class ExecutorName(str, Enum):
     ray = "ray"
 
 
-NumHeads = Annotated[Optional[int], typer.Option("--num-heads", help="Query heads, when the checkpoint carries "
-                                                 "no config.")]
-NumKvHeads = Annotated[Optional[int], typer.Option("--num-kv-heads", help="KV heads (GQA/MQA), when the checkpoint "
-                                                   "carries no config.")]
+NumHeads = Annotated[Optional[int], typer.Option(
+    "--num-heads", metavar="N", help="Query heads, when the checkpoint carries no config.")]
+NumKvHeads = Annotated[Optional[int], typer.Option(
+    "--num-kv-heads", metavar="N", help="KV heads (GQA/MQA), when the checkpoint carries no config.")]
 ModelConfigFile = Annotated[Optional[Path], typer.Option(
-    "--model-config", help="The model's config when the checkpoint carries none: a Hugging Face config.json, a "
-    "litgpt model_config.yaml or a torchtitan job .toml (its model name and flavor); it takes precedence over a "
-    "config found with the checkpoint.")]
-HeadDim = Annotated[Optional[int], typer.Option("--head-dim", help="Head dimension, when it is not hidden/heads.")]
+    "--model-config", metavar="FILE", help="The model's config when the checkpoint carries none: a Hugging Face "
+    "config.json, a litgpt model_config.yaml or a torchtitan job .toml (its model name and flavor); it takes "
+    "precedence over a config found with the checkpoint.")]
+HeadDim = Annotated[Optional[int], typer.Option(
+    "--head-dim", metavar="N", help="Head dimension, when it is not hidden/heads.")]
 TensorMapFile = Annotated[Optional[Path], typer.Option(
-    "--tensor-map", help="TOML/JSON file mapping tensor-name regexes to roles (q, k, q_norm, k_norm, router, ...) "
-    "for naming schemes ckptscan does not know.")]
-Layers = Annotated[Optional[str], typer.Option("--layers", help="Only these layers, e.g. '0,3,8-11'.")]
+    "--tensor-map", metavar="FILE", help="TOML/JSON file mapping tensor-name regexes to roles (q, k, q_norm, k_norm, "
+    "router, ...) for naming schemes ckptscan does not know.")]
+Layers = Annotated[Optional[str], typer.Option("--layers", metavar="LAYERS",
+                                               help="Only these layers, e.g. '0,3,8-11'.")]
 PrecisionOpt = Annotated[Precision, typer.Option("--precision", help="Gram products in float32 (fast) or float64 "
                                                  "(exact path).")]
 FailOnOpt = Annotated[Optional[FailOn], typer.Option("--fail-on", help="Exit 1 when the verdict reaches this "
                                                      "(default: fail_on from the config, else alert).")]
-JsonOut = Annotated[Optional[Path], typer.Option("--json", help="Write the JSON report here (atomically; '-' for "
-                                                "stdout, the table then going to stderr).")]
+JsonOut = Annotated[Optional[Path], typer.Option(
+    "--json", metavar="FILE", help="Write the JSON report here (atomically; '-' for stdout, the table then going to "
+    "stderr).")]
 ConfigFile = Annotated[Optional[Path], typer.Option(
-    "--config", help="Thresholds file: ckptscan.toml, or pyproject.toml with a [tool.ckptscan] table "
+    "--config", metavar="FILE", help="Thresholds file: ckptscan.toml, or pyproject.toml with a [tool.ckptscan] table "
     "(default: the nearest one from the current directory up).")]
 SetThreshold = Annotated[Optional[list[str]], typer.Option(
-    "--set", help="Override a setting, KEY=VALUE (repeatable), e.g. --set alert_sigma=5.")]
+    "--set", metavar="KEY=VALUE", help="Override a setting (repeatable), e.g. --set alert_sigma=5.")]
 FormatOpt = Annotated[Format, typer.Option("--format", help="Report on stdout as a table, JSON, Markdown or JUnit "
                                            "XML.")]
 JunitOut = Annotated[Optional[Path], typer.Option(
-    "--junit", help="Write a JUnit XML report here (atomically): one test case per layer and family, failing at the "
-    "gate level.")]
+    "--junit", metavar="FILE", help="Write a JUnit XML report here (atomically): one test case per layer and family, "
+    "failing at the gate level.")]
 TensorBoardDir = Annotated[Optional[Path], typer.Option(
-    "--tensorboard", help="Append the monitors, per-family summaries and findings to TensorBoard event files in "
-    "this directory (new steps only; needs pip install 'ckptscan[tensorboard]').")]
+    "--tensorboard", metavar="DIR", help="Append the monitors, per-family summaries and findings to TensorBoard event "
+    "files in this directory (new steps only; needs pip install 'ckptscan[tensorboard]').")]
 MarkdownSummary = Annotated[Optional[Path], typer.Option(
-    "--markdown-summary", help="Append a Markdown summary here (default: $GITHUB_STEP_SUMMARY when set).")]
+    "--markdown-summary", metavar="FILE", help="Append a Markdown summary here (default: $GITHUB_STEP_SUMMARY when "
+    "set).")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no notes on stderr.")]
 Device = Annotated[str, typer.Option("--device", metavar="[cpu|cuda|cuda:N|auto]",
                                      help="Where the math runs (auto: cuda when present).")]
-Heads = Annotated[Optional[str], typer.Option("--heads", help="Only these query heads (and their KV heads), e.g. "
-                                              "'0-3,17'; only their rows are read.")]
+Heads = Annotated[Optional[str], typer.Option(
+    "--heads", metavar="HEADS", help="Only these query heads (and their KV heads), e.g. '0-3,17'; only their rows are "
+    "read.")]
 FullSpectrum = Annotated[bool, typer.Option("--full-spectrum", help="Also whole-matrix ΔW_q/ΔW_k spectra (O(d³) "
                                             "per layer: slow on large models).")]
-HtmlOut = Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained HTML report with figures "
-                                                 "here (needs matplotlib: pip install 'ckptscan[report]').")]
-PngDir = Annotated[Optional[Path], typer.Option("--png", help="Write the report's figures as PNG files into this "
-                                                "directory.")]
-Stride = Annotated[int, typer.Option("--stride", help="Use every N-th checkpoint (from the first).")]
+HtmlOut = Annotated[Optional[Path], typer.Option(
+    "--html", metavar="FILE", help="Write a self-contained HTML report with figures here (needs matplotlib: pip "
+    "install 'ckptscan[report]').")]
+PngDir = Annotated[Optional[Path], typer.Option(
+    "--png", metavar="DIR", help="Write the report's figures as PNG files into this directory.")]
+Stride = Annotated[int, typer.Option("--stride", metavar="N", help="Use every N-th checkpoint (from the first).")]
 BaseOpt = Annotated[Base, typer.Option("--base", help="previous: each checkpoint against the one before; first: each "
                                        "against the first.")]
 NoLossLog = Annotated[bool, typer.Option("--no-loss-log", help="Use no loss log, not even the run's own.")]
 NoProbe = Annotated[bool, typer.Option("--no-probe", help="Use no probe, not even the run's own.")]
 RunProbe = Annotated[Optional[Path], typer.Option(
-    "--probe", help="Router inputs (safetensors, keys layers.{i}.router_input [T, d]) for routing entropy "
-    "and expert load (default: RUN_DIR/probe.safetensors when present).")]
+    "--probe", metavar="FILE", help="Router inputs (safetensors, keys layers.{i}.router_input [T, d]) for routing "
+    "entropy and expert load (default: RUN_DIR/probe.safetensors when present).")]
 # --loss-log and --no-cache mean a little more in watch, which reads the log
 # again at each new checkpoint and computes each pair once while it runs.
 _LOSS_LOG = "Loss log (JSON Lines or CSV with step, loss; default: RUN_DIR/train_log.jsonl when present)"
-LossLog = Annotated[Optional[Path], typer.Option("--loss-log", help=_LOSS_LOG + ".")]
-LiveLossLog = Annotated[Optional[Path], typer.Option("--loss-log", help=_LOSS_LOG + ", read again at each new "
-                                                     "checkpoint.")]
+LossLog = Annotated[Optional[Path], typer.Option("--loss-log", metavar="FILE", help=_LOSS_LOG + ".")]
+LiveLossLog = Annotated[Optional[Path], typer.Option(
+    "--loss-log", metavar="FILE", help=_LOSS_LOG + ", read again at each new checkpoint.")]
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Compute every pair; read and write no cache.")]
 NoDiskCache = Annotated[bool, typer.Option("--no-cache", help="Read and write no cache on disk (each pair is "
                                            "still computed only once while watching).")]
 CacheDir = Annotated[Optional[Path], typer.Option(
-    "--cache-dir", help="Where per-pair results are cached (default: $XDG_CACHE_HOME/ckptscan or ~/.cache/ckptscan).")]
+    "--cache-dir", metavar="DIR", help="Where per-pair results are cached (default: $XDG_CACHE_HOME/ckptscan or "
+    "~/.cache/ckptscan).")]
 Reference = Annotated[Optional[Path], typer.Option(
-    "--reference", help="JSON report (ckptscan trend --json) of a known-healthy run of the same model and schedule "
-    "to compare with.")]
+    "--reference", metavar="FILE", help="JSON report (ckptscan trend --json) of a known-healthy run of the same model "
+    "and schedule to compare with.")]
 
 # Parameter name -> (declaration, default). The name is the one every command
 # (and every option group's field) uses for the option.
@@ -161,6 +175,7 @@ def shared_options(command: Command) -> Command:
 
     @functools.wraps(command)
     def run(**flags: Any) -> Any:
+        flags = {name: expand_path(value) if isinstance(value, Path) else value for name, value in flags.items()}
         for name, group in groups.items():
             flags[name] = group(**{field.name: flags.pop(field.name) for field in dataclasses.fields(group)})
         return command(**flags)

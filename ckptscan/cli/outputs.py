@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from ckptscan.cli.app import EXIT_GATE, EXIT_OK, err, note, out
+from ckptscan.cli.app import EXIT_GATE, EXIT_OK, err, note, out, report_console, wrote
 from ckptscan.cli.options import FailOn, Format
 from ckptscan.errors import CkptScanError
 
@@ -53,12 +53,12 @@ class ReportOutputs:
         check_tensorboard_output(self.tensorboard)
 
     def write(self, report: ScanReport, fail_on: FailOn | str, print_table: Callable[[Console, ScanReport], None],
-              quiet: bool) -> int:
+              quiet: bool, allow_corrupt: bool = False) -> int:
         """Every destination, then the gate's line on stderr; returns its exit code."""
         emit(report, self.format, self.json_path, self.markdown_summary, print_table, self.junit, fail_on)
         write_figure_outputs(report, self.html, self.png, quiet)
         write_tensorboard_output(report, self.tensorboard, quiet)
-        return gate(report, fail_on)
+        return gate(report, fail_on, allow_corrupt)
 
 
 @dataclass(frozen=True)
@@ -128,11 +128,25 @@ def fails(report: ScanReport, fail_on: FailOn | str) -> bool:
     return status in SEVERITIES and SEVERITIES.index(status) >= SEVERITIES.index(FailOn(fail_on).value)
 
 
-def gate(report: ScanReport, fail_on: FailOn | str) -> int:
-    """Exit code of the CI gate, with the reason printed either way."""
+def gate(report: ScanReport, fail_on: FailOn | str, allow_corrupt: bool = False) -> int:
+    """Exit code of the CI gate, with the reason printed either way. A run
+    with a corrupt checkpoint skipped fails whatever its verdict (a nightly
+    gate must not pass over a damaged checkpoint), unless `allow_corrupt`."""
+    from ckptscan.discovery import CORRUPT
+
     failed = fails(report, fail_on)
+    corrupt = [item for item in report.skipped if item.get("kind") == CORRUPT]
+    flags = f"--fail-on {FailOn(fail_on).value}"
+    if corrupt:
+        first = corrupt[0]["reason"]  # a reader's message, which starts with the path
+        more = f" and {len(corrupt) - 1} more" if len(corrupt) > 1 else ""
+        if not allow_corrupt:
+            err().print(f"gate failed ({flags}): corrupt checkpoint skipped: {first}{more}; without it: "
+                        f"{report.summary.message} (--allow-corrupt passes over it)", highlight=False)
+            return EXIT_GATE
+        flags += f", --allow-corrupt: {len(corrupt)} corrupt checkpoint(s) skipped"
     verdict = "failed" if failed else "passed"
-    err().print(f"gate {verdict} (--fail-on {FailOn(fail_on).value}): {report.summary.message}", highlight=False)
+    err().print(f"gate {verdict} ({flags}): {report.summary.message}", highlight=False)
     return EXIT_GATE if failed else EXIT_OK
 
 
@@ -147,7 +161,6 @@ def emit(report: ScanReport, output: Format | str, json_path: Path | None, markd
     `--json -` puts the JSON report on stdout, alone, for a pipe; the chosen
     format then goes to stderr (nothing more for --format json).
     """
-    from rich.console import Console
 
     from ckptscan.output import STDOUT, own_descriptor, write_output
     from ckptscan.report.annotations import github_annotations
@@ -167,8 +180,7 @@ def emit(report: ScanReport, output: Format | str, json_path: Path | None, markd
         elif output is Format.junit:
             write_output(text_path, junit)
         elif output is Format.table:
-            console = (Console(stderr=True, markup=False) if err().is_terminal else
-                       Console(stderr=True, width=160, markup=False)) if json_to_stdout else out()
+            console = report_console(stderr=True) if json_to_stdout else out()
             print_table(console, report)
             console.file.flush()
     except OSError as e:
@@ -176,8 +188,11 @@ def emit(report: ScanReport, output: Format | str, json_path: Path | None, markd
         raise CkptScanError(f"cannot write the report: {e.strerror or e}", path=where) from None
     if json_path is not None:
         write_json(report, json_path)
+        if not json_to_stdout:
+            wrote(json_path)
     if junit_path is not None:
         write_junit(junit, junit_path)
+        wrote(junit_path)
     if os.environ.get("GITHUB_ACTIONS") == "true":
         # Raw lines: the runner must see each command whole, unwrapped and unstyled.
         sys.stderr.write("".join(line + "\n" for line in github_annotations(report, fail_on)))
@@ -188,6 +203,7 @@ def emit(report: ScanReport, output: Format | str, json_path: Path | None, markd
             append_markdown(report, summary_path)
         except OSError as e:
             raise CkptScanError(f"cannot append the Markdown summary: {e.strerror or e}", path=summary_path) from None
+        wrote(summary_path)
 
 
 def check_figure_outputs(html: Path | None, png: Path | None) -> None:
@@ -207,6 +223,7 @@ def write_figure_outputs(report: ScanReport, html: Path | None, png: Path | None
     from ckptscan.report.json import report_dict
 
     for path in write_report_files(report_dict(report), html, png):
+        wrote(path)
         note(f"wrote {path}", quiet=quiet)
 
 

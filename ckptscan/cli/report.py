@@ -16,7 +16,8 @@ from ckptscan.cli.outputs import RenderOutputs
 
 @command
 def report(
-    report_json: Annotated[Path, typer.Argument(help="JSON report written by ckptscan trend/diff --json.")],
+    report_json: Annotated[Path, typer.Argument(metavar="REPORT_JSON",
+                                                help="JSON report written by ckptscan trend/diff --json.")],
     *,  # the options, in --help order; a bare name is a shared option (cli.options)
     outputs: RenderOutputs,
     fail_on: Annotated[Optional[FailOn], typer.Option(

@@ -19,19 +19,23 @@ if TYPE_CHECKING:
 @command
 def trend(
     # str, not Path: a URL (s3://bucket/run/) must keep its "//".
-    run_dir: Annotated[str, typer.Argument(help="Run directory holding checkpoint-N/ (or step-N/, iter_N/ ...) "
-                                           "folders; local or a URL prefix (s3://, gs://, ...).")],
+    run_dir: Annotated[str, typer.Argument(
+        metavar="RUN_DIR", help="Run directory holding checkpoint-N/ (or step-N/, iter_N/ ...) folders; local or a "
+        "URL prefix (s3://, gs://, ...).")],
     *,  # the options, in --help order; a bare name is a shared option (cli.options)
     stride, base, reference,
-    baseline: Annotated[Optional[Path], typer.Option("--baseline", hidden=True,
+    baseline: Annotated[Optional[Path], typer.Option("--baseline", hidden=True, metavar="FILE",
                                                      help="Deprecated alias of --reference.")] = None,
     loss_log, no_loss_log, outputs: ReportOutputs, fail_on, config, set_, cache_dir, no_cache, quiet, num_heads,
     num_kv_heads, head_dim, model_config, layers, precision, probe, no_probe, device, heads, full_spectrum, tensor_map,
+    allow_corrupt: Annotated[bool, typer.Option(
+        "--allow-corrupt", help="Judge the run without its corrupt checkpoints (they fail the gate otherwise); "
+        "they are still listed.")] = False,
     executor: Annotated[ExecutorName, typer.Option(
         "--executor", help="Where the layer tasks run: local (threads here) or ray (a Ray cluster; needs "
         "pip install 'ckptscan[ray]'). Workers read the checkpoints from the paths given.")] = ExecutorName.local,
     ray_address: Annotated[Optional[str], typer.Option(
-        "--ray-address", help="With --executor ray: 'auto' (the cluster this machine belongs to) or "
+        "--ray-address", metavar="ADDRESS", help="With --executor ray: 'auto' (the cluster this machine belongs to) or "
         "ray://host:port (default: a Ray already set up in this process, else a new local one).")] = None,
 ) -> None:
     """When did each layer become abnormal, through which mechanism, and does the run pass the gate?"""
@@ -41,7 +45,8 @@ def trend(
         from ckptscan.cache import PairCache, default_cache_dir
         from ckptscan.errors import CkptScanError
         from ckptscan.executors import make_executor
-        from ckptscan.report.trend_table import print_trend
+        from ckptscan.discovery import CORRUPT
+        from ckptscan.report.trend_table import print_trend, skipped_line
         from ckptscan.run import resolve_run
 
         if baseline is not None:
@@ -56,6 +61,8 @@ def trend(
                                                     config, set_))
         for message in spec.notes:
             note(message, "yellow" if message.startswith("ignoring") else "dim", quiet)
+        for item in spec.skipped:  # before the scan, and so before the verdict
+            note(skipped_line(item), "yellow" if item.get("kind") == CORRUPT else "dim", quiet)
         cache = None if no_cache else PairCache(cache_dir or default_cache_dir())
         runner = make_executor(ExecutorName(executor).value, ray_address)
         try:
@@ -67,9 +74,9 @@ def trend(
             runner.close()
         if cache is not None:
             note(f"cache: {cache.hits} pair(s) reused, {cache.misses} computed ({cache.directory})", quiet=quiet)
-            if cache.write_error:
-                note(f"cache not written: {cache.write_error}", "yellow", quiet)
-        code = outputs.write(report, fail_on or spec.config.fail_on, print_trend, quiet)
+            if cache.write_error:  # not fatal (the cache only saves time), but never silent, even with --quiet
+                note(f"warning: cache not written: {cache.write_error}", "yellow")
+        code = outputs.write(report, fail_on or spec.config.fail_on, print_trend, quiet, allow_corrupt)
     raise typer.Exit(code)
 
 

@@ -25,19 +25,21 @@ if TYPE_CHECKING:
 
 @command
 def watch(
-    run_dir: Annotated[str, typer.Argument(help="Run directory the training job saves checkpoint-N/ (or step-N/, "
-                                           "iter_N/ ...) folders into.")],
+    run_dir: Annotated[str, typer.Argument(
+        metavar="RUN_DIR", help="Run directory the training job saves checkpoint-N/ (or step-N/, iter_N/ ...) folders "
+        "into.")],
     *,  # the options, in --help order; a bare name is a shared option (cli.options)
-    interval: Annotated[float, typer.Option("--interval", help="Seconds between looks at the run directory "
-                                            "(with inotify: a safety look, in case an event is missed).")] = 2.0,
+    interval: Annotated[float, typer.Option(
+        "--interval", metavar="SECONDS", help="Seconds between looks at the run directory (with inotify: a safety "
+        "look, in case an event is missed).")] = 2.0,
     timeout: Annotated[Optional[float], typer.Option(
-        "--timeout", help="Stop after this many seconds without a new complete checkpoint; exit with the gate's "
-        "code for the run so far (2 when no pair was judged). Default: watch until Ctrl-C.")] = None,
+        "--timeout", metavar="SECONDS", help="Stop after this many seconds without a new complete checkpoint; exit "
+        "with the gate's code for the run so far (2 when no pair was judged). Default: watch until Ctrl-C.")] = None,
     keep_going: Annotated[bool, typer.Option("--keep-going", help="Do not stop at the first failed gate: keep "
                                              "judging new checkpoints.")] = False,
-    settle: Annotated[float, typer.Option("--settle", help="Seconds a checkpoint's files must stay unchanged "
-                                          "before it counts as complete (when the run has no framework pointer "
-                                          "file such as DeepSpeed's 'latest').")] = 0.5,
+    settle: Annotated[float, typer.Option(
+        "--settle", metavar="SECONDS", help="Seconds a checkpoint's files must stay unchanged before it counts as "
+        "complete (when the run has no framework pointer file such as DeepSpeed's 'latest').")] = 0.5,
     poll: Annotated[bool, typer.Option("--poll", help="Poll every --interval seconds even when watchdog "
                                        "(inotify) is installed.")] = False,
     stride, base, reference,

@@ -18,6 +18,9 @@ the same report (findings are rebuilt from the metrics each time).
   layer far below the model's other layers.
 - precision (`detection/numerics.py`): an update mostly below the stored
   dtype's resolution (numeric warn).
+- provenance (`detection/provenance.py`): a pair that is not an update of one
+  run (an update as large as the weights; for `diff`, bit-identical weights)
+  is a numeric alert.
 
 Warm-up pairs (the first `warmup_pairs`, and those starting before
 `warmup_steps`) are judged by the numeric rule only: early updates are
@@ -31,6 +34,7 @@ from dataclasses import asdict, dataclass, field, fields
 from ckptscan.detection.catalog import BY_NAME, MONITORS, Monitor
 from ckptscan.detection.changepoint import Cusum, change_point
 from ckptscan.detection.numerics import precision_findings
+from ckptscan.detection.provenance import identical_findings, unrelated_findings
 from ckptscan.detection.reference import Reference
 from ckptscan.detection.series import Point, SeriesSettings, first_judged, robust_center_scale, track
 from ckptscan.detection.summary import summarize
@@ -156,9 +160,12 @@ def assess_report(
             layer.judgements = {}
     for index, pair in enumerate(report.pairs):
         if index >= start:
+            unrelated_findings(pair)
             for layer in pair.layers:
                 layer.findings.extend(floor_findings(layer, thresholds))
                 layer.findings.extend(precision_findings(layer))
+    if report.command == "diff":
+        identical_findings(report.pairs[0])
     baselines = {}
     if single:
         cross_layer_findings(report.pairs[0], thresholds)

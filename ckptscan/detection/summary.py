@@ -12,6 +12,7 @@ checkpoint of the pair where the first alert's run of departures started.
 from __future__ import annotations
 
 from ckptscan.detection.catalog import BY_NAME
+from ckptscan.detection.provenance import RULE_IDENTICAL, RULE_UNRELATED
 from ckptscan.results import FAMILIES, CheckpointRef, Finding, LayerSummary, PairResult, ScanReport, Summary
 from ckptscan.vocabulary import worst
 
@@ -40,7 +41,8 @@ def summarize(
 
     first = _first_alert(pairs)
     rollback, onset_step, first_family, first_step = None, None, None, None
-    if first is not None:
+    misuse = first if first is not None and first[2].rule in MISUSE_RULES else None
+    if first is not None and misuse is None:
         index, layer, finding = first
         first_family, first_step = finding.family, pairs[index].to_step
         onset_index = _onset_index(pairs, index, finding)
@@ -62,6 +64,10 @@ def summarize(
         layers=layer_summaries,
     )
     summary.message = _verdict(summary, first, len(pairs))
+    if misuse is not None:  # no verdict on a run, no rollback candidate: the input is not an update of one
+        index, _, finding = misuse
+        summary.first_family = finding.family
+        summary.message = f"ALERT: {_pair_name(pairs[index])} is not an update of one run: {finding.message}"
     return summary
 
 
@@ -119,6 +125,10 @@ def _layer_summaries(pairs: list[PairResult], baselines: dict[int, dict[str, tup
     return [summaries[k] for k in sorted(summaries)]
 
 
+# Findings about the input rather than the run's dynamics (detection/provenance.py).
+MISUSE_RULES = (RULE_UNRELATED, RULE_IDENTICAL)
+
+
 def _verdict(s: Summary, first: tuple[int, int, Finding] | None, num_pairs: int) -> str:
     flagged = f"flagged layers {s.flagged_layers}"
     if s.status == "alert" and first is not None:
@@ -140,6 +150,12 @@ def _verdict(s: Summary, first: tuple[int, int, Finding] | None, num_pairs: int)
     if s.status == "unchanged":
         return "UNCHANGED: the monitored weights did not change"
     return f"HEALTHY: no monitor fired over {num_pairs} pair(s)"
+
+
+def _pair_name(pair: PairResult) -> str:
+    older = f"step {pair.from_step}" if pair.from_step is not None else pair.from_path
+    newer = f"step {pair.to_step}" if pair.to_step is not None else pair.to_path
+    return f"{older} → {newer}"
 
 
 def _step(step: int | None) -> str:

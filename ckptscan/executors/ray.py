@@ -21,6 +21,8 @@ A worker process or node that dies mid-task has its task run again
 (`max_retries`, Ray's task retries; a task's own error, such as a corrupt
 tensor, is not retried: it would fail again). The numbers do not depend on
 where or how often a task ran, so the report equals a run without failures.
+Once the retries are spent, the error names the checkpoint at fault when one
+no longer opens (`checkpoint_at_fault`), else says that none is.
 """
 
 from __future__ import annotations
@@ -97,7 +99,8 @@ class RayExecutor:
                     # A lost worker or node, once the retries are spent.
                     raise CkptScanError(
                         f"Ray task for {_describe(fn, items[i])} failed after {self.max_retries} "
-                        f"retr{'y' if self.max_retries == 1 else 'ies'}: {_first_line(e)}") from None
+                        f"retr{'y' if self.max_retries == 1 else 'ies'}: {_first_line(e)}; {checkpoint_at_fault(fn)}"
+                    ) from None
                 yield i, result
         finally:
             for ref in pending:  # an error or Ctrl-C here: the rest are not wanted
@@ -157,6 +160,24 @@ def _ray() -> Any:
 def _describe(fn: Callable, item: object) -> str:
     describe = getattr(fn, "describe", None)
     return describe(item) if describe is not None else repr(item)
+
+
+def checkpoint_at_fault(fn: Callable) -> str:
+    """What a task lost with its worker cannot say (which checkpoint it was
+    reading): open each checkpoint of the task here, headers only, and name
+    the first that no longer opens; if all open, no checkpoint is at fault."""
+    from ckptscan.readers import open_checkpoint
+
+    locations = getattr(fn, "locations", None)
+    if locations is None:
+        return "the worker or node was lost"
+    checked = locations()
+    for location in checked:
+        try:
+            open_checkpoint(location)
+        except CkptScanError as e:
+            return f"checkpoint at fault: {e}"
+    return f"all {len(checked)} checkpoints open here: the worker or node was lost, not a checkpoint"
 
 
 def _first_line(error: BaseException) -> str:

@@ -43,6 +43,7 @@ from ckptscan.errors import CkptScanError
 from ckptscan.live.report_file import ReportFile
 from ckptscan.live.snapshot import ModelView, model_config
 from ckptscan.loss_log import LossLog
+from ckptscan.paths import expand_path
 from ckptscan.probe import Probe, capture_probe, load_probe
 from ckptscan.readers import Checkpoint
 from ckptscan.results import SEVERITIES, CheckpointRef, Finding, PairResult, ScanReport
@@ -114,7 +115,7 @@ class Monitor:
             raise CkptScanError(f"every must be ≥ 1, not {every}")
         if not callable(on_alert) and on_alert not in ON_ALERT:
             raise CkptScanError(f"on_alert must be one of {list(ON_ALERT)} or a callable, not {on_alert!r}")
-        self.model, self.every, self.out, self.on_alert, self.save = model, every, Path(out), on_alert, save
+        self.model, self.every, self.out, self.on_alert, self.save = model, every, expand_path(out), on_alert, save
         self.rank, self.world = _rank_world()
         options = options or ScanOptions()
         self.view = ModelView(model, config if config is not None else model_config(model), options.overrides,

@@ -123,11 +123,11 @@ def _parse_header(path: Path | RemotePath, raw: bytes, header_len: int,
         raise CkptScanError("corrupt safetensors header: not a JSON object", path=path)
 
     data_start = 8 + header_len
-    data_len = size - data_start
     metadata = header.pop("__metadata__", None) or {}
     if not isinstance(metadata, dict):
         raise CkptScanError("corrupt safetensors header: __metadata__ is not an object", path=path)
-    entries = {name: _entry(path, name, info, data_start, data_len) for name, info in header.items()}
+    entries = {name: _entry(path, name, info, data_start) for name, info in header.items()}
+    _check_in_file(path, entries, data_start, size)
     _check_no_overlap(path, entries)
     return entries, {str(k): str(v) for k, v in metadata.items()}
 
@@ -244,7 +244,7 @@ def _pread_exactly(fd: int, size: int, offset: int) -> bytes:
     return b"".join(chunks)
 
 
-def _entry(path: Path, name: str, info: object, data_start: int, data_len: int) -> TensorEntry:
+def _entry(path: Path, name: str, info: object, data_start: int) -> TensorEntry:
     def bad(why: str) -> CkptScanError:
         return CkptScanError(f"corrupt safetensors header: {why}", path=path, tensor=name)
 
@@ -262,12 +262,30 @@ def _entry(path: Path, name: str, info: object, data_start: int, data_len: int) 
     ):
         raise bad(f"invalid data_offsets {offsets!r}")
     begin, end = offsets
-    if not 0 <= begin <= end <= data_len:
-        raise bad(f"data_offsets {offsets} outside the file's {data_len} data bytes")
+    if not 0 <= begin <= end:
+        raise bad(f"invalid data_offsets {offsets}")
     expected = math.prod(shape) * DTYPES[dtype].itemsize
     if end - begin != expected:
         raise bad(f"shape {shape} x {dtype} needs {expected} bytes but data_offsets span {end - begin}")
     return TensorEntry(path, dtype, tuple(shape), data_start + begin, data_start + end)
+
+
+def _check_in_file(path: Path | RemotePath, entries: dict[str, TensorEntry], data_start: int, size: int) -> None:
+    """Every tensor's bytes inside the file. Writers pack the tensors back to
+    back from the end of the header, so a file that ends inside that packed
+    data was cut short (a copy or a save interrupted): it is named truncated,
+    with the sizes to check against. A tensor placed past the end of an
+    otherwise whole file is a corrupt header entry."""
+    extent = max((entry.end for entry in entries.values()), default=data_start)
+    if extent <= size:
+        return
+    spans = sorted((e.start, e.end) for e in entries.values() if e.end > e.start)
+    if all(start == end for (_, end), (start, _) in zip([(0, data_start)] + spans, spans)):
+        raise CkptScanError(f"truncated: the header declares {extent} bytes, the file has {size} "
+                            f"({extent - size} missing)", path=path)
+    name, entry = next((n, e) for n, e in entries.items() if e.end > size)
+    raise CkptScanError(f"corrupt safetensors header: data_offsets {[entry.start - data_start, entry.end - data_start]}"
+                        f" outside the file's {size - data_start} data bytes", path=path, tensor=name)
 
 
 def _check_no_overlap(path: Path, entries: dict[str, TensorEntry]) -> None:

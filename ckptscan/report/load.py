@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptscan.errors import CkptScanError
+from ckptscan.paths import expand_path
 from ckptscan.results import SCHEMA_VERSION, ScanReport, from_dict
 
 REQUIRED = ("command", "model", "checkpoints", "pairs", "summary")
@@ -21,7 +22,7 @@ REQUIRED = ("command", "model", "checkpoints", "pairs", "summary")
 
 def read_report(path: str | Path) -> dict[str, Any]:
     """The dict of a ckptscan JSON report file (`--json` of diff or trend)."""
-    path = Path(path)
+    path = expand_path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:

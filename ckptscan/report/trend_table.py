@@ -4,7 +4,7 @@ Each row: a sparkline of the normalised Δ2 entropy and of the router's
 headline monitor (routing entropy with a probe, else ε) over the run, each
 cell coloured by the worst finding of that monitor's family in its pairs;
 the newest value against its baseline; the layer's first alert (step and
-family); its worst status. Below: the loss, the verdict, rollback candidate
+family); its worst status. Below: the loss, the skipped checkpoints, the verdict, rollback candidate
 and lead time, then each flagged layer's first findings.
 """
 
@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ckptscan.discovery import CORRUPT
 from ckptscan.interventions import family_lines
 from ckptscan.report.sparkline import cell_statuses, sparkline
 from ckptscan.report.table import STATUS_STYLE, fmt, print_model
@@ -129,19 +130,37 @@ def _title(report: ScanReport) -> str:
 
 
 def _print_loss(console: Console, report: ScanReport) -> None:
+    """The loss over the run: mean loss of the first and last pairs and, for a
+    run that diverged, its lowest pair and the divergence step (a run that
+    diverged late can still end below where it started)."""
     if "loss_log" not in report.settings:
         return
     losses = [p.loss for p in report.pairs]
-    known = [v for v in losses if v is not None]
-    span = f"{fmt(known[0])} → {fmt(known[-1])}" if known else "no finite loss"
+    known = [(loss, pair) for loss, pair in zip(losses, report.pairs) if loss is not None]
     divergence = report.summary.loss_divergence_step
+    if not known:
+        span = "no finite loss"
+    elif divergence is None:
+        span = f"{fmt(known[0][0])} → {fmt(known[-1][0])}"
+    else:
+        low, pair = min(known, key=lambda k: k[0])
+        span = (f"first pair {fmt(known[0][0])}, lowest {fmt(low)} (steps {pair.from_step}–{pair.to_step}), "
+                f"last pair {fmt(known[-1][0])}")
     diverged = f"diverged at step {divergence}" if divergence is not None else "did not diverge"
     console.print(f"loss      {sparkline(losses, SPARK_WIDTH)}  {span}; {diverged} ({report.settings['loss_log']})",
                   highlight=False)
 
 
+def skipped_line(item: dict[str, str]) -> str:
+    """A skipped checkpoint, its path once (a reader's message starts with it)."""
+    reason = item["reason"]
+    return f"skipped {reason}" if reason.startswith(item["path"]) else f"skipped {item['path']}: {reason}"
+
+
 def _print_summary(console: Console, report: ScanReport) -> None:
     s = report.summary
+    for item in report.skipped:  # before the verdict, which covers only the checkpoints scanned
+        console.print(skipped_line(item), highlight=False, style="yellow" if item.get("kind") == CORRUPT else "dim")
     console.print(Text(s.message or s.status, style=STATUS_STYLE.get(s.status, "")))
     if s.rollback_candidate is not None:
         console.print(f"rollback candidate: {s.rollback_candidate.path} (step {s.rollback_candidate.step}), the last "
@@ -163,8 +182,6 @@ def _print_summary(console: Console, report: ScanReport) -> None:
                                style=style))
     for note in report.settings.get("run_notes", []):  # e.g. steps that are accelerate save indices
         console.print(f"note: {note}", highlight=False, style="dim")
-    for skipped in report.skipped:
-        console.print(f"skipped {skipped['path']}: {skipped['reason']}", highlight=False, style="dim")
     pending = report.settings.get("pending_steps")
     if pending:
         console.print(f"newer checkpoints not on the stride yet (not scanned): steps {pending}", highlight=False,

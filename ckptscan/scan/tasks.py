@@ -129,6 +129,10 @@ class LayerTask:
         first, last = self.checkpoints[self.used[0]], self.checkpoints[self.used[-1]]
         return _describe(layers, first.path, last.path, len(self.used))
 
+    def locations(self) -> list[str]:
+        """Where the checkpoints this task reads are, in step order."""
+        return [str(self.checkpoints[i].path) for i in self.used]
+
     def layer(self, layer: int, stop: threading.Event) -> list[LayerResult]:
         """This layer of every pair ([] once `stop` is set: the consumer has gone)."""
         options, pairs = self.options, self.pairs
@@ -187,6 +191,10 @@ class _Located:
         locations, pairs, _, _ = self.args
         used = sorted({i for pair in pairs for i in pair})
         return _describe(layers, locations[used[0]], locations[used[-1]], len(used))
+
+    def locations(self) -> list[str]:
+        locations, pairs, _, _ = self.args
+        return [locations[i] for i in sorted({i for pair in pairs for i in pair})]
 
 
 def _describe(layers: Sequence[int], first: object, last: object, count: int) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ckptscan.paths import expand_path
 from ckptscan.storage.remote_path import ObjectInfo, RemotePath
 from ckptscan.storage.stores import open_store
 
@@ -25,13 +26,15 @@ _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$")
 
 def as_path(path: str | Path | RemotePath) -> Path | RemotePath:
     """A local `Path`, or a `RemotePath` for a URL (its store is opened once per bucket)."""
-    if isinstance(path, (Path, RemotePath)):
+    if isinstance(path, RemotePath):
         return path
+    if isinstance(path, Path):
+        return expand_path(path)
     if path.startswith("file://"):
         return Path(path[len("file://"):])
     match = _URL.match(path)
     if match is None:
-        return Path(path)
+        return expand_path(path)
     scheme, rest = match.group(1).lower(), match.group(2)
     root, _, key = rest.partition("/")
     store = open_store(scheme, root)

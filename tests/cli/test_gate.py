@@ -75,7 +75,7 @@ def test_usage_and_input_errors_exit_2(tmp_path):
     assert invoke("trend").exit_code == 2  # missing RUN_DIR
     assert invoke("trend", tmp_path, "--no-such-flag").exit_code == 2
     missing = invoke("trend", tmp_path / "nope")
-    assert missing.exit_code == 2 and "not a run directory" in missing.stderr
+    assert missing.exit_code == 2 and missing.stderr == f"error: {tmp_path / 'nope'}: does not exist\n"
     empty = invoke("trend", tmp_path)
     assert empty.exit_code == 2 and "no checkpoint directories" in empty.stderr
 

@@ -84,7 +84,7 @@ def test_follows_a_live_run_and_exits_at_the_first_alert(writer, tmp_path, mode)
                      "not exist")
     size = (writer.source / "checkpoint-300/model-00002-of-00002.safetensors").stat().st_size
     writer.send(f"head checkpoint-300/model-00002-of-00002.safetensors {size // 2}")
-    watch.err.expect("^waiting for checkpoint-300: .*outside the file's")
+    watch.err.expect("^waiting for checkpoint-300: .*truncated: the header declares")
     assert rows(watch.out.lines) == [100, 200], "the partial checkpoint was not read"
     writer.send("rest checkpoint-300/model-00002-of-00002.safetensors")
     watch.out.expect(row(300))
@@ -167,9 +167,9 @@ def test_bad_flags_are_one_line_and_exit_2(sources, args, message):
     assert result.stderr.startswith("error: ") and message in result.stderr and len(result.stderr.splitlines()) == 1
 
 
-def test_not_a_directory_is_an_input_error(tmp_path):
+def test_a_missing_run_directory_is_an_input_error_saying_it_does_not_exist(tmp_path):
     result = invoke(tmp_path / "missing")
-    assert result.exit_code == 2 and result.stderr == f"error: {tmp_path / 'missing'}: not a run directory\n"
+    assert result.exit_code == 2 and result.stderr == f"error: {tmp_path / 'missing'}: does not exist\n"
 
 
 def test_tensorboard_events_follow_the_watched_run(sources, tmp_path):

@@ -38,6 +38,9 @@ class Gated:
     def describe(self, item) -> str:
         return self.fn.describe(item)
 
+    def locations(self) -> list[str]:
+        return self.fn.locations()
+
 
 class GatedRayExecutor(RayExecutor):
     def __init__(self, directory: Path, **kwargs):

@@ -85,3 +85,4 @@ def test_a_task_still_failing_after_its_retries_is_one_error_naming_layers_and_c
     message = str(error.value)
     assert "\n" not in message and "after 0 retries" in message
     assert "layer" in message and "checkpoint-0" in message and "checkpoint-500" in message
+    assert message.endswith("all 6 checkpoints open here: the worker or node was lost, not a checkpoint"), message

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from factories import llama_config, llama_tensors, write_hf_checkpoint
+from factories import llama_config, llama_tensors, next_checkpoint, write_hf_checkpoint
 
 from ckptscan.cli import main
 
@@ -51,10 +51,11 @@ def two_tensor_header() -> tuple[dict, bytes]:
 
 def write_pair(root: Path, layers: int = 2, experts: int | None = 4, hidden: int = 64, heads: int = 4,
                kv_heads: int = 2, **kwargs) -> tuple[Path, Path]:
-    """Two healthy llama/mixtral checkpoints root/checkpoint-{100,200}."""
+    """Two healthy llama/mixtral checkpoints of one run, root/checkpoint-{100,200}."""
     config = llama_config(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, experts=experts)
-    a = write_hf_checkpoint(root / "checkpoint-100", llama_tensors(config, seed=1), config, **kwargs)
-    b = write_hf_checkpoint(root / "checkpoint-200", llama_tensors(config, seed=2), config, **kwargs)
+    older = llama_tensors(config, seed=1)
+    a = write_hf_checkpoint(root / "checkpoint-100", older, config, **kwargs)
+    b = write_hf_checkpoint(root / "checkpoint-200", next_checkpoint(older, seed=2), config, **kwargs)
     return a, b
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from factories import llama_config, llama_tensors, write_hf_checkpoint
+from factories import llama_config, llama_tensors, next_checkpoint, write_hf_checkpoint
 from hostile.helpers import run_cli
 
 from ckptscan import ScanOptions, scan_pair
@@ -45,7 +45,7 @@ def _no_nan_anywhere(value) -> None:
 def _pair(root: Path, edit_b=None, dtype=torch.float32, same: bool = False, layers: int = 4) -> tuple[Path, Path]:
     config = llama_config(layers=layers, experts=4)
     tensors_a = llama_tensors(config, seed=1)
-    tensors_b = dict(tensors_a) if same else llama_tensors(config, seed=2)
+    tensors_b = dict(tensors_a) if same else next_checkpoint(tensors_a, seed=2)
     if edit_b is not None:
         edit_b(tensors_b)
     a = write_hf_checkpoint(root / "checkpoint-100", tensors_a, config, dtype=dtype)
@@ -99,13 +99,13 @@ def test_cli_json_with_nonfinite_weights_is_strict_json(tmp_path: Path, capsys: 
 
 def test_identical_checkpoints_are_unchanged_not_nan(tmp_path: Path) -> None:
     report = scan_pair(*_pair(tmp_path, same=True))
-    assert report.summary.status == "unchanged"
+    assert report.summary.status == "alert"  # a diff with no update to judge (detection/provenance.py)
     for layer in report.pairs[0].layers:
-        assert layer.status == "unchanged"
+        assert [f.rule for f in layer.findings] == ["unchanged", "identical"]
         assert layer.attention.unchanged and layer.router.unchanged
         assert layer.attention.delta2_entropy is None  # no entropy of a zero update, not 0 or NaN
         assert layer.changed_fraction == {"W_q": 0.0, "W_k": 0.0, "router": 0.0}
-        assert not _numeric(layer)  # float32 storage: nothing to say about precision
+        assert not _precision(layer)  # float32 storage: nothing to say about precision
     _no_nan_anywhere(strict_json(report_json(report)))
 
 
@@ -187,11 +187,11 @@ def test_updates_below_bf16_resolution_are_called_out(tmp_path: Path) -> None:
     assert report.summary.status == "warn"
 
 
-def test_identical_bf16_checkpoints_say_why_and_stay_unchanged(tmp_path: Path) -> None:
+def test_identical_bf16_checkpoints_say_why(tmp_path: Path) -> None:
     report = scan_pair(*_bf16_pair(tmp_path, update=0.0))
-    assert report.summary.status == "unchanged"
+    assert "weights that did not train" in report.summary.message  # a diff with no update to judge
     for layer in report.pairs[0].layers:
-        assert layer.status == "unchanged"
+        assert layer.attention.unchanged
         (finding,) = _precision(layer)
         assert finding.severity == "info" and "fp32 master weights" in finding.message
 
