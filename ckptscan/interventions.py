@@ -72,6 +72,8 @@ def interventions_for(summary: Summary) -> list[dict[str, str]]:
     """The interventions of the families that alerted, the first family to
     alert first (then by first alert step); an action shared by several
     families (the restart) is listed once, under the first."""
+    if summary.first_family is None:  # no alert, or the input is not an update of one run: nothing to train differently
+        return []
     alerted = [(step, family) for family, step in summary.first_alert_step.items() if step is not None]
     order = sorted(alerted, key=lambda sf: (sf[1] != summary.first_family, sf[0]))
     listed: list[dict[str, str]] = []

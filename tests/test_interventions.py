@@ -51,6 +51,13 @@ def test_the_terminal_gets_one_short_line_per_family_first_family_first():
     assert lines[1] == "attention: " + " · ".join(i.short for i in INTERVENTIONS["attention"] if i.short != RESTART[0])
 
 
+def test_a_misuse_alert_recommends_no_training_change():
+    """A pair that is not an update of one run alerts (detection/provenance.py)
+    but names no first family: restarting training would not fix the input."""
+    misuse = Summary("alert", [0], {"attention": None, "router": None, "numeric": 1100}, first_family=None)
+    assert interventions_for(misuse) == []
+
+
 def test_only_alerting_families():
     listed = interventions_for(summary("numeric", numeric=500))
     assert {i["family"] for i in listed} == {"numeric"}
