@@ -71,7 +71,7 @@ class SeriesJudge:
         thresholds, divergence = effective_thresholds(metrics.loss_log, self.thresholds)
         basis = self.basis(thresholds)
         if self.state is None or self.state.basis != basis or len(metrics.pairs) < len(self.judged):
-            self.start(JudgeState(thresholds, self._expected(thresholds, metrics), basis))
+            self.start(JudgeState(thresholds, self.expected(thresholds, metrics), basis))
         for pair in metrics.pairs[len(self.judged):]:
             self.add(pair)
         report = ScanReport(
@@ -99,13 +99,21 @@ class SeriesJudge:
         pairs it judged, e.g. from `trend`'s cache)."""
         self.state, self.judged = state, list(judged or [])
 
+    def use(self, thresholds: Thresholds, reference: ScanReport | None, reference_path: str | None) -> None:
+        """Judge the next pairs under these (a watch re-reads its config and
+        reference at each look); a changed basis judges every pair again."""
+        if reference is not self.reference or reference_path != self.reference_path:
+            self._reference_id = None
+        self.thresholds, self.reference, self.reference_path = thresholds, reference, reference_path
+
     def basis(self, thresholds: Thresholds) -> dict[str, Any]:
         """What judging under `thresholds` assumes (`JudgeState.basis`)."""
         if self.reference is not None and self._reference_id is None:
             self._reference_id = reference_identity(self.reference, self.reference_path)
         return {"thresholds": thresholds.as_dict(), "reference": self._reference_id}
 
-    def _expected(self, thresholds: Thresholds, metrics: Metrics) -> Reference | None:
+    def expected(self, thresholds: Thresholds, metrics: Metrics) -> Reference | None:
+        """The reference run's expectations under `thresholds` (its warm-up is theirs)."""
         if self.reference is None:
             return None
         expected = reference_from_report(self.reference, thresholds.warmup_pairs, thresholds.warmup_steps,
