@@ -2,7 +2,11 @@
 
 Rules never compute monitors; they read `LayerResult`s and append
 `Finding`s. `assess_report` is the one entry point; it can be run again on
-the same report (findings are rebuilt from the metrics each time).
+the same report (findings are rebuilt from the metrics each time). It folds
+`JudgeState.add` (`detection/state.py`) over the pairs: each pair is judged
+from the state the pairs before it left, as live mode and `watch` judge it.
+The rules of one layer are in `detection/findings.py`, the thresholds in
+`detection/thresholds.py`.
 
 - numeric: a non-finite value in a monitored tensor is always an alert.
 - floor: a normalised Δ2 entropy, router ε or routing entropy under a hard
@@ -11,9 +15,10 @@ the same report (findings are rebuilt from the metrics each time).
   judged against its own robust healthy baseline, and optionally against a
   known-healthy reference run (`detection/reference.py`); its departures
   also feed a one-sided CUSUM (`detection/changepoint.py`, rule "cusum").
-- pooled: a fault that acts on every layer moves each layer a little; the
-  per-layer departures of one monitor, summed over layers and divided by
-  √(layers), feed a CUSUM of their own (rule "pooled_cusum").
+- pooled (`detection/pooled.py`): a fault that acts on every layer moves
+  each layer a little; the per-layer departures of one monitor, summed over
+  layers and divided by √(layers), feed a CUSUM of their own (rule
+  "pooled_cusum").
 - cross_layer: for a single pair (`diff`), or before a run has a baseline, a
   layer far below the model's other layers.
 - precision (`detection/numerics.py`): an update mostly below the stored
