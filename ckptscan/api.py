@@ -16,9 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from ckptscan.cache import PairCache
+from ckptscan.cache import JudgeCache, PairCache
 from ckptscan.metrics import compute
-from ckptscan.detection.judge import judge
+from ckptscan.detection.judge import SeriesJudge
 from ckptscan.detection.rules import Thresholds
 from ckptscan.executors import Executor
 from ckptscan.results import ScanReport
@@ -51,6 +51,11 @@ def scan_run(run_dir: str | Path, options: ScanOptions | None = None, *, thresho
 def scan(spec: RunSpec, options: ScanOptions | None = None, *, thresholds: Thresholds | None = None,
          cache: PairCache | None = None, progress: Callable[[int, int], None] | None = None,
          executor: Executor | None = None) -> ScanReport:
-    """compute + judge of a resolved spec."""
+    """compute + judge of a resolved spec. With a `cache`, judged pairs and the
+    judge state are kept beside the metrics (`JudgeCache`): a re-run after one
+    new checkpoint computes one pair and judges one pair."""
     metrics = compute(spec, options, cache=cache, progress=progress, executor=executor)
-    return judge(metrics, thresholds or spec.config.thresholds, spec.reference, reference_path=spec.reference_path)
+    judging = SeriesJudge(thresholds or spec.config.thresholds, spec.reference, spec.reference_path)
+    if cache is not None:
+        return JudgeCache(cache.directory).report(judging, metrics)
+    return judging.report(metrics)

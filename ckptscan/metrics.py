@@ -36,6 +36,9 @@ class Metrics:
     probe: str | None = None
     loss_log: LossLog | None = None  # read by judge for the divergence step and the LR warm-up
     cached: list[bool] = field(default_factory=list)  # per pair: taken from the cache rather than computed
+    # Per pair, with a cache: what names its metrics there (`PairCache.identity`), so
+    # judged pairs and the judge state can be cached beside them (`cache.JudgeCache`).
+    pair_keys: list[str] = field(default_factory=list)
 
 
 def compute(
@@ -95,6 +98,7 @@ def compute(
         probe=str(spec.probe.path) if spec.probe is not None else None,
         loss_log=spec.loss_log,
         cached=cached,
+        pair_keys=[cache.identity(k) for k in keys] if cache is not None else [],
     )
 
 

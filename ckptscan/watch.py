@@ -22,7 +22,9 @@ and its row never changes (the rules look only backward).
 
 Each look is resolve + compute + judge: the run spec of the checkpoints so far
 (`run_spec`, so the growing loss log is read again), its metrics with every
-pair computed once (`SeriesCache`), and the whole series judged, so the
+pair computed once (`SeriesCache`), and the new pairs judged from the judge
+state the previous look left (`SeriesJudge`; with a disk cache, also kept
+there, so a restarted watch goes on without judging the run again), so the
 summary, the gate and the JSON report always cover the run so far.
 
 Wake-ups: watchdog (inotify on Linux) when it is installed (`pip install
@@ -42,9 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from ckptscan.cache import PairCache
+from ckptscan.cache import JudgeCache, PairCache
 from ckptscan.metrics import compute
-from ckptscan.detection.judge import judge
+from ckptscan.detection.judge import SeriesJudge
 from ckptscan.detection.rules import Thresholds
 from ckptscan.discovery import checkpoint_folder, newest_complete, run_directory
 from ckptscan.errors import CkptScanError
@@ -100,6 +102,10 @@ class SeriesCache:
         return {"older": older, "newer": newer, "settings": settings,
                 "id": json.dumps([str(older.path), str(newer.path), settings], sort_keys=True)}
 
+    def identity(self, key: dict[str, Any]) -> str:
+        """The pair's name in the disk cache (where judged pairs are kept beside it), else in this session."""
+        return self.disk.identity(self._disk_key(key)) if self.disk is not None else key["id"]
+
     def get(self, key: dict[str, Any]) -> list[LayerResult] | None:
         found = self._pairs.get(key["id"])
         if found is None and self.disk is not None:
@@ -152,6 +158,7 @@ class Watcher:
     progress: Callable[[int, int], None] | None = None
     series: list[Checkpoint] = field(default_factory=list)
     judged: int = 0  # pairs judged so far
+    judging: SeriesJudge = field(default_factory=SeriesJudge)  # the judge state, carried from look to look
     _seen: dict[Path, _Seen] = field(default_factory=dict)
     _waiting: dict[Path, str] = field(default_factory=dict)
     _notes: set[str] = field(default_factory=set)
@@ -197,8 +204,11 @@ class Watcher:
                 self._notes.add(message)
                 self.notify(message)
         metrics = compute(spec, self.options, cache=self.cache, progress=self.progress)
-        report = judge(metrics, self.thresholds or spec.config.thresholds, spec.reference,
-                       reference_path=spec.reference_path)
+        self.judging.use(self.thresholds or spec.config.thresholds, spec.reference, spec.reference_path)
+        if self.cache.disk is not None:  # a restarted watch goes on from the judged pairs on disk
+            report = JudgeCache(self.cache.disk.directory).report(self.judging, metrics)
+        else:
+            report = self.judging.report(metrics)
         event = WatchEvent(report, list(range(self.judged, len(pairs))), spec)
         self.judged = len(pairs)
         return event

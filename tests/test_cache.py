@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from ckptscan.cache import PairCache, default_cache_dir
+from ckptscan.detection.rules import Thresholds
+from ckptscan.detection.state import JudgeState
 from ckptscan.readers import SafetensorsSource
 from ckptscan.report.json import report_json
 from ckptscan import scan_run
@@ -135,3 +137,50 @@ def test_each_keyed_option_changes_the_key():
     for options in changed:
         assert options.cache_key() != base
     assert ScanOptions(workers=1, threads=1).cache_key() == base
+
+
+@pytest.fixture
+def judged(monkeypatch):
+    """Pairs judged (JudgeState.add calls), counted on the real judge."""
+    count = []
+    original = JudgeState.add
+
+    def add(self, pair):
+        count.append(pair.to_step)
+        return original(self, pair)
+
+    monkeypatch.setattr(JudgeState, "add", add)
+    return count
+
+
+def test_a_grown_run_judges_only_its_new_pair_from_the_cached_judge_state(run, tmp_path, judged):
+    options = ScanOptions()
+    shutil.move(run / "checkpoint-1100", tmp_path / "later")
+    scan_run(run, options, cache=PairCache(tmp_path / "cache"))
+    assert len(judged) == 10
+    shutil.move(tmp_path / "later", run / "checkpoint-1100")
+    judged.clear()
+    grown = report_json(scan_run(run, options, cache=PairCache(tmp_path / "cache")))
+    assert judged == [1100]
+    assert len(list((tmp_path / "cache" / "judge-state").iterdir())) == 1  # only the newest state is kept
+    assert grown == report_json(scan_run(run, options))
+
+
+def test_other_thresholds_judge_every_pair_afresh(run, tmp_path, judged):
+    options = ScanOptions()
+    scan_run(run, options, cache=PairCache(tmp_path / "cache"))
+    judged.clear()
+    strict = Thresholds(warn_sigma=3.0)
+    report = report_json(scan_run(run, options, cache=PairCache(tmp_path / "cache"), thresholds=strict))
+    assert len(judged) == 11
+    assert report == report_json(scan_run(run, options, thresholds=strict))
+
+
+def test_a_corrupt_judge_state_is_judged_afresh(run, tmp_path, judged):
+    options = ScanOptions()
+    first = report_json(scan_run(run, options, cache=PairCache(tmp_path / "cache")))
+    (state,) = (tmp_path / "cache" / "judge-state").iterdir()
+    state.write_text("{not json")
+    judged.clear()
+    assert report_json(scan_run(run, options, cache=PairCache(tmp_path / "cache"))) == first
+    assert len(judged) == 11

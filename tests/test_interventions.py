@@ -51,11 +51,8 @@ def test_the_terminal_gets_one_short_line_per_family_first_family_first():
     assert lines[1] == "attention: " + " · ".join(i.short for i in INTERVENTIONS["attention"] if i.short != RESTART[0])
 
 
-def test_a_misuse_alert_recommends_no_training_change():
-    """A pair that is not an update of one run alerts (detection/provenance.py)
-    but names no first family: restarting training would not fix the input."""
-    misuse = Summary("alert", [0], {"attention": None, "router": None, "numeric": 1100}, first_family=None)
-    assert interventions_for(misuse) == []
+def test_no_first_family_nothing_to_do():
+    assert interventions_for(Summary("alert", [0], {"attention": None, "router": None, "numeric": None})) == []
 
 
 def test_only_alerting_families():

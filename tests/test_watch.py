@@ -12,6 +12,8 @@ import threading
 import pytest
 
 from ckptscan.api import scan_run
+from ckptscan.cache import PairCache
+from ckptscan.detection.state import JudgeState
 from ckptscan.errors import CkptScanError
 from ckptscan.watch import SeriesCache, Wake, Watcher, watch_run
 
@@ -294,3 +296,22 @@ def test_the_loss_log_is_read_again_as_the_run_writes_it(writer):
     watcher.look(), watcher.look()
     second = watcher.judge_series().report
     assert [p.loss for p in second.pairs] == pytest.approx([2.0495, 2.1495])
+
+
+def test_a_restarted_watch_goes_on_from_the_judged_pairs_on_disk(writer, tmp_path, monkeypatch):
+    judged = []
+    original = JudgeState.add
+    monkeypatch.setattr(JudgeState, "add", lambda self, pair: judged.append(pair.to_step) or original(self, pair))
+    for step in STEPS[:4]:
+        writer.publish(f"checkpoint-{step}")
+    first = Watcher(writer.target, settle=0, cache=SeriesCache(PairCache(tmp_path / "cache")))
+    first.look(), first.look()
+    first.judge_series()
+    assert judged == [100, 200, 300]
+    writer.publish("checkpoint-400")
+    judged.clear()
+    restarted = Watcher(writer.target, settle=0, cache=SeriesCache(PairCache(tmp_path / "cache")))
+    restarted.look(), restarted.look()
+    event = restarted.judge_series()
+    assert judged == [400], "only the new pair is judged"
+    assert dataclasses.asdict(event.report) == dataclasses.asdict(scan_run(writer.target))

@@ -60,3 +60,26 @@ def change_point(stats: Sequence[float | None], index: int) -> int:
     while start > 0 and stats[start - 1] is not None and stats[start - 1] > 0:
         start -= 1
     return start
+
+
+@dataclass
+class Excursion:
+    """`change_point` as the statistics arrive, one at a time, in O(1): the
+    change point at i is the one at i-1 while C_{i-1} > 0, else i itself.
+
+    `label` is what the caller names an index by (a pair's newer step), kept
+    for the onset only, so nothing grows with the length of the series."""
+
+    previous: float | None = None  # the statistic of the last index pushed
+    onset: int = 0  # change_point(stats, last index)
+    onset_label: object = None
+
+    def push(self, index: int, stat: float | None, label: object = None) -> int:
+        """Append `stat` (None: not judged) at `index`; return change_point(stats, index)."""
+        if not (index > 0 and self.previous is not None and self.previous > 0):
+            self.onset, self.onset_label = index, label
+        self.previous = stat
+        return self.onset
+
+    def to_dict(self) -> dict:
+        return {"previous": self.previous, "onset": self.onset, "onset_label": self.onset_label}

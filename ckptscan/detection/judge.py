@@ -6,17 +6,26 @@ The metrics are not changed: the report holds its own copies of the layer
 results, with findings, statuses, each series point's judgement (what it was
 judged against, its warn and alert levels, the rule) and the summary. The
 table, Markdown, HTML and figures draw what the report says.
+
+Judging is a fold over the pairs (`detection/state.py` `JudgeState`), and
+`SeriesJudge` keeps the fold between calls: live mode, `watch` and a cached
+`trend` judge only the pairs that are new, at a cost that does not grow
+with the pairs before them. `judge` is a `SeriesJudge` used once.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+import hashlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from ckptscan.detection.reference import reference_from_report
-from ckptscan.detection.rules import Thresholds, assess_report
-from ckptscan.interventions import interventions_for
-from ckptscan.loss_log import divergence_step
+from ckptscan.detection.reference import Reference, reference_from_report
+from ckptscan.detection.rules import finish_report, unjudged
+from ckptscan.detection.state import JudgeState
+from ckptscan.detection.thresholds import Thresholds
+from ckptscan.loss_log import LossLog, divergence_step
 from ckptscan.results import PairResult, ScanReport, Summary
 
 if TYPE_CHECKING:
@@ -34,35 +43,103 @@ def judge(metrics: Metrics, thresholds: Thresholds | None = None, reference: Sca
     pair with; `reference_path`, the file it came from, for the report. With a loss log in the metrics, judging starts after the LR
     warm-up at the earliest, and the summary gives the lead over divergence.
     """
-    thresholds = thresholds or Thresholds()
-    report = ScanReport(
-        command=COMMANDS[metrics.kind],
-        model=metrics.model,
-        checkpoints=list(metrics.checkpoints),
-        pairs=[_fresh(pair) for pair in metrics.pairs],
-        summary=Summary(status="ok", flagged_layers=[], first_alert_step={}),
-        skipped=list(metrics.skipped),
-        settings=dict(metrics.settings),
-        probe=metrics.probe,
-    )
-    divergence = None
-    log = metrics.loss_log
-    if log is not None:
-        divergence = divergence_step(log, thresholds.loss_window, thresholds.loss_margin)
-        warmup = log.warmup_end()
-        if warmup is not None and warmup > thresholds.warmup_steps:
-            thresholds = dataclasses.replace(thresholds, warmup_steps=warmup)
-    expected = None
-    if reference is not None:
-        expected = reference_from_report(reference, thresholds.warmup_pairs, thresholds.warmup_steps,
-                                         reference_path)
+    return SeriesJudge(thresholds, reference, reference_path).report(metrics)
+
+
+class SeriesJudge:
+    """A series judged pair by pair, the state kept between calls.
+
+    `report(metrics)` judges the pairs of `metrics` past those judged by the
+    previous call (the caller's series only grows: live mode, `watch`, a
+    cached `trend`) and returns the report of all of them. When what the
+    judging assumed changes (`JudgeState.basis`: the thresholds, which the
+    loss log's LR warm-up end can raise as the log grows, or the reference
+    run), earlier verdicts change with it: the state is dropped and every
+    pair judged again from the first, so the report is always the one-shot
+    `judge`'s.
+    """
+
+    def __init__(self, thresholds: Thresholds | None = None, reference: ScanReport | None = None,
+                 reference_path: str | None = None) -> None:
+        self.thresholds = thresholds or Thresholds()
+        self.reference, self.reference_path = reference, reference_path
+        self.state: JudgeState | None = None
+        self.judged: list[PairResult] = []  # the pairs judged so far, in order
+        self._reference_id: str | None = None
+
+    def report(self, metrics: Metrics) -> ScanReport:
+        thresholds, divergence = effective_thresholds(metrics.loss_log, self.thresholds)
+        basis = self.basis(thresholds)
+        if self.state is None or self.state.basis != basis or len(metrics.pairs) < len(self.judged):
+            self.start(JudgeState(thresholds, self.expected(thresholds, metrics), basis))
+        for pair in metrics.pairs[len(self.judged):]:
+            self.add(pair)
+        report = ScanReport(
+            command=COMMANDS[metrics.kind],
+            model=metrics.model,
+            checkpoints=list(metrics.checkpoints),
+            pairs=list(self.judged),
+            summary=Summary(status="ok", flagged_layers=[], first_alert_step={}),
+            skipped=list(metrics.skipped),
+            settings=dict(metrics.settings),
+            probe=metrics.probe,
+        )
+        finish_report(report, self.state, divergence)
+        return report
+
+    def add(self, pair: PairResult) -> PairResult:
+        """Judge one more pair (a copy of it) from the state: the benchmarks'
+        unit of work. Returns the judged copy."""
+        judged = self.state.add(unjudged(pair))
+        self.judged.append(judged)
+        return judged
+
+    def start(self, state: JudgeState, judged: list[PairResult] | None = None) -> None:
+        """Go on from `state`, the state after `judged` (a saved state and the
+        pairs it judged, e.g. from `trend`'s cache)."""
+        self.state, self.judged = state, list(judged or [])
+
+    def use(self, thresholds: Thresholds, reference: ScanReport | None, reference_path: str | None) -> None:
+        """Judge the next pairs under these (a watch re-reads its config and
+        reference at each look); a changed basis judges every pair again."""
+        if reference is not self.reference or reference_path != self.reference_path:
+            self._reference_id = None
+        self.thresholds, self.reference, self.reference_path = thresholds, reference, reference_path
+
+    def basis(self, thresholds: Thresholds) -> dict[str, Any]:
+        """What judging under `thresholds` assumes (`JudgeState.basis`)."""
+        if self.reference is not None and self._reference_id is None:
+            self._reference_id = reference_identity(self.reference, self.reference_path)
+        return {"thresholds": thresholds.as_dict(), "reference": self._reference_id}
+
+    def expected(self, thresholds: Thresholds, metrics: Metrics) -> Reference | None:
+        """The reference run's expectations under `thresholds` (its warm-up is theirs)."""
+        if self.reference is None:
+            return None
+        expected = reference_from_report(self.reference, thresholds.warmup_pairs, thresholds.warmup_steps,
+                                         self.reference_path)
         expected.check_model(metrics.model)
-    assess_report(report, thresholds, expected, divergence)
-    report.summary.interventions = interventions_for(report.summary)
-    return report
+        return expected
 
 
-def _fresh(pair: PairResult) -> PairResult:
-    """A copy of a pair whose layers detection may annotate."""
-    layers = [dataclasses.replace(layer, findings=[], status="ok", judgements={}) for layer in pair.layers]
-    return dataclasses.replace(pair, layers=layers, status="ok")
+def effective_thresholds(log: LossLog | None, thresholds: Thresholds) -> tuple[Thresholds, int | None]:
+    """The thresholds a run is judged under, and its loss divergence step:
+    with a loss log, judging starts after the LR warm-up at the earliest.
+    Both read the whole log, so they may change as a live run's log grows."""
+    if log is None:
+        return thresholds, None
+    divergence = divergence_step(log, thresholds.loss_window, thresholds.loss_margin)
+    warmup = log.warmup_end()
+    if warmup is not None and warmup > thresholds.warmup_steps:
+        thresholds = dataclasses.replace(thresholds, warmup_steps=warmup)
+    return thresholds, divergence
+
+
+def reference_identity(reference: ScanReport, path: str | None) -> str:
+    """What names a reference run in a judge state's basis: its file's path,
+    size and modification time when it came from one, else its content."""
+    if path is not None and Path(path).is_file():
+        stat = Path(path).stat()
+        return json.dumps([str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns])
+    content = json.dumps(dataclasses.asdict(reference), sort_keys=True, default=str)
+    return hashlib.sha256(content.encode()).hexdigest()

@@ -40,7 +40,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
-from ckptscan.detection.changepoint import Cusum, change_point
+from ckptscan.detection.changepoint import Cusum, Excursion
 
 # MAD -> standard deviation for normal data.
 MAD_TO_SIGMA = 1.4826
@@ -153,69 +153,101 @@ def track(
     reference: Sequence[Expectation | None] | None = None,
 ) -> list[Point]:
     """Judge every point of a series in step order, as a nightly job would have
-    seen it (each verdict uses only earlier points)."""
-    points: list[Point] = []
-    accepted: list[int] = []
-    judged: list[float] = []  # judged (possibly log) values by index; nan = missing
-    excess: dict[int, float] = {}
-    streak: list[int] = []  # indices of the current run of points at ≥ warn_sigma
-    cusum = Cusum(settings.cusum_drift, settings.cusum_cap)
-    sums: list[float | None] = []  # C by index (None where not judged)
-    for i, (step, raw) in enumerate(zip(steps, values)):
+    seen it (each verdict uses only earlier points): the fold of `SeriesState`."""
+    state = SeriesState(spec, settings)
+    return [state.update(step, raw, reference[i] if reference is not None else None, warmup=i < settings.start)
+            for i, (step, raw) in enumerate(zip(steps, values))]
+
+
+class SeriesState:
+    """What judging the next point of one series needs from the points before
+    it, and nothing that grows with their number: the first `window` accepted
+    (healthy) points (the frozen level), the last NOISE_WINDOWS × `window`
+    (trend and noise), the current run of departures, and the CUSUM."""
+
+    def __init__(self, spec: SeriesSpec, settings: SeriesSettings) -> None:
+        self.spec, self.settings = spec, settings
+        self.count = 0  # points seen (the index of the next one)
+        self.accepted = 0  # healthy points accepted so far
+        self.level: list[float] = []  # judged values of the first `window` accepted points
+        self.recent: list[list[float]] = []  # [step, judged value] of the last accepted points
+        self.streak = 0  # length of the current run of points at ≥ warn_sigma
+        self.streak_start: int | None = None
+        self.streak_label: object = None
+        self.streak_tail: list[float] = []  # excesses of its last `consecutive` points
+        self.total = 0.0  # the CUSUM after the last judged point
+        self.excursion = Excursion()
+        self.newest: tuple[float, float | None] | None = None  # last (value, expected) with a value: the summary's
+        self.onset_label: object = None  # the label of the last point's onset (for its finding)
+
+    def update(self, step: float, raw: float | None, external: Expectation | None = None, *, warmup: bool = False,
+               label: object = None) -> Point:
+        """The verdict on the next point. `warmup`: judged by nothing yet;
+        `label`: what names this point's index to the caller (kept for onsets)."""
+        point = self._judge(step, raw, external, warmup, label)
+        if raw is not None:
+            self.newest = (raw, point.expected)
+        return point
+
+    def _judge(self, step: float, raw: float | None, external: Expectation | None, warmup: bool, label: object
+               ) -> Point:
+        spec, settings = self.spec, self.settings
+        i = self.count
+        self.count += 1
+        self.onset_label = None
         y = judged_value(raw, spec.log)
-        judged.append(y)
-        sums.append(None)
         if math.isnan(y):
-            points.append(Point("missing", raw))
-            continue
-        if i < settings.start:
-            points.append(Point("warmup", raw))
-            continue
-        external = reference[i] if reference is not None else None
-        if len(accepted) < settings.min_points and external is None:
-            accepted.append(i)
-            points.append(Point("baseline", raw))
-            continue
+            self.excursion.push(i, None, label)
+            return Point("missing", raw)
+        if warmup:
+            self.excursion.push(i, None, label)
+            return Point("warmup", raw)
+        if self.accepted < settings.min_points and external is None:
+            self._accept(step, y)
+            self.excursion.push(i, None, label)
+            return Point("baseline", raw)
         judgements = []
-        if len(accepted) >= settings.min_points:
-            noise = _noise([judged[j] for j in accepted[-NOISE_WINDOWS * settings.window:]], spec.min_scale)
-            window = accepted[-settings.window:]
-            judgements.append(_trend([steps[j] for j in window], [judged[j] for j in window], step, y, noise, spec))
+        if self.accepted >= settings.min_points:
+            noise = _noise([v for _, v in self.recent[-NOISE_WINDOWS * settings.window:]], spec.min_scale)
+            window = self.recent[-settings.window:]
+            judgements.append(_trend([x for x, _ in window], [v for _, v in window], step, y, noise, spec))
             if not spec.follow_trend:
-                judgements.append(_level([judged[j] for j in accepted[: settings.window]], y, noise, spec))
+                judgements.append(_level(self.level, y, noise, spec))
         if external is not None:
             judgements.append(_judge(y, external.center, external.scale, "reference", spec.bad))
         worst = max(judgements, key=lambda j: j.excess)
-        excess[i] = worst.excess
-        previous = next((c for c in reversed(sums) if c is not None), 0.0)
         # The CUSUM accumulates departures from the run's own history only: a
         # reference run differs by a persistent offset (seed, data order),
         # which a CUSUM would add up into an alarm; the reference is judged
         # point by point.
         own = max((j.excess for j in judgements if j.rule != "reference"), default=None)
-        sums[i] = cusum.step(previous, own) if own is not None else previous
+        cusum = Cusum(settings.cusum_drift, settings.cusum_cap)
+        self.total = cusum.step(self.total, own) if own is not None else self.total
+        change = self.excursion.push(i, self.total, label)
         if worst.excess >= settings.warn_sigma:
-            streak.append(i)
+            if not self.streak:
+                self.streak_start, self.streak_label = i, label
+            self.streak += 1
+            self.streak_tail = (self.streak_tail + [worst.excess])[-settings.consecutive:]
         else:
-            streak = []
-            accepted.append(i)
+            self.streak, self.streak_start, self.streak_label, self.streak_tail = 0, None, None, []
+            self._accept(step, y)
         state = "ok"
-        if len(streak) >= settings.consecutive:
-            recent = streak[-settings.consecutive:]
-            state = "alert" if all(excess[j] >= settings.alert_sigma for j in recent) else "warn"
+        if self.streak >= settings.consecutive:
+            state = "alert" if all(e >= settings.alert_sigma for e in self.streak_tail) else "warn"
         elif worst.excess >= settings.alert_sigma:
             state = "warn"  # a large departure is worth a warning at once; an alert needs it confirmed
-        rule, onset = worst.rule, streak[0] if streak else None
+        rule, onset, self.onset_label = worst.rule, self.streak_start, self.streak_label
         # A point under warn_sigma still joins the baseline while the CUSUM is positive: the frozen
         # level (non-drifting monitors) keeps a slow departure visible after the trailing median follows it.
         sequential = "ok"
-        if spec.sequential and sums[i] >= settings.cusum_alert:
+        if spec.sequential and self.total >= settings.cusum_alert:
             sequential = "alert"
-        elif spec.sequential and sums[i] >= settings.cusum_warn:
+        elif spec.sequential and self.total >= settings.cusum_warn:
             sequential = "warn"
         if _RANK[sequential] > _RANK[state]:
-            state, rule, onset = sequential, "cusum", change_point(sums, i)
-        points.append(Point(
+            state, rule, onset, self.onset_label = sequential, "cusum", change, self.excursion.onset_label
+        return Point(
             state=state,
             value=raw,
             expected=_unjudged(worst.center, spec.log),
@@ -224,10 +256,40 @@ def track(
             warn_at=_unjudged(worst.center + worst.side * settings.warn_sigma * worst.scale, spec.log),
             alert_at=_unjudged(worst.center + worst.side * settings.alert_sigma * worst.scale, spec.log),
             onset=onset,
-            cusum=sums[i] if spec.sequential else None,
+            cusum=self.total if spec.sequential else None,
             own_excess=own,
-        ))
-    return points
+        )
+
+    def _accept(self, step: float, y: float) -> None:
+        self.accepted += 1
+        if len(self.level) < self.settings.window:
+            self.level.append(y)
+        self.recent.append([step, y])
+        del self.recent[:-NOISE_WINDOWS * self.settings.window]
+
+    def live_labels(self) -> list[object]:
+        """Labels a later point's onset may still name: the start of the
+        current run of departures, and of the CUSUM excursion under way."""
+        labels = [self.streak_label] if self.streak else []
+        if self.excursion.previous is not None and self.excursion.previous > 0:
+            labels.append(self.excursion.onset_label)
+        return labels
+
+    def to_dict(self) -> dict:
+        return {"count": self.count, "accepted": self.accepted, "level": self.level, "recent": self.recent,
+                "streak": self.streak, "streak_start": self.streak_start, "streak_label": self.streak_label,
+                "streak_tail": self.streak_tail, "total": self.total, "excursion": self.excursion.to_dict(),
+                "newest": list(self.newest) if self.newest is not None else None}
+
+    @classmethod
+    def from_dict(cls, spec: SeriesSpec, settings: SeriesSettings, data: dict) -> SeriesState:
+        state = cls(spec, settings)
+        for name in ("count", "accepted", "level", "recent", "streak", "streak_start", "streak_label",
+                     "streak_tail", "total"):
+            setattr(state, name, data[name])
+        state.excursion = Excursion(**data["excursion"])
+        state.newest = tuple(data["newest"]) if data["newest"] is not None else None
+        return state
 
 
 _RANK = {"ok": 0, "warn": 1, "alert": 2}

@@ -12,10 +12,19 @@ by the same layout resolvers as a checkpoint's, from the model's own
 state_dict names) are copied on the model's device. Each copy is paired
 with the previous one and scanned by the same core as `ckptscan diff`
 (`scan_layers`); the growing series of pairs is judged by the same
-`judge` as `ckptscan trend`, and the report is rewritten (atomically) as
-`OUT/report.json` in the `trend --json` schema. A live run with checkpoints
-saved at the same steps therefore gives the same numbers and the same
-verdict as `ckptscan trend` on those checkpoints.
+judge as `ckptscan trend`, one new pair at a time from the state the last
+one left (`SeriesJudge`: the cost per step does not grow with the run), and
+the report is written (atomically) as `OUT/report.json` in the `trend
+--json` schema. A live run with checkpoints saved at the same steps
+therefore gives the same numbers and the same verdict as `ckptscan trend`
+on those checkpoints.
+
+The report file holds every pair, so writing it costs O(pairs): it is
+written at every step for the first REPORT_SPACING × 2 pairs, then once the
+pairs not yet in it are 1/REPORT_SPACING of those that are (so writing costs
+a bounded amount per step, and the file is at most ~3% of the run behind),
+and always when the verdict changes or the newest interval alerts. `close()`
+(at the end of training) writes what is left: the final file is the report.
 
 The series rules judge each point from earlier points only, so a pair's
 verdict does not change as the run grows. One exception, as in `trend`: a
@@ -37,7 +46,7 @@ import torch
 
 from ckptscan.metrics import Metrics
 from ckptscan.config import load_config
-from ckptscan.detection.judge import judge
+from ckptscan.detection.judge import SeriesJudge
 from ckptscan.detection.rules import Thresholds
 from ckptscan.errors import CkptScanError
 from ckptscan.live.report_file import ReportFile
@@ -54,6 +63,8 @@ log = logging.getLogger("ckptscan.live")
 
 ON_ALERT = ("log", "save", "stop")
 REPORT_FILE = "report.json"
+# The report file is rewritten once the pairs not in it are 1/REPORT_SPACING of those that are (module docstring).
+REPORT_SPACING = 32
 PROBE_FILE = "probe.safetensors"
 # Prefix of the metric names handed to the trainer's loggers and TensorBoard.
 METRIC_PREFIX = "ckptscan"
@@ -142,7 +153,9 @@ class Monitor:
         self.checkpoints: list[CheckpointRef] = []
         self.pairs: list[PairResult] = []
         self.report: ScanReport | None = None
+        self._judging = SeriesJudge(self.thresholds)  # the judge state, carried from step to step
         self._file = ReportFile(self.out / REPORT_FILE)
+        self._written: tuple[int, str] | None = None  # (pairs, verdict) of the report file
         self.latest: dict[str, float] = {}  # the newest interval's metrics, as logged
         self.should_stop = False
         self.should_save = False
@@ -214,20 +227,40 @@ class Monitor:
         if self.loss_log is not None:  # as compute() does with a loss log
             pair.loss = self.loss_log.pair_loss(pair.from_step, pair.to_step)
             settings.update(loss_log=str(self.loss_log.path), lr_warmup_end_step=self.loss_log.warmup_end())
-        metrics = Metrics(kind="run", model=model, checkpoints=list(self.checkpoints), pairs=list(self.pairs),
+        metrics = Metrics(kind="run", model=model, checkpoints=self.checkpoints, pairs=self.pairs,
                           settings=settings, probe=str(self.probe.path) if self.probe is not None else None,
                           loss_log=self.loss_log)
-        self.report = judge(metrics, self.thresholds)
+        self.report = self._judging.report(metrics)
+        alerts = self._alerts()
+        if self._write_due(alerts):
+            self._write()
+        self.latest = interval_metrics(self.report.pairs[-1])
+        self._log(snapshot.step)
+        if alerts:
+            self._act(alerts)
+        return alerts
+
+    def close(self) -> None:
+        """Write the report file if its last pairs are not in it yet (the
+        file is written at spaced steps, see the module docstring): call once
+        training ends."""
+        if self.report is not None and self._written != (len(self.report.pairs), self.report.summary.status):
+            self._write()
+
+    def _write_due(self, alerts: list[Alert]) -> bool:
+        if self._written is None or alerts:
+            return True
+        written, verdict = self._written
+        return (verdict != self.report.summary.status
+                or len(self.report.pairs) - written >= max(1, written // REPORT_SPACING))
+
+    def _write(self) -> None:
         try:
             self._file.write(self.report)
         except CkptScanError as e:  # a full disk must not end the training run
             log.warning("ckptscan: %s", e)
-        self.latest = interval_metrics(self.report.pairs[-1])
-        self._log(snapshot.step)
-        alerts = self._alerts()
-        if alerts:
-            self._act(alerts)
-        return alerts
+            return
+        self._written = (len(self.report.pairs), self.report.summary.status)
 
     def _alerts(self) -> list[Alert]:
         newest = self.report.pairs[-1]

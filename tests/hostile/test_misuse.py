@@ -78,6 +78,7 @@ def test_checkpoints_of_different_runs_fail_the_gate_with_a_finding(runs, tmp_pa
         f"large as the weights (‖ΔW‖/‖W‖ {change:.2f}, median over layers, ≥ 1): not two steps of one run "
         "(different runs, a restart, or a checkpoint from another folder)")
     assert report["summary"]["rollback_candidate"] is None
+    assert report["summary"]["interventions"] == []  # the input is wrong, not the training
 
 
 def test_a_checkpoint_and_its_copy_fail_the_gate_with_a_finding(runs, tmp_path: Path,
@@ -115,6 +116,7 @@ def test_another_runs_checkpoint_mixed_into_a_run_fails_the_trend_gate(runs, tmp
     flagged = [(p["from_step"], p["to_step"]) for p in report["pairs"]
                if any(f["rule"] == "not_one_run" for layer in p["layers"] for f in layer["findings"])]
     assert flagged == [(1100, 1200), (1200, 1300)]
+    assert report["summary"]["interventions"] == []
 
 
 def test_a_truncated_checkpoint_is_listed_before_the_verdict_and_fails_the_gate(

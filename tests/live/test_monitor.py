@@ -238,3 +238,23 @@ def test_the_plain_monitor_pulls_in_no_training_framework():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).parents[2]).stdout
     assert out.strip() == "[]"
+
+
+def test_the_report_file_is_written_at_spaced_steps_and_close_writes_the_rest(tmp_path):
+    """Writing every pair costs O(pairs) a step: past 64 pairs the file waits
+    until the pairs missing from it are 1/32 of those in it; `close` writes the rest."""
+    model = _model()
+    calm = Thresholds(warn_sigma=1e3, alert_sigma=1e3, cusum_warn=1e6, cusum_alert=1e6, pooled_cusum_warn=1e6,
+                      pooled_cusum_alert=1e6)  # no verdict change to force a write
+    monitor = Monitor(model, every=1, out=tmp_path, config=model.cfg.to_hf("float32"), thresholds=calm)
+    in_file = []
+    for step in range(1, 72):
+        _nudge(model)
+        monitor.step(step)
+        if monitor.report is not None:
+            in_file.append(len(json.loads((tmp_path / "report.json").read_text())["pairs"]))
+    assert monitor.report.summary.status == "ok"
+    assert in_file[:64] == list(range(1, 65))
+    assert in_file[64:] == [64, 66, 66, 68, 68, 70]
+    monitor.close()
+    assert json.loads((tmp_path / "report.json").read_text()) == report_dict(monitor.report)

@@ -1,0 +1,104 @@
+"""The thresholds of every rule (`[thresholds]` in ckptscan.toml; JSON report "thresholds")."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+from ckptscan.detection.catalog import BY_NAME
+from ckptscan.detection.series import SeriesSettings
+from ckptscan.errors import CkptScanError
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    # Series rule: a departure of ≥ warn_sigma (alert_sigma) robust sigmas
+    # toward a monitor's alarm side, on `consecutive` pairs in a row.
+    warn_sigma: float = 4.0
+    alert_sigma: float = 6.0
+    consecutive: int = 2
+    # Sequential rule (CUSUM of each series' departures, robust sigmas): each
+    # pair adds min(departure, cusum_cap) − cusum_drift, the sum floored at 0;
+    # warn/alert when it reaches cusum_warn/cusum_alert. pooled_cusum_*: the
+    # same on the departures of one monitor summed over layers / √layers.
+    # Calibrated on healthy runs to ≤ 1 alert (10 warnings) per 100 healthy
+    # run-lengths: experiments/calibrate.py, README "Calibration".
+    cusum_drift: float = 1.0
+    cusum_cap: float = 6.0
+    cusum_warn: float = 4.9
+    cusum_alert: float = 5.0
+    pooled_cusum_warn: float = 4.6
+    pooled_cusum_alert: float = 4.6
+    # Warm-up: pairs starting before this step, and at least the first
+    # `warmup_pairs` pairs, are not judged (except for non-finite values).
+    warmup_steps: int = 0
+    warmup_pairs: int = 2
+    # Baselines: the last `baseline_pairs` healthy pairs; none before `min_baseline_pairs`.
+    baseline_pairs: int = 8
+    min_baseline_pairs: int = 5
+    # Reference run (--reference): the `reference_pairs` reference pairs nearest
+    # in step give the expected value; their sigma is widened by
+    # `reference_scale_factor` for the spread between runs (seeds, data order).
+    # Calibrated like the CUSUM thresholds (experiments/calibrate.py): each
+    # healthy calibration run against the healthy run of its recipe with the
+    # other seed departs by at most 9.5 of the reference's sigmas on two pairs
+    # in a row; the Gumbel 1 % quantile, 11.16, over alert_sigma is 1.86.
+    reference_pairs: int = 5
+    reference_scale_factor: float = 1.9
+    # Hard floors (alerts whatever the history): a normalised Δ2 entropy this
+    # low means the update of every head concentrates on ~1 direction.
+    delta2_entropy_norm_floor: float = 0.2
+    # ε this small bounds every pair of router rows to cosine ≥ ~0.65.
+    epsilon_floor: float = 0.1
+    # Mean normalised routing entropy this low: tokens go to about one expert.
+    routing_entropy_norm_floor: float = 0.1
+    # Cross-layer rule: robust z-score of a layer's normalised Δ2 entropy
+    # against the other layers of the same pair (one-sided, low side).
+    cross_layer_z_warn: float = 4.0
+    cross_layer_z_alert: float = 6.0
+    cross_layer_min_layers: int = 8
+    # A MAD below this (normalised-entropy units) is treated as this: layers
+    # that agree to 3 decimals should not turn rounding noise into alarms.
+    cross_layer_min_scale: float = 0.01
+    # Loss divergence (--loss-log): trailing mean over `loss_window` logged
+    # steps rising `loss_margin` nats above its running minimum for good.
+    loss_window: int = 50
+    loss_margin: float = 0.5
+    # Monitors whose series are not judged (names as in the JSON report).
+    disabled_monitors: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not 0 < self.warn_sigma <= self.alert_sigma:
+            problems.append(f"need 0 < warn_sigma ≤ alert_sigma (got {self.warn_sigma}, {self.alert_sigma})")
+        if self.consecutive < 1:
+            problems.append(f"consecutive must be ≥ 1 (got {self.consecutive})")
+        if self.min_baseline_pairs < 2 or self.baseline_pairs < self.min_baseline_pairs:
+            problems.append("need 2 ≤ min_baseline_pairs ≤ baseline_pairs "
+                            f"(got {self.min_baseline_pairs}, {self.baseline_pairs})")
+        if self.warmup_steps < 0 or self.warmup_pairs < 0 or self.reference_pairs < 1 or self.loss_window < 1:
+            problems.append("warmup_steps and warmup_pairs must be ≥ 0, reference_pairs and loss_window ≥ 1")
+        if not (self.cusum_drift >= 0 and self.cusum_cap > self.cusum_drift
+                and 0 < self.cusum_warn <= self.cusum_alert and 0 < self.pooled_cusum_warn <= self.pooled_cusum_alert):
+            problems.append("need cusum_drift ≥ 0, cusum_cap > cusum_drift, 0 < cusum_warn ≤ cusum_alert and "
+                            "0 < pooled_cusum_warn ≤ pooled_cusum_alert")
+        if self.reference_scale_factor < 1:
+            problems.append(f"reference_scale_factor must be ≥ 1 (got {self.reference_scale_factor})")
+        unknown = sorted(set(self.disabled_monitors) - set(BY_NAME))
+        if unknown:
+            problems.append(f"disabled_monitors: unknown monitor(s) {unknown}; known: {sorted(BY_NAME)}")
+        if problems:
+            raise CkptScanError("invalid thresholds: " + "; ".join(problems))
+
+    def as_dict(self) -> dict[str, object]:
+        values = asdict(self)
+        values["disabled_monitors"] = list(self.disabled_monitors)
+        return values
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    def series_settings(self, start: int) -> SeriesSettings:
+        return SeriesSettings(self.warn_sigma, self.alert_sigma, self.consecutive, self.baseline_pairs,
+                              self.min_baseline_pairs, start, self.cusum_drift, self.cusum_cap, self.cusum_warn,
+                              self.cusum_alert)
