@@ -65,3 +65,9 @@ class TrainerCallback(transformers.TrainerCallback):
         if monitor.should_stop:
             control.should_training_stop = True
         return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        # The report file is written at spaced steps; its last pairs now.
+        if self.monitor is not None:
+            self.monitor.close()
+        return control

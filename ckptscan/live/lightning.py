@@ -56,3 +56,8 @@ class LightningCallback(pl.Callback):
             trainer.save_checkpoint(str(monitor.out / f"alert-step-{step}.ckpt"))
         if monitor.should_stop:
             trainer.should_stop = True
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # The report file is written at spaced steps; its last pairs now.
+        if self.monitor is not None:
+            self.monitor.close()

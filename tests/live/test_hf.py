@@ -128,3 +128,13 @@ def test_stop_ends_training_at_the_alert(tmp_path):
     trainer.train()
     assert trainer.state.global_step == 12
     assert callback.monitor.report.summary.first_alert_step["numeric"] == 12
+
+
+def test_the_report_file_holds_every_pair_when_training_ends(tmp_path, monkeypatch):
+    """The report file is written at spaced steps in long runs; the end of
+    training writes the pairs not yet in it."""
+    monkeypatch.setattr("ckptscan.live.monitor.REPORT_SPACING", 2)  # pairs 1, 2, 3, 4, 6 written as they come
+    run_trainer(tmp_path, TrainerCallback(every=EVERY, thresholds=Thresholds()), max_steps=9 * EVERY,
+                save_strategy="no")
+    report = json.loads((tmp_path / "ckptscan" / "report.json").read_text())
+    assert len(report["pairs"]) == 8 and report["pairs"][-1]["to_step"] == 9 * EVERY

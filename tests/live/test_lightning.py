@@ -88,3 +88,13 @@ def test_stop_and_save_at_an_alert(tmp_path):
     fit(tmp_path / "save", 12, save, poison_at=7)
     assert sorted(p.name for p in (tmp_path / "save" / "ckptscan").glob("*.ckpt")) == [
         "alert-step-12.ckpt", "alert-step-9.ckpt"]
+
+
+def test_the_report_file_holds_every_pair_when_training_ends(tmp_path, monkeypatch):
+    """The report file is written at spaced steps in long runs; the end of
+    training writes the pairs not yet in it."""
+    monkeypatch.setattr("ckptscan.live.monitor.REPORT_SPACING", 2)  # pairs 1, 2, 3, 4, 6 written as they come
+    callback = LightningCallback(every=EVERY, thresholds=Thresholds())
+    fit(tmp_path, 8 * EVERY + EVERY, callback)
+    report = json.loads((tmp_path / "ckptscan" / "report.json").read_text())
+    assert len(report["pairs"]) == 8 and report["pairs"][-1]["to_step"] == 9 * EVERY
