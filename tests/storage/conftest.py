@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import http.client
 import logging
+import select
+import socket
 import sys
 import threading
 import time
@@ -136,6 +138,7 @@ class AzureContainer(Store):
 
 class HubRepo(Store):
     scheme = "hf"
+    codes = {"503": "ServiceUnavailable", "403": "GatedRepo"}
 
     def __init__(self, hub: servers.HubEmulation, name: str):
         self.hub, self.server = hub, hub.url
@@ -187,12 +190,12 @@ class FaultProxy:
     whose (decoded) path contains `match` is answered by `fault` for its
     first `times` occurrences: "500", "503" (throttling), "403" (refused),
     "cut" (the real response's headers, then half its body, then the
-    connection closed) or "stall" (no answer for `STALL_S`, longer than the
-    client's request timeout the tests set). Error bodies carry the store's
-    own codes. Records each request's method and path, and the body bytes
+    connection closed) or "stall" (no answer until the client closes the
+    connection, counted in `abandoned`; after `STALL_S`, the real answer).
+    Error bodies carry the store's own codes. Records each request's method and path, and the body bytes
     of the ranged GETs (object reads, not listings) it forwarded whole."""
 
-    STALL_S = 3.0
+    STALL_S = 20.0
 
     def __init__(self, upstream: str, codes: dict[str, str]):
         self.upstream = upstream.removeprefix("http://")
@@ -201,6 +204,7 @@ class FaultProxy:
         self.seen: list[tuple[str, str]] = []
         self.faults_sent = 0
         self.bytes_sent = 0
+        self.abandoned = 0
         self.lock = threading.Lock()
         proxy = self
 
@@ -235,19 +239,31 @@ class FaultProxy:
                 self.faults_sent += 1
             return rule
 
+    def _abandoned(self, request: BaseHTTPRequestHandler) -> bool:
+        """Wait, answering nothing, until the client gives up on the request
+        (closes the connection: True) or STALL_S passes (False)."""
+        deadline = time.monotonic() + self.STALL_S
+        while time.monotonic() < deadline:
+            readable, _, _ = select.select([request.connection], [], [], 0.05)
+            if readable and not request.connection.recv(1, socket.MSG_PEEK):
+                with self.lock:
+                    self.abandoned += 1
+                request.close_connection = True
+                return True
+        return False
+
     def handle(self, request: BaseHTTPRequestHandler) -> None:
         self.seen.append((request.command, request.path))
         body = request.rfile.read(int(request.headers.get("Content-Length") or 0))
         rule = self._rule(urllib.parse.unquote(request.path))
-        if rule is not None and rule[1] == "stall":
-            time.sleep(self.STALL_S)  # the client has given up on this request by now
-            request.close_connection = True
+        if rule is not None and rule[1] == "stall" and self._abandoned(request):
             return
         if rule is not None and rule[1] != "cut":
             status = int(rule[1])
             code = self.codes[rule[1]]
             payload = f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>{code}</Message></Error>".encode()
             request.send_response(status)
+            request.send_header("X-Error-Code", code)  # where the Hub puts it
             request.send_header("Content-Type", "application/xml")
             request.send_header("Content-Length", str(len(payload)))
             request.end_headers()
@@ -291,10 +307,11 @@ class FaultProxy:
 def proxy(store, monkeypatch):
     """The store as ckptscan sees it, through a FaultProxy; a client request
     timeout short enough for the "stall" fault."""
-    from ckptscan.storage import obstore_client
+    from ckptscan.storage import fsspec_client, obstore_client
 
     fault_proxy = FaultProxy(store.server, store.codes)
     store.point_at(monkeypatch, fault_proxy.url)
-    monkeypatch.setattr(obstore_client, "TIMEOUT_S", 1.0)
+    for client in (obstore_client, fsspec_client):
+        monkeypatch.setattr(client, "TIMEOUT_S", 1.0)
     yield fault_proxy
     fault_proxy.close()
