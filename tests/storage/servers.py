@@ -21,7 +21,6 @@ import hashlib
 import hmac
 import http.client
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -274,6 +273,3 @@ class HubEmulation:
         if r.command != "HEAD":
             r.wfile.write(data)
 
-
-def environment_without(prefixes: tuple[str, ...]) -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
