@@ -61,7 +61,8 @@ class ObstoreStore(RangedReader):
         try:
             self._store = from_url(f"{scheme}://{root}", client_options=client, retry_config=retry, **options)
         except Exception as e:  # bad configuration in the environment
-            raise CkptScanError(f"cannot configure the {kind} client: {e}", path=self.url) from None
+            # The first line only: object_store appends a multi-line debug dump.
+            raise CkptScanError(f"cannot configure the {kind} client: {reason(e)}", path=self.url) from None
 
     def _translate(self, e: Exception) -> Exception:
         if isinstance(e, self._errors.NotFoundError):
