@@ -169,7 +169,7 @@ def head_overrides(num_heads: int | None, num_kv_heads: int | None, head_dim: in
                          load_model_config(model_config) if model_config is not None else None)
 
 
-def run_arguments(stride: int, base: Base | str, probe: Path | None, no_probe: bool, loss_log: Path | None,
+def run_arguments(stride: int, base: Base | str, probe: str | Path | None, no_probe: bool, loss_log: str | Path | None,
                   no_loss_log: bool, reference: Path | None, config: Path | None, settings: list[str] | None
                   ) -> dict[str, object]:
     """The flags of a run command (trend, watch) as `resolve_run`'s arguments:
@@ -300,7 +300,8 @@ BaseOpt = Annotated[Base, typer.Option("--base", help="previous: each checkpoint
                                        "against the first.")]
 NoLossLog = Annotated[bool, typer.Option("--no-loss-log", help="Use no loss log, not even the run's own.")]
 NoProbe = Annotated[bool, typer.Option("--no-probe", help="Use no probe, not even the run's own.")]
-RunProbe = Annotated[Optional[Path], typer.Option(
+# str, not Path: a URL (s3://bucket/run/probe.safetensors) must keep its "//".
+RunProbe = Annotated[Optional[str], typer.Option(
     "--probe", help="Router inputs (safetensors, keys layers.{i}.router_input [T, d]) for routing entropy "
     "and expert load (default: RUN_DIR/probe.safetensors when present).")]
 CacheDir = Annotated[Optional[Path], typer.Option(

@@ -68,7 +68,7 @@ def diff(
     model_config: ModelConfigFile = None,
     layers: Layers = None,
     precision: PrecisionOpt = Precision.float32,
-    probe: Annotated[Optional[Path], typer.Option(
+    probe: Annotated[Optional[str], typer.Option(  # str: a URL keeps its "//"
         "--probe", help="Router inputs (safetensors, keys layers.{i}.router_input [T, d]): adds routing entropy "
         "and expert load per MoE layer.")] = None,
     reference: Reference = None,

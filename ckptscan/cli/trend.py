@@ -65,7 +65,7 @@ def trend(
     reference: Reference = None,
     baseline: Annotated[Optional[Path], typer.Option("--baseline", hidden=True,
                                                      help="Deprecated alias of --reference.")] = None,
-    loss_log: Annotated[Optional[Path], typer.Option(
+    loss_log: Annotated[Optional[str], typer.Option(  # str: a URL keeps its "//"
         "--loss-log", help="Loss log (JSON Lines or CSV with step, loss; default: RUN_DIR/train_log.jsonl when "
         "present).")] = None,
     no_loss_log: NoLossLog = False,

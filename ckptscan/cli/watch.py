@@ -80,7 +80,7 @@ def watch(
     stride: Stride = 1,
     base: BaseOpt = Base.previous,
     reference: Reference = None,
-    loss_log: Annotated[Optional[Path], typer.Option(
+    loss_log: Annotated[Optional[str], typer.Option(  # str: a URL keeps its "//"
         "--loss-log", help="Loss log (JSON Lines or CSV with step, loss; default: RUN_DIR/train_log.jsonl when "
         "present), read again at each new checkpoint.")] = None,
     no_loss_log: NoLossLog = False,
