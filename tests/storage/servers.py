@@ -17,13 +17,16 @@ A server that cannot start fails the test that needs it: it never skips.
 from __future__ import annotations
 
 import base64
+import ctypes
 import hashlib
 import hmac
 import http.client
 import json
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -62,6 +65,20 @@ def wait_until_listening(port: int, process: subprocess.Popen, name: str) -> Non
     raise RuntimeError(f"{name} did not listen on port {port} within {READY_TIMEOUT_S:.0f} s")
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: on Linux the kernel sends it SIGTERM when
+    pytest dies, so a killed test run leaves no emulator behind."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def start(command: list[str], port: int, name: str) -> subprocess.Popen:
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               preexec_fn=_die_with_parent)
+    wait_until_listening(port, process, name)
+    return process
+
+
 def stop(process: subprocess.Popen) -> None:
     process.terminate()
     try:
@@ -91,11 +108,9 @@ def start_fake_gcs() -> tuple[subprocess.Popen, str]:
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen(
-        [str(_get_binary_path()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1", "-port", str(port),
-         "-external-url", url, "-public-host", f"127.0.0.1:{port}", "-log-level", "error"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_until_listening(port, process, "fake-gcs-server")
+    process = start([str(_get_binary_path()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
+                     "-port", str(port), "-external-url", url, "-public-host", f"127.0.0.1:{port}", "-log-level",
+                     "error"], port, "fake-gcs-server")
     return process, url
 
 
@@ -126,11 +141,8 @@ def start_azurite() -> tuple[subprocess.Popen, str]:
     install_azurite()
     port = free_port()
     # --disableTelemetry: Azurite otherwise reports usage to a remote endpoint.
-    process = subprocess.Popen(
-        [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence", "--silent",
-         "--skipApiVersionCheck", "--disableTelemetry"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_until_listening(port, process, "Azurite")
+    process = start([str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence",
+                     "--silent", "--skipApiVersionCheck", "--disableTelemetry"], port, "Azurite")
     return process, f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
 
 
