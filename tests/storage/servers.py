@@ -199,7 +199,6 @@ class HubEmulation:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.unanswered: list[str] = []  # requests this emulation does not know: a test failure to look at
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
 
@@ -250,7 +249,7 @@ class HubEmulation:
             if not file.is_file():
                 return self._json(r, 404, {"error": "Entry not found"}, {"X-Error-Code": "EntryNotFound"})
             return self._file(r, file)
-        self.unanswered.append(f"{r.command} {r.path}")
+        # A request this emulation does not know: the client's error names it.
         return self._json(r, 404, {"error": f"not emulated: {r.command} {url.path}"})
 
     def _json(self, r: BaseHTTPRequestHandler, status: int, payload, headers: dict | None = None) -> None:
