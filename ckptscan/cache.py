@@ -181,7 +181,10 @@ def tool_fingerprint(sources: tuple[str, ...] = _METRIC_SOURCES) -> str:
     return f"{ckptscan.__version__}+{digest.hexdigest()[:16]} torch {torch.__version__}"
 
 
-def file_identity(path: Path) -> dict[str, Any]:
+def file_identity(path: Path | RemotePath) -> dict[str, Any]:
+    if isinstance(path, RemotePath):  # as a remote checkpoint's files: no read
+        info = path.info()
+        return {"url": str(path), "size": info.size if info else None, "etag": info.etag if info else None}
     st = path.stat()
     return {"name": path.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "header_sha256": _header_hash(path)}
 

@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ckptscan.errors import CkptScanError
-from ckptscan.paths import expand_path
+from ckptscan.storage import RemotePath, as_path
 
 
 @dataclass
 class LossLog:
-    path: Path
+    path: Path | RemotePath
     steps: list[int]  # increasing
     losses: list[float]  # nan where the logged loss was non-finite
     lrs: list[float] | None = None  # present when every record carried one
@@ -57,8 +57,9 @@ class LossLog:
         return next(s for s, lr in zip(self.steps, self.lrs) if lr >= peak)
 
 
-def read_loss_log(path: str | Path) -> LossLog:
-    path = expand_path(path)
+def read_loss_log(path: str | Path | RemotePath) -> LossLog:
+    """A local file (`~` and $VARs expanded) or a URL (read whole: a log is small)."""
+    path = as_path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
@@ -98,7 +99,7 @@ def divergence_step(log: LossLog, window: int = 50, margin: float = 0.5) -> int 
     return None
 
 
-def _jsonl_records(text: str, path: Path) -> list[tuple[int, float, float | None]]:
+def _jsonl_records(text: str, path: Path | RemotePath) -> list[tuple[int, float, float | None]]:
     records = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -113,7 +114,7 @@ def _jsonl_records(text: str, path: Path) -> list[tuple[int, float, float | None
     return records
 
 
-def _csv_records(text: str, path: Path) -> list[tuple[int, float, float | None]]:
+def _csv_records(text: str, path: Path | RemotePath) -> list[tuple[int, float, float | None]]:
     reader = csv.DictReader(text.splitlines())
     if not reader.fieldnames or not {"step", "loss"} <= {f.strip() for f in reader.fieldnames}:
         raise CkptScanError(f"the CSV header {reader.fieldnames} lacks 'step' and 'loss' columns", path=path)
@@ -121,7 +122,7 @@ def _csv_records(text: str, path: Path) -> list[tuple[int, float, float | None]]
             for number, row in enumerate(reader, 2)]
 
 
-def _record(obj: dict, where: str, path: Path) -> tuple[int, float, float | None]:
+def _record(obj: dict, where: str, path: Path | RemotePath) -> tuple[int, float, float | None]:
     if "step" not in obj or "loss" not in obj:
         raise CkptScanError(f"{where}: needs 'step' and 'loss'", path=path)
     try:
@@ -131,7 +132,7 @@ def _record(obj: dict, where: str, path: Path) -> tuple[int, float, float | None
     return step, _number(obj["loss"], where, "loss", path), _optional(obj.get("lr"), where, path)
 
 
-def _number(value: object, where: str, name: str, path: Path) -> float:
+def _number(value: object, where: str, name: str, path: Path | RemotePath) -> float:
     if value is None or value == "":
         return math.nan
     try:
@@ -141,7 +142,7 @@ def _number(value: object, where: str, name: str, path: Path) -> float:
     return number if math.isfinite(number) else math.nan
 
 
-def _optional(value: object, where: str, path: Path) -> float | None:
+def _optional(value: object, where: str, path: Path | RemotePath) -> float | None:
     if value is None or value == "":
         return None
     number = _number(value, where, "lr", path)

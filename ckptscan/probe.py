@@ -28,8 +28,8 @@ from safetensors.torch import save as safetensors_bytes
 
 from ckptscan.errors import CkptScanError
 from ckptscan.output import write_output
-from ckptscan.paths import expand_path
 from ckptscan.readers.safetensors import TensorEntry, read_header, read_tensor
+from ckptscan.storage import RemotePath, as_path
 
 PROBE_KEY = re.compile(r"^layers\.(\d+)\.router_input$")
 OPTIONAL_KEYS = ("tokens",)
@@ -47,7 +47,7 @@ LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)(?:\.|$)")
 class Probe:
     """A validated probe file; tensors stay on disk until a layer is needed."""
 
-    path: Path
+    path: Path | RemotePath
     entries: Mapping[int, TensorEntry]  # layer -> `layers.{i}.router_input`
 
     @property
@@ -87,9 +87,10 @@ def probe_key(layer: int) -> str:
     return f"layers.{layer}.router_input"
 
 
-def load_probe(path: str | Path) -> Probe:
-    """Read and validate a probe file's header and values (one layer in memory at a time)."""
-    path = expand_path(path)
+def load_probe(path: str | Path | RemotePath) -> Probe:
+    """Read and validate a probe file's header and values (one layer in memory
+    at a time): a local file (`~` and $VARs expanded) or a URL, read by byte range."""
+    path = as_path(path)
     if path.is_dir():
         raise CkptScanError("is a directory; a probe is one .safetensors file", path=path)
     entries, _ = read_header(path)
@@ -114,7 +115,7 @@ def load_probe(path: str | Path) -> Probe:
     return Probe(path, layers)
 
 
-def _check_entry(path: Path, name: str, entry: TensorEntry) -> None:
+def _check_entry(path: Path | RemotePath, name: str, entry: TensorEntry) -> None:
     if entry.dtype not in FLOAT_DTYPES:
         raise CkptScanError(f"dtype {entry.dtype}; router inputs must be one of {list(FLOAT_DTYPES)}",
                             path=path, tensor=name)

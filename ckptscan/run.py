@@ -10,8 +10,8 @@ onto these arguments, so the library and the command line see the same run:
 
 - probe: `RUN/probe.safetensors` when present (routing entropy, expert load);
 - loss log: `RUN/train_log.jsonl` when present (lead time, LR warm-up);
-  both only for a local run directory (a run in object storage takes them as
-  explicit local files);
+  both found the same way under a URL prefix (s3://bucket/run/), and either
+  may be named as a local file or a URL;
 - config: the nearest `ckptscan.toml` / `pyproject.toml [tool.ckptscan]` from
   the current directory up (thresholds, the gate's `fail_on`);
 - reference: none (a known-healthy run's JSON report, only when given).
@@ -128,12 +128,10 @@ def run_spec(
     spec.pairing = {"pairing": base, "stride": stride,
                     # Checkpoints newer than the newest scanned one: they wait for the stride.
                     "pending_steps": [c.step for c in checkpoints[newest + 1:]]}
-    # The run's own probe and loss log are found in local run directories; a
-    # run in object storage takes them as explicit (local) files.
-    local = isinstance(run_dir, Path)
-    spec.probe = _side_file(probe, run_dir / DEFAULT_PROBE if local else None, _probe, "probe", spec.notes)
-    spec.loss_log = _side_file(loss_log, run_dir / DEFAULT_LOSS_LOG if local else None, read_loss_log, "loss log",
-                               spec.notes)
+    # The run's own side files, locally or under a URL prefix (known from
+    # the listing discovery took: no request when absent).
+    spec.probe = _side_file(probe, run_dir / DEFAULT_PROBE, _probe, "probe", spec.notes)
+    spec.loss_log = _side_file(loss_log, run_dir / DEFAULT_LOSS_LOG, read_loss_log, "loss log", spec.notes)
     _reference(spec, reference)
     return spec
 
@@ -210,15 +208,15 @@ def _config(config: SideFile, settings: Sequence[str]) -> Config:
     return load_config(None if isinstance(config, _Auto) else Path(config), settings)
 
 
-def _side_file(choice: SideFile | Probe, default: Path | None, read: Callable[[Any], Any], what: str, notes: list[str]
-               ) -> Any:
+def _side_file(choice: SideFile | Probe, default: Path | RemotePath, read: Callable[[Any], Any], what: str,
+               notes: list[str]) -> Any:
     """Load an explicitly named side file (errors are the user's to see), or
     the run's own one when present (an unusable one is skipped with a note)."""
     if choice is None:
         return None
     if not isinstance(choice, _Auto):
         return read(choice)
-    if default is None or not default.is_file():
+    if not default.is_file():
         return None
     try:
         loaded = read(default)

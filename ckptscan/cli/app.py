@@ -182,7 +182,7 @@ def head_overrides(num_heads: int | None, num_kv_heads: int | None, head_dim: in
                          load_model_config(model_config) if model_config is not None else None)
 
 
-def run_arguments(stride: int, base: Base | str, probe: Path | None, no_probe: bool, loss_log: Path | None,
+def run_arguments(stride: int, base: Base | str, probe: str | Path | None, no_probe: bool, loss_log: str | Path | None,
                   no_loss_log: bool, reference: Path | None, config: Path | None, settings: list[str] | None
                   ) -> dict[str, object]:
     """The flags of a run command (trend, watch) as `resolve_run`'s arguments:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
@@ -26,7 +25,7 @@ def diff(
     *,  # the options, in --help order; a bare name is a shared option (cli.options)
     outputs: ReportOutputs, fail_on, config, set_, quiet, num_heads, num_kv_heads, head_dim, model_config, layers,
     precision,
-    probe: Annotated[Optional[Path], typer.Option(
+    probe: Annotated[Optional[str], typer.Option(  # str: a URL keeps its "//"
         "--probe", metavar="FILE", help="Router inputs (safetensors, keys layers.{i}.router_input [T, d]): adds "
         "routing entropy and expert load per MoE layer.")] = None,
     reference, device, heads, full_spectrum, tensor_map,

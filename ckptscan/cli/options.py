@@ -118,14 +118,15 @@ BaseOpt = Annotated[Base, typer.Option("--base", help="previous: each checkpoint
                                        "against the first.")]
 NoLossLog = Annotated[bool, typer.Option("--no-loss-log", help="Use no loss log, not even the run's own.")]
 NoProbe = Annotated[bool, typer.Option("--no-probe", help="Use no probe, not even the run's own.")]
-RunProbe = Annotated[Optional[Path], typer.Option(
+# str, not Path: a URL (s3://bucket/run/probe.safetensors) must keep its "//".
+RunProbe = Annotated[Optional[str], typer.Option(
     "--probe", metavar="FILE", help="Router inputs (safetensors, keys layers.{i}.router_input [T, d]) for routing "
     "entropy and expert load (default: RUN_DIR/probe.safetensors when present).")]
 # --loss-log and --no-cache mean a little more in watch, which reads the log
 # again at each new checkpoint and computes each pair once while it runs.
 _LOSS_LOG = "Loss log (JSON Lines or CSV with step, loss; default: RUN_DIR/train_log.jsonl when present)"
-LossLog = Annotated[Optional[Path], typer.Option("--loss-log", metavar="FILE", help=_LOSS_LOG + ".")]
-LiveLossLog = Annotated[Optional[Path], typer.Option(
+LossLog = Annotated[Optional[str], typer.Option("--loss-log", metavar="FILE", help=_LOSS_LOG + ".")]
+LiveLossLog = Annotated[Optional[str], typer.Option(
     "--loss-log", metavar="FILE", help=_LOSS_LOG + ", read again at each new checkpoint.")]
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Compute every pair; read and write no cache.")]
 NoDiskCache = Annotated[bool, typer.Option("--no-cache", help="Read and write no cache on disk (each pair is "

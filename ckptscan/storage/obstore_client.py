@@ -2,8 +2,10 @@
 
 Credentials and endpoint come from the client's standard chain: environment
 (`AWS_ACCESS_KEY_ID`…, `AWS_ENDPOINT_URL` for an S3-compatible endpoint, as
-boto3 and the AWS CLI read it; `GOOGLE_APPLICATION_CREDENTIALS`;
-`AZURE_STORAGE_ACCOUNT_NAME`…), web identity and instance or container
+boto3 and the AWS CLI read it; `GOOGLE_APPLICATION_CREDENTIALS`, and
+`STORAGE_EMULATOR_HOST` for a GCS emulator, as Google's client libraries read
+it; `AZURE_STORAGE_ACCOUNT_NAME`…, or `AZURE_STORAGE_CONNECTION_STRING` as the
+Azure SDKs and CLI read it), web identity and instance or container
 metadata. A named AWS profile (`AWS_PROFILE`, ~/.aws) is read through boto3
 when boto3 is installed, as the AWS CLI would. Only GET, HEAD and LIST are
 ever sent.
@@ -42,14 +44,20 @@ class ObstoreStore(RangedReader):
         options: dict[str, Any] = {}
         if kind == "s3":
             endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
-            if endpoint.startswith("http://"):  # a local S3-compatible server (MinIO, moto) without TLS
-                client["allow_http"] = True
             if endpoint:
                 # Path-style URLs (endpoint/bucket/key): what S3-compatible servers expect.
                 options["virtual_hosted_style_request"] = False
             provider = _boto3_profile()
             if provider is not None:
                 options["credential_provider"] = provider
+        elif kind == "gcs":
+            options["config"] = _gcs_emulator()
+            endpoint = options["config"].get("base_url", "")
+        else:
+            options["config"] = _azure_connection_string()
+            endpoint = options["config"].get("endpoint") or os.environ.get("AZURE_STORAGE_ENDPOINT") or ""
+        if endpoint.startswith("http://"):  # a local server (MinIO, moto, fake-gcs-server, Azurite) without TLS
+            client["allow_http"] = True
         # The client's own retries (5xx, throttling, connection errors) with
         # exponential backoff and jitter; RangedReader retries whole parts on top.
         retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=4 * TIMEOUT_S),
@@ -58,7 +66,8 @@ class ObstoreStore(RangedReader):
         try:
             self._store = from_url(f"{scheme}://{root}", client_options=client, retry_config=retry, **options)
         except Exception as e:  # bad configuration in the environment
-            raise CkptScanError(f"cannot configure the {kind} client: {e}", path=self.url) from None
+            # The first line only: object_store appends a multi-line debug dump.
+            raise CkptScanError(f"cannot configure the {kind} client: {reason(e)}", path=self.url) from None
 
     def _translate(self, e: Exception) -> Exception:
         if isinstance(e, self._errors.NotFoundError):
@@ -83,6 +92,35 @@ class ObstoreStore(RangedReader):
             return self._obstore.get_range(self._store, key, start=start, end=end)
         except Exception as e:
             raise self._translate(e) from None
+
+
+def _gcs_emulator() -> dict[str, Any]:
+    """`STORAGE_EMULATOR_HOST` (a host:port or URL, as google-cloud-storage
+    reads it): that endpoint, unsigned, as emulators such as fake-gcs-server
+    expect. Without it, object_store's own GOOGLE_* chain."""
+    host = os.environ.get("STORAGE_EMULATOR_HOST")
+    if not host:
+        return {}
+    return {"base_url": host if "://" in host else f"http://{host}", "skip_signature": True}
+
+
+def _azure_connection_string() -> dict[str, Any]:
+    """The account, key, SAS and blob endpoint of
+    `AZURE_STORAGE_CONNECTION_STRING` (what the Azure SDKs and CLI read, and
+    Azurite documents), which object_store does not parse itself.
+    `UseDevelopmentStorage=true` is Azurite on its default port."""
+    text = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
+    if not text:
+        return {}
+    fields = dict(part.split("=", 1) for part in text.split(";") if "=" in part)
+    if fields.get("UseDevelopmentStorage", "").lower() == "true":
+        return {"use_emulator": True}
+    config = {"account_name": fields.get("AccountName"), "account_key": fields.get("AccountKey"),
+              "sas_key": fields.get("SharedAccessSignature"), "endpoint": fields.get("BlobEndpoint")}
+    if not config["endpoint"] and fields.get("AccountName") and fields.get("EndpointSuffix"):
+        protocol = fields.get("DefaultEndpointsProtocol", "https")
+        config["endpoint"] = f"{protocol}://{fields['AccountName']}.blob.{fields['EndpointSuffix']}"
+    return {key: value for key, value in config.items() if value}
 
 
 def _boto3_profile() -> Any:

@@ -1,14 +1,18 @@
-"""A real S3-compatible server on loopback for the storage tests: moto's
-ThreadedMotoServer (the `test` extra), started once per session, and
-`FaultProxy`, a real HTTP proxy in front of it that injects failures."""
+"""A real server for every object-store scheme on loopback (servers.py),
+started once per session: `store` is a fresh bucket (container, Hub repo) on
+each of them in turn, `s3` one on S3 alone; `FaultProxy`, a real HTTP proxy
+in front of any of them, injects failures."""
 
 from __future__ import annotations
 
 import http.client
 import logging
+import select
 import socket
 import sys
 import threading
+import time
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -16,72 +20,192 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-# The tests import `remote_helpers` beside this file.
+# The tests import `remote_helpers` and `servers` beside this file.
 sys.path.insert(0, str(Path(__file__).parent))
 
+import servers  # noqa: E402
+
+SCHEMES = ["s3", "gcs", "azure", "hf"]
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# Environment variables by which a user's own configuration could reach the tests' clients.
+FOREIGN = ("AWS_PROFILE", "AWS_ENDPOINT_URL_S3", "STORAGE_EMULATOR_HOST", "GOOGLE_", "AZURE_", "AZURITE_", "HF_")
 
 
 @pytest.fixture(scope="session")
 def s3_endpoint():
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=servers.free_port(), verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     yield f"http://{host}:{port}"
     server.stop()
 
 
-@pytest.fixture
-def s3(s3_endpoint, monkeypatch, tmp_path):
-    """Fake credentials and the local endpoint in the environment, as a user
-    of an S3-compatible store sets them; a fresh bucket per test."""
-    for name, value in CREDENTIALS.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
-    bucket = f"b-{tmp_path.name.lower().replace('_', '-')[-40:].strip('-')}"
-    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
-    client.create_bucket(Bucket=bucket)
-    return Bucket(client, bucket)
+@pytest.fixture(scope="session")
+def gcs_endpoint():
+    process, url = servers.start_fake_gcs()
+    yield url
+    servers.stop(process)
 
 
-class Bucket:
-    def __init__(self, client, name: str):
-        self.client = client
-        self.name = name
+@pytest.fixture(scope="session")
+def azure_endpoint():
+    process, url = servers.start_azurite()
+    yield url
+    servers.stop(process)
+
+
+@pytest.fixture(scope="session")
+def hf_endpoint(tmp_path_factory):
+    hub = servers.HubEmulation(tmp_path_factory.mktemp("hub"))
+    yield hub
+    hub.close()
+
+
+class Store:
+    """A fresh bucket (container, repo) on one scheme's server. `url` is its
+    root as ckptscan is given it; `point_at` sets the environment variables a
+    user of that store sets, aimed at `server` (the store, or a proxy)."""
+
+    scheme: str
+    url: str
+    server: str
+    # What the store answers for throttling and refusal (FaultProxy's error bodies).
+    codes = {"503": "SlowDown", "403": "AccessDenied"}
 
     def upload(self, local: Path, prefix: str, skip: tuple[str, ...] = ()) -> str:
-        """Every file under `local` to s3://bucket/prefix/…; returns that URL."""
+        """Every file under `local` to <url>/prefix/…; returns that URL."""
         for file in sorted(local.rglob("*")):
             relative = file.relative_to(local).as_posix()
             if file.is_file() and relative not in skip:
-                self.client.put_object(Bucket=self.name, Key=f"{prefix}/{relative}", Body=file.read_bytes())
-        return f"s3://{self.name}/{prefix}"
+                self.put(f"{prefix}/{relative}", file.read_bytes())
+        return f"{self.url}/{prefix}"
+
+    def put(self, key: str, body: bytes) -> None:
+        raise NotImplementedError
+
+    def point_at(self, monkeypatch, server: str) -> None:
+        raise NotImplementedError
+
+
+class S3Bucket(Store):
+    scheme = "s3"
+
+    def __init__(self, server: str, name: str):
+        self.server, self.name, self.url = server, name, f"s3://{name}"
+        self.client = boto3.client("s3", endpoint_url=server, region_name="us-east-1")
+        self.client.create_bucket(Bucket=name)
 
     def put(self, key: str, body: bytes) -> None:
         self.client.put_object(Bucket=self.name, Key=key, Body=body)
 
+    def point_at(self, monkeypatch, server: str) -> None:
+        for name, value in CREDENTIALS.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", server)
+
+
+class GCSBucket(Store):
+    scheme = "gcs"
+
+    def __init__(self, server: str, name: str):
+        self.server, self.name, self.url = server, name, f"gs://{name}"
+        servers.gcs_create_bucket(server, name)
+
+    def put(self, key: str, body: bytes) -> None:
+        servers.gcs_put(self.server, self.name, key, body)
+
+    def point_at(self, monkeypatch, server: str) -> None:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", server)
+
+
+class AzureContainer(Store):
+    scheme = "azure"
+    codes = {"503": "ServerBusy", "403": "AuthorizationPermissionMismatch"}
+
+    def __init__(self, endpoint: str, name: str):
+        self.server = endpoint.rsplit("/", 1)[0]  # the account is the path's first part
+        self.endpoint, self.name, self.url = endpoint, name, f"az://{name}"
+        servers.azure_request(endpoint, "PUT", name, {"restype": "container"})
+
+    def put(self, key: str, body: bytes) -> None:
+        servers.azure_request(self.endpoint, "PUT", f"{self.name}/{key}", body=body)
+
+    def point_at(self, monkeypatch, server: str) -> None:
+        monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING",
+                           servers.azure_connection_string(f"{server}/{servers.AZURITE_ACCOUNT}"))
+
+
+class HubRepo(Store):
+    scheme = "hf"
+    codes = {"503": "ServiceUnavailable", "403": "GatedRepo"}
+
+    def __init__(self, hub: servers.HubEmulation, name: str):
+        self.hub, self.server = hub, hub.url
+        self.folder = hub.root / "ckptscan" / name
+        self.folder.mkdir(parents=True)
+        self.url = f"hf://ckptscan/{name}"
+
+    def put(self, key: str, body: bytes) -> None:
+        (self.folder / key).parent.mkdir(parents=True, exist_ok=True)
+        (self.folder / key).write_bytes(body)
+
+    def point_at(self, monkeypatch, server: str) -> None:
+        monkeypatch.setenv("HF_ENDPOINT", server)
+        monkeypatch.setenv("HF_TOKEN", "hf_testing")
+
+
+def open_store(scheme: str, request, monkeypatch, tmp_path) -> Store:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith(FOREIGN):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    for variable, value in CREDENTIALS.items():  # boto3's, uploading to S3
+        monkeypatch.setenv(variable, value)
+    name = f"b-{tmp_path.name.lower().replace('_', '-')[-40:].strip('-')}"
+    kind = {"s3": S3Bucket, "gcs": GCSBucket, "azure": AzureContainer, "hf": HubRepo}[scheme]
+    store = kind(request.getfixturevalue(f"{scheme}_endpoint"), name)
+    store.point_at(monkeypatch, store.server)
+    return store
+
+
+@pytest.fixture
+def s3(request, monkeypatch, tmp_path) -> Store:
+    """A fresh S3 bucket, fake credentials and the local endpoint in the
+    environment, as a user of an S3-compatible store sets them."""
+    return open_store("s3", request, monkeypatch, tmp_path)
+
+
+@pytest.fixture(params=SCHEMES)
+def store(request, monkeypatch, tmp_path) -> Store:
+    """A fresh bucket on each scheme's server in turn (test ids end in
+    [s3], [gcs], [azure], [hf]: `pytest -k gcs` selects one)."""
+    return open_store(request.param, request, monkeypatch, tmp_path)
+
 
 class FaultProxy:
-    """Forwards every request to the S3 server, except that a request whose
-    path contains `match` is answered by `fault` for its first `times`
-    occurrences: "500", "503" (SlowDown), "403" (AccessDenied), or "cut"
-    (the real response's headers, then half its body, then the connection
-    closed). Records each request's method and path."""
+    """Forwards every request to a store's server, except that a request
+    whose (decoded) path contains `match` is answered by `fault` for its
+    first `times` occurrences: "500", "503" (throttling), "403" (refused),
+    "cut" (the real response's headers, then half its body, then the
+    connection closed) or "stall" (no answer until the client closes the
+    connection, counted in `abandoned`; after `STALL_S`, the real answer).
+    Error bodies carry the store's own codes. Records each request's method and path, and the body bytes
+    of the ranged GETs (object reads, not listings) it forwarded whole."""
 
-    def __init__(self, upstream: str):
+    STALL_S = 20.0
+
+    def __init__(self, upstream: str, codes: dict[str, str]):
         self.upstream = upstream.removeprefix("http://")
+        self.codes = {"500": "InternalError", **codes}
         self.rules: list[list] = []
         self.seen: list[tuple[str, str]] = []
         self.faults_sent = 0
+        self.bytes_sent = 0
+        self.abandoned = 0
+        self.lock = threading.Lock()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -104,44 +228,74 @@ class FaultProxy:
         """`after`: let that many matching requests through first (a shard's header read)."""
         self.rules.append([match, fault, times, after])
 
+    def _rule(self, path: str) -> list | None:
+        with self.lock:
+            rule = next((r for r in self.rules if r[0] in path and r[2] > 0), None)
+            if rule is not None and rule[3] > 0:
+                rule[3] -= 1
+                return None
+            if rule is not None and rule[1] != "cut":
+                rule[2] -= 1
+                self.faults_sent += 1
+            return rule
+
+    def _abandoned(self, request: BaseHTTPRequestHandler) -> bool:
+        """Wait, answering nothing, until the client gives up on the request
+        (closes the connection: True) or STALL_S passes (False)."""
+        deadline = time.monotonic() + self.STALL_S
+        while time.monotonic() < deadline:
+            readable, _, _ = select.select([request.connection], [], [], 0.05)
+            if readable and not request.connection.recv(1, socket.MSG_PEEK):
+                with self.lock:
+                    self.abandoned += 1
+                request.close_connection = True
+                return True
+        return False
+
     def handle(self, request: BaseHTTPRequestHandler) -> None:
         self.seen.append((request.command, request.path))
         body = request.rfile.read(int(request.headers.get("Content-Length") or 0))
-        rule = next((r for r in self.rules if r[0] in request.path and r[2] > 0), None)
-        if rule is not None and rule[3] > 0:
-            rule[3] -= 1
-            rule = None
+        rule = self._rule(urllib.parse.unquote(request.path))
+        if rule is not None and rule[1] == "stall" and self._abandoned(request):
+            return
         if rule is not None and rule[1] != "cut":
-            rule[2] -= 1
-            self.faults_sent += 1
-            status, code = {"500": (500, "InternalError"), "503": (503, "SlowDown"),
-                            "403": (403, "AccessDenied")}[rule[1]]
+            status = int(rule[1])
+            code = self.codes[rule[1]]
             payload = f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>{code}</Message></Error>".encode()
             request.send_response(status)
+            request.send_header("X-Error-Code", code)  # where the Hub puts it
             request.send_header("Content-Type", "application/xml")
             request.send_header("Content-Length", str(len(payload)))
             request.end_headers()
             request.wfile.write(payload)
             return
         connection = http.client.HTTPConnection(self.upstream, timeout=30)
+        # The upstream's own Host: fake-gcs-server tells its XML API from its JSON API by it.
+        headers = {k: v for k, v in request.headers.items() if k.lower() != "host"}
         connection.request(request.command, request.path, body=body or None,
-                           headers={k: v for k, v in request.headers.items()})
+                           headers={"Host": self.upstream, **headers})
         response = connection.getresponse()
         data = response.read()
         request.send_response(response.status)
         for name, value in response.getheaders():
             if name.lower() not in ("transfer-encoding", "connection", "server", "date"):
                 request.send_header(name, value)
+        if response.getheader("Content-Length") is None:  # a chunked answer, forwarded whole
+            request.send_header("Content-Length", str(len(data)))
         request.end_headers()
         if rule is not None and request.command == "GET" and len(data) > 1:
-            rule[2] -= 1
-            self.faults_sent += 1
+            with self.lock:
+                rule[2] -= 1
+                self.faults_sent += 1
             request.wfile.write(data[:len(data) // 2])
             request.wfile.flush()
             request.close_connection = True
             return
         if request.command != "HEAD":
             request.wfile.write(data)
+            if request.command == "GET" and request.headers.get("Range"):
+                with self.lock:
+                    self.bytes_sent += len(data)
         connection.close()
 
     def close(self) -> None:
@@ -150,9 +304,14 @@ class FaultProxy:
 
 
 @pytest.fixture
-def proxy(s3, s3_endpoint, monkeypatch):
-    """The store as ckptscan sees it, through a FaultProxy."""
-    fault_proxy = FaultProxy(s3_endpoint)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", fault_proxy.url)
+def proxy(store, monkeypatch):
+    """The store as ckptscan sees it, through a FaultProxy; a client request
+    timeout short enough for the "stall" fault."""
+    from ckptscan.storage import fsspec_client, obstore_client
+
+    fault_proxy = FaultProxy(store.server, store.codes)
+    store.point_at(monkeypatch, fault_proxy.url)
+    for client in (obstore_client, fsspec_client):
+        monkeypatch.setattr(client, "TIMEOUT_S", 1.0)
     yield fault_proxy
     fault_proxy.close()

@@ -1,7 +1,8 @@
-"""Failures of a real S3 server, injected by a real HTTP proxy in front of
-it: transient errors and throttling are retried and change nothing; a
-missing or short object, a response cut for good and a refused request end
-in one line naming the URL (and tensor), exit 2. Nothing is ever written."""
+"""Failures of a real server of each scheme (`store`: s3, gcs, azure, hf),
+injected by a real HTTP proxy in front of it: transient errors, throttling,
+cut responses and timeouts are retried and change nothing; a missing or
+short object, a response cut for good and a refused request end in one line
+naming the URL (and tensor), exit 2. Nothing is ever written."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ SHARD = "checkpoint-200/model-00001-of-00002.safetensors"
 
 
 @pytest.fixture
-def uploaded(s3, tmp_path):
+def uploaded(store, tmp_path):
     folders = hf_run(tmp_path / "run")
-    url = s3.upload(tmp_path / "run", "run")
+    url = store.upload(tmp_path / "run", "run")
     local = runner.invoke(app, ["diff", *map(str, folders), "--format", "json"])
     assert local.exit_code == 0, local.output
     return url, json.loads(local.stdout)
@@ -39,15 +40,17 @@ def one_line_error(result) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("fault", ["500", "503", "cut"])
+@pytest.mark.parametrize("fault", ["500", "503", "cut", "stall"])
 def test_a_request_that_fails_twice_then_succeeds_is_retried(proxy, uploaded, fault):
-    """500 InternalError, 503 SlowDown (throttling) or a body cut in half, twice
-    on the tensor data of one shard: the result is the same as without faults."""
+    """500, 503 (throttling), a body cut in half or no answer within the
+    request timeout, twice on the tensor data of one shard: the result is the
+    same as without faults."""
     url, local = uploaded
     proxy.fail(SHARD, fault, times=2, after=1)
     result = diff(url)
     assert result.exit_code == 0, result.output
     assert proxy.faults_sent == 2
+    assert proxy.abandoned == (2 if fault == "stall" else 0)  # the client's timeout, not the proxy, ended a stall
     same_numbers(local, json.loads(result.stdout))
     assert {method for method, _ in proxy.seen} <= {"GET", "HEAD"}  # nothing written to the store
 
@@ -60,24 +63,24 @@ def test_a_response_cut_every_time_is_an_error_naming_url_and_tensor(proxy, uplo
     assert "read failed after 4 tries" in line
 
 
-def test_throttling_that_never_ends_gives_up_with_the_reason(proxy, uploaded):
+def test_throttling_that_never_ends_gives_up_with_the_reason(store, proxy, uploaded):
     url, _ = uploaded
     proxy.fail(SHARD, "503", times=10**6)
     line = one_line_error(diff(url))
-    assert line == f"error: {url}/{SHARD}: read failed after 4 tries: 503 Service Unavailable, SlowDown"
+    assert line == f"error: {url}/{SHARD}: read failed after 4 tries: 503 Service Unavailable, {store.codes['503']}"
 
 
-def test_access_denied_says_so(proxy, uploaded):
+def test_access_denied_says_so(store, proxy, uploaded):
     url, _ = uploaded
     proxy.fail("checkpoint-100", "403", times=10**6)
     line = one_line_error(diff(url))
-    assert line == (f"error: {url}/checkpoint-100: access denied (403 Forbidden, AccessDenied); check the "
+    assert line == (f"error: {url}/checkpoint-100: access denied (403 Forbidden, {store.codes['403']}); check the "
                     "credentials (environment, profile or instance role) and that they may read this bucket")
 
 
-def test_a_missing_shard_is_a_clear_error(s3, tmp_path):
+def test_a_missing_shard_is_a_clear_error(store, tmp_path):
     hf_run(tmp_path / "run")
-    url = s3.upload(tmp_path / "run", "run", skip=(SHARD,))
+    url = store.upload(tmp_path / "run", "run", skip=(SHARD,))
     line = one_line_error(diff(url))
     assert f"{url}/checkpoint-200/model.safetensors.index.json" in line
     assert "names shard 'model-00001-of-00002.safetensors', which does not exist" in line
