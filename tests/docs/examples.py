@@ -88,7 +88,7 @@ def commands(block: Block) -> list[Command]:
         command = lines[i][2:]
         while command.endswith("\\") and i + 1 < len(lines):
             i += 1
-            command = command[:-1] + "\n" + lines[i]
+            command += "\n" + lines[i]
         output = []
         i += 1
         while i < len(lines) and not lines[i].startswith("$ "):

@@ -37,7 +37,8 @@ def shell(tmp_path_factory) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "CKPTSCAN_")) and k != "COLUMNS"}
     cache = tmp_path_factory.mktemp("xdg-cache")
     env |= {"PATH": f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-            "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(cache), "OMP_NUM_THREADS": "1"}
+            "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(cache), "OMP_NUM_THREADS": "1",
+            "PYTHONUNBUFFERED": "1"}  # stdout and stderr interleaved as a terminal shows them
     # The sample run most examples use, computed once: the examples' trends reuse its pairs.
     subprocess.run(["ckptscan", "trend", "sample_checkpoints/attention_fault", "--quiet", "--json", "/dev/null"],
                    cwd=work, env=env, capture_output=True, timeout=300)
