@@ -15,7 +15,8 @@ Fenced blocks, by language:
 
 Expected output is compared after normalising what depends on the machine:
 runs of whitespace (terminal width and wrapping, table padding) count as one
-space, the session's temporary directories read as in the docs (``~/.cache``
+space and a table's rule (a run of ─) counts as one ─, the session's
+temporary directories read as in the docs (``~/.cache``
 for the cache), and ``…`` in the expected output stands for any text (a line
 of only ``…`` for any number of lines).
 """
@@ -99,8 +100,12 @@ def commands(block: Block) -> list[Command]:
     return parsed
 
 
+def flat(text: str) -> str:
+    """`text` without what the terminal's width decides: wrapping, padding, rule lengths."""
+    return " ".join(re.sub("─+", "─", text).split())
+
+
 def matches(expected: str, actual: str) -> bool:
-    """`actual` is `expected` up to whitespace, with `…` standing for any text."""
-    pieces = [" ".join(piece.split()) for piece in expected.split("…")]
-    pattern = r"\s*(?:.*?)\s*".join(re.escape(piece).replace(r"\ ", r"\s+") for piece in pieces)
-    return re.fullmatch(pattern, " ".join(actual.split()), flags=re.DOTALL) is not None
+    """`actual` is `expected` up to width, with `…` standing for any text."""
+    pattern = r"\s*(?:.*?)\s*".join(re.escape(flat(piece)).replace(r"\ ", r"\s+") for piece in expected.split("…"))
+    return re.fullmatch(pattern, flat(actual), flags=re.DOTALL) is not None
