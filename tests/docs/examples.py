@@ -2,8 +2,8 @@
 
 Fenced blocks, by language:
 
-- ``console``: lines starting with ``$ `` are commands (a line ending in ``\\``
-  continues on the next); the lines after a command, up to the next one, are
+- ``console``: lines starting with ``$ `` are commands (a line ending in ``\\``,
+  or with a quote still open, continues on the next); the lines after a command, up to the next one, are
   its output (stdout and stderr together, as a terminal shows them). A command
   must exit 0 unless its comment says ``# exit N``.
 - ``python``: a script, run as it stands; it must exit 0.
@@ -24,6 +24,7 @@ of only ``…`` for any number of lines).
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,7 +88,7 @@ def commands(block: Block) -> list[Command]:
         if not lines[i].startswith("$ "):
             raise ValueError(f"{block.where}: output before the first `$ ` command: {lines[i]!r}")
         command = lines[i][2:]
-        while command.endswith("\\") and i + 1 < len(lines):
+        while (command.endswith("\\") or not closed(command)) and i + 1 < len(lines):
             i += 1
             command += "\n" + lines[i]
         output = []
@@ -98,6 +99,15 @@ def commands(block: Block) -> list[Command]:
         code = EXIT.search(command)
         parsed.append(Command(command, "\n".join(output), int(code[1]) if code else 0))
     return parsed
+
+
+def closed(command: str) -> bool:
+    """Whether `command`'s quotes are all closed (else it goes on on the next line)."""
+    try:
+        shlex.split(command, comments=True)
+    except ValueError:
+        return False
+    return True
 
 
 def flat(text: str) -> str:
