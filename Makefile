@@ -23,7 +23,7 @@ test: setup
 docs: setup
 	.venv/bin/mkdocs build --strict
 
-# Benchmarks print ratios measured side by side in one run (see README).
+# Benchmarks print ratios measured side by side in one run (docs/performance.md).
 bench: setup
 	.venv/bin/python bench/attention_layer.py
 
