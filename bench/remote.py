@@ -54,7 +54,7 @@ from synthetic import ModelSpec, ensure_run  # noqa: E402
 
 from ckptscan import readahead, scan_pair  # noqa: E402
 from ckptscan.scan import ScanOptions  # noqa: E402
-from ckptscan.storage import stores  # noqa: E402
+from ckptscan.storage import ranged  # noqa: E402
 
 LLAMA_32_1B = ModelSpec("llama-3.2-1b", "llama", 16, 2048, 32, 8, 8192, 128256)
 STEPS = [1000, 1100]
@@ -118,10 +118,10 @@ def measure_server(server, url, paths, ranges, head_ranges, monitored, head_moni
     a, b = (f"{url}/{p.name}" for p in paths)
 
     def counted(options_fn):
-        before = dict(stores.stats)
-        seconds = best(rounds, lambda: scan_pair(a, b, options_fn()), per_round=lambda: stores.stats.update(
+        before = dict(ranged.stats)
+        seconds = best(rounds, lambda: scan_pair(a, b, options_fn()), per_round=lambda: ranged.stats.update(
             requests=before["requests"], bytes=before["bytes"]))
-        return seconds, stores.stats["bytes"] - before["bytes"], stores.stats["requests"] - before["requests"]
+        return seconds, ranged.stats["bytes"] - before["bytes"], ranged.stats["requests"] - before["requests"]
 
     diff_s, diff_bytes, diff_requests = counted(ScanOptions)
     reads_s = best(rounds, lambda: _ckptscan_reads(a, b))
@@ -160,20 +160,19 @@ def measure_server(server, url, paths, ranges, head_ranges, monitored, head_moni
 def _ckptscan_reads(a: str, b: str, depth: int = readahead.DEPTH) -> None:
     """What the remote diff reads, through its own code path (opens, the scan
     loop's read-ahead, prefetches, reads), without the math."""
-    from ckptscan import scan
     from ckptscan.readers import open_checkpoints
+    from ckptscan.scan import LayerTask
+    from ckptscan.scan.reading import read_layer
 
     checkpoints = open_checkpoints([a, b])
-    task = scan.LayerTask(checkpoints, [(0, 1)], ScanOptions())
+    task = LayerTask(checkpoints, [(0, 1)], ScanOptions())
     layers = [plan.layer for plan in task.layouts[0].layers]
     ahead = readahead.ReadAhead(layers, task.used, task.prefetch_load, depth)
 
     def layer(plan) -> None:
         for i, checkpoint in enumerate(checkpoints):
             ahead.reach(plan.layer, i)
-            scan._prefetch(checkpoint, plan, None)
-            for name in plan.tensors:
-                scan._read_tensor(checkpoint, plan, name, None)
+            read_layer(checkpoint, plan, None, "cpu")
 
     try:
         with ThreadPoolExecutor(2) as pool:

@@ -66,6 +66,24 @@ def torch_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
+@contextlib.contextmanager
+def exact_float32() -> Iterator[None]:
+    """float32 matmuls in full float32 for the block, then the caller's setting again.
+
+    Live mode runs inside training scripts that commonly switch on TF32
+    (`torch.set_float32_matmul_precision("high")`, `allow_tf32`): a 10-bit
+    mantissa in the Gram products would make the live report differ from
+    `trend` on the same weights. The setting is process-wide, so it is held
+    only while the scan's tasks run.
+    """
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
 def ordered_map(
     fn: Callable[[T, threading.Event], R], items: Iterable[T], workers: int
 ) -> Iterator[R]:

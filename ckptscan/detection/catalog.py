@@ -1,5 +1,7 @@
-"""The monitored series: which number, which family, which side is bad, and
-how far each may be trusted on its own.
+"""How each monitored series is judged: its resolution, whether its baseline
+follows a trend, how far it may be trusted on its own and whether a
+reference run may judge it. Which number it is, its family and its alarm
+side are the vocabulary's (ckptscan/vocabulary.py), shared with the reports.
 
 Why these settings (measured on healthy and fault-injected runs of the
 experiments' trainer; the README's "How ckptscan decides" has the numbers):
@@ -48,6 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from ckptscan import vocabulary
 from ckptscan.detection.series import SeriesSpec
 from ckptscan.results import LayerResult
 
@@ -64,40 +67,24 @@ class Monitor:
     across_runs: bool = True
 
 
-def _attention(field: str) -> Callable[[LayerResult], float | None]:
-    return lambda layer: getattr(layer.attention, field) if layer.attention is not None else None
-
-
-def _router(field: str) -> Callable[[LayerResult], float | None]:
-    def read(layer: LayerResult) -> float | None:
-        value = getattr(layer.router, field) if layer.router is not None else None
-        return None if value is None else float(value)
-
-    return read
+def _judged(name: str, min_scale: float, alone: str, follow_trend: bool = False, sequential: bool = True,
+            across_runs: bool = True) -> Monitor:
+    """A monitor of the vocabulary with how it is judged; its alarm side and scale are the vocabulary's."""
+    info = vocabulary.BY_NAME[name]
+    spec = SeriesSpec(info.bad, min_scale, follow_trend=follow_trend, log=info.log, sequential=sequential)
+    return Monitor(info.name, info.family, info.label, spec, alone, info.read, across_runs)
 
 
 MONITORS: tuple[Monitor, ...] = (
-    Monitor("delta2_entropy_norm", "attention", "Δ2 H/ln n",
-            SeriesSpec("low", min_scale=0.01), "alert", _attention("delta2_entropy_norm")),
-    Monitor("delta2_entropy_norm_min", "attention", "Δ2 H/ln n (worst head)",
-            SeriesSpec("low", min_scale=0.02), "warn", _attention("delta2_entropy_norm_min")),
-    Monitor("dwq_entropy_norm", "attention", "ΔWq H/ln r",
-            SeriesSpec("low", min_scale=0.01), "warn", _attention("dwq_entropy_norm")),
-    Monitor("dwk_entropy_norm", "attention", "ΔWk H/ln r",
-            SeriesSpec("low", min_scale=0.01), "warn", _attention("dwk_entropy_norm")),
-    Monitor("qk_logit_bound", "attention", "logit bound",
-            SeriesSpec("high", min_scale=0.05, follow_trend=True, log=True), "alert", _attention("qk_logit_bound")),
-    Monitor("routing_entropy_norm", "router", "routing H/ln E",
-            SeriesSpec("low", min_scale=0.01, follow_trend=True), "alert", _router("routing_entropy_norm"),
-            across_runs=False),
-    Monitor("load_cv", "router", "load CV",
-            SeriesSpec("high", min_scale=0.05, follow_trend=True), "warn", _router("load_cv"), across_runs=False),
-    Monitor("cosine_similarity", "router", "router cos",
-            SeriesSpec("both", min_scale=0.01, sequential=False), "warn", _router("cosine_similarity"),
-            across_runs=False),
-    Monitor("epsilon", "router", "router ε",
-            SeriesSpec("both", min_scale=0.02, follow_trend=True, log=True), "warn", _router("epsilon"),
-            across_runs=False),
+    _judged("delta2_entropy_norm", 0.01, "alert"),
+    _judged("delta2_entropy_norm_min", 0.02, "warn"),
+    _judged("dwq_entropy_norm", 0.01, "warn"),
+    _judged("dwk_entropy_norm", 0.01, "warn"),
+    _judged("qk_logit_bound", 0.05, "alert", follow_trend=True),
+    _judged("routing_entropy_norm", 0.01, "alert", follow_trend=True, across_runs=False),
+    _judged("load_cv", 0.05, "warn", follow_trend=True, across_runs=False),
+    _judged("cosine_similarity", 0.01, "warn", sequential=False, across_runs=False),
+    _judged("epsilon", 0.02, "warn", follow_trend=True, across_runs=False),
 )
 
 BY_NAME = {m.name: m for m in MONITORS}

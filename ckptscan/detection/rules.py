@@ -33,9 +33,10 @@ from ckptscan.detection.changepoint import Cusum, change_point
 from ckptscan.detection.numerics import precision_findings
 from ckptscan.detection.reference import Reference
 from ckptscan.detection.series import Point, SeriesSettings, first_judged, robust_center_scale, track
-from ckptscan.detection.summary import summarize, worst
+from ckptscan.detection.summary import summarize
 from ckptscan.errors import CkptScanError
 from ckptscan.results import Finding, LayerResult, PairResult, ScanReport, SeriesPoint
+from ckptscan.vocabulary import worst
 
 __all__ = ["Thresholds", "assess_report", "summarize", "worst"]
 

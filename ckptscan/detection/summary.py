@@ -12,21 +12,8 @@ checkpoint of the pair where the first alert's run of departures started.
 from __future__ import annotations
 
 from ckptscan.detection.catalog import BY_NAME
-from ckptscan.results import (
-    FAMILIES,
-    SEVERITIES,
-    CheckpointRef,
-    Finding,
-    LayerSummary,
-    PairResult,
-    ScanReport,
-    Summary,
-)
-
-
-def worst(statuses: list[str]) -> str:
-    ranked = [s for s in statuses if s in SEVERITIES]
-    return max(ranked, key=SEVERITIES.index, default="ok")
+from ckptscan.results import FAMILIES, CheckpointRef, Finding, LayerSummary, PairResult, ScanReport, Summary
+from ckptscan.vocabulary import worst
 
 
 def summarize(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Callable, Iterator, Sequence, TypeVar
 
-from ckptscan.parallel import ordered_map, plan_threads, torch_threads
+from ckptscan.parallel import exact_float32, ordered_map, plan_threads, torch_threads
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -29,7 +29,8 @@ class LocalExecutor:
         workers, threads = plan_threads(len(items), self.workers)
         # The one place the process's torch thread count is set (and restored):
         # the monitors never touch it, so the workers' solves run side by side.
-        with torch_threads(self.threads or threads):
+        # Likewise the float32 matmul precision (a training script's TF32).
+        with torch_threads(self.threads or threads), exact_float32():
             yield from enumerate(ordered_map(fn, items, workers))
 
     def close(self) -> None:

@@ -31,7 +31,7 @@ import threading
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from ckptscan.errors import CkptScanError
-from ckptscan.parallel import torch_threads
+from ckptscan.parallel import exact_float32, torch_threads
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -137,7 +137,7 @@ class RayExecutor:
 
 def run_task(fn: Callable[[T, threading.Event], R], item: T) -> R:
     """One task on a Ray worker: the worker holds one CPU, so one torch thread."""
-    with torch_threads(1):
+    with torch_threads(1), exact_float32():
         return fn(item, threading.Event())
 
 

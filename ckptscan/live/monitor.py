@@ -37,7 +37,6 @@ import torch
 
 from ckptscan.metrics import Metrics
 from ckptscan.config import load_config
-from ckptscan.detection.catalog import MONITORS
 from ckptscan.detection.judge import judge
 from ckptscan.detection.rules import Thresholds
 from ckptscan.errors import CkptScanError
@@ -48,6 +47,7 @@ from ckptscan.probe import Probe, capture_probe, load_probe
 from ckptscan.readers import Checkpoint
 from ckptscan.results import SEVERITIES, CheckpointRef, Finding, PairResult, ScanReport
 from ckptscan.scan import ScanOptions, scan_layers
+from ckptscan.vocabulary import MONITORS
 
 log = logging.getLogger("ckptscan.live")
 

@@ -1,14 +1,37 @@
-"""What every reader returns: a `TensorSource` inside a `Checkpoint`."""
+"""What every reader returns, a `TensorSource` inside a `Checkpoint`, and
+what every format declares, a `Format`: how it is recognised and opened."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 
-from ckptscan.readers.safetensors import DTYPES
+# safetensors dtype -> torch attribute. Types this torch lacks (the unsigned
+# ones before 2.3) are left out, so reading them is a clear "unknown dtype"
+# error instead of an import failure.
+_TORCH_ATTRIBUTES = {
+    "BOOL": "bool",
+    "U8": "uint8",
+    "I8": "int8",
+    "I16": "int16",
+    "I32": "int32",
+    "I64": "int64",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F32": "float32",
+    "F64": "float64",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "U16": "uint16",
+    "U32": "uint32",
+    "U64": "uint64",
+}
+DTYPES: dict[str, torch.dtype] = {
+    name: getattr(torch, attr) for name, attr in _TORCH_ATTRIBUTES.items() if hasattr(torch, attr)
+}
 
 # The file that marks a torch.distributed.checkpoint directory.
 DCP_METADATA_FILE = ".metadata"
@@ -60,3 +83,25 @@ class Checkpoint:
     config: dict[str, Any] | None = None
     files: list[Path] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Format:
+    """A checkpoint format as the registry (`readers.formats.FORMATS`) knows it.
+
+    `in_file` is asked about a file the user named, `in_folder` about a
+    folder; either answers with the path `open` takes (the path itself, the
+    index or item inside a folder, a rank file's iteration folder), or None
+    when the path is not in this format. A format found only as a file or
+    only as a folder leaves the other None. A recogniser only looks (names,
+    markers, listings); `open` reads. `nests`: also found one level down, in
+    a folder that wraps it (OLMo-core `stepN/model_and_optim/`, HF FSDP
+    `pytorch_model_fsdp_0/`, DeepSpeed `checkpoint-N/global_stepN/`); its
+    `in_folder` must then be a cheap marker check that never raises.
+    """
+
+    name: str
+    open: Callable[[Path], Checkpoint]
+    in_file: Callable[[Path], Path | None] | None = None
+    in_folder: Callable[[Path], Path | None] | None = None
+    nests: bool = False

@@ -42,8 +42,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ckptscan.errors import CkptScanError
-from ckptscan.readers.base import dtype_name
+from ckptscan.readers.base import Checkpoint, Format, dtype_name
 from ckptscan.readers.bounded import MAX_CONFIG_BYTES, load_json
+from ckptscan.readers.steps import step_from_name
 from ckptscan.readers.torch_pickle import flat_tensors, load_pickle, plain
 
 if TYPE_CHECKING:  # torch.distributed.checkpoint costs ~1 s to import: only when a DCP is opened
@@ -287,3 +288,21 @@ def open_torch_dist(source: DcpSource) -> tuple[StackedLayers, dict[str, Any]]:
     if stacked.num_layers:
         meta["stacked_layers"] = stacked.num_layers
     return stacked, meta
+
+
+def _rank_file(path: Path) -> Path | None:
+    """A legacy rank file stands for its whole iteration folder."""
+    return path.parent.parent if path.name == RANK_FILE and RANK_DIR.match(path.parent.name) else None
+
+
+def _legacy_in(folder: Path) -> Path | None:
+    return folder if is_legacy_dir(folder) else None
+
+
+def _open_legacy(directory: Path) -> Checkpoint:
+    source, meta, files = open_legacy(directory)
+    return Checkpoint(directory, "megatron", step_from_name(directory.name), source, None, files, meta)
+
+
+# `torch_dist` is a DCP folder: the DCP format opens it (`readers.formats`).
+LEGACY = Format("megatron-legacy", _open_legacy, in_file=_rank_file, in_folder=_legacy_in)

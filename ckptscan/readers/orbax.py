@@ -27,7 +27,8 @@ import numpy
 import torch
 
 from ckptscan.errors import CkptScanError
-from ckptscan.readers.base import dtype_name
+from ckptscan.readers.base import Checkpoint, Format, dtype_name
+from ckptscan.readers.sidecars import read_config
 
 CHECKPOINT_METADATA = "_CHECKPOINT_METADATA"
 ITEM_METADATA = "_METADATA"
@@ -182,3 +183,29 @@ def _to_torch(values: numpy.ndarray) -> torch.Tensor:
     if values.dtype.name == "bfloat16":
         return torch.from_numpy(values.view(numpy.int16)).view(torch.bfloat16)
     return torch.from_numpy(values)
+
+
+def _item_in(folder: Path) -> Path | None:
+    """An item folder itself, or the one item of a step folder."""
+    if is_item_dir(folder):
+        return folder
+    if (folder / CHECKPOINT_METADATA).is_file():
+        return item_dir(folder)
+    return None
+
+
+def _open_item(item: Path) -> Checkpoint:
+    """An Orbax item folder; its step folder (`<step>/`) is the checkpoint."""
+    source = OrbaxSource(item)
+    step_dir = item.parent if (item.parent / CHECKPOINT_METADATA).is_file() else item
+    step = int(step_dir.name) if step_dir.name.isdigit() else None
+    meta: dict[str, Any] = {}
+    if "step" in source.keys() and source.shape("step") == ():  # MaxText's train state records it
+        value = source.get("step")
+        if not value.is_floating_point():
+            meta["step"] = int(value.item())
+    return Checkpoint(step_dir, "orbax", step, source, read_config(step_dir / "config.json"),
+                      sorted(f for f in item.rglob("*") if f.is_file()), meta)
+
+
+ORBAX = Format("orbax", _open_item, in_folder=_item_in)

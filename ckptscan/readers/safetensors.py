@@ -1,4 +1,6 @@
-"""safetensors files: parse and validate the header, then read exact byte ranges.
+"""safetensors checkpoints: one file, a folder of shards, or a sharded
+checkpoint's index; each file's header parsed and validated, then exact byte
+ranges read.
 
 We parse the format ourselves (8-byte little-endian header length, a JSON
 header, then raw row-major little-endian data) instead of memory-mapping the
@@ -14,16 +16,23 @@ import functools
 import json
 import math
 import os
+import re
 import stat
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from ckptscan.errors import CkptScanError
+from ckptscan.readers import sidecars
+from ckptscan.readers.base import DTYPES, Checkpoint, Format
+from ckptscan.readers.steps import step_from_name
 from ckptscan.storage import RemotePath
+from ckptscan.storage.ranged import Fetch
 
 # A remote header is fetched with its first request: this covers the header
 # of a shard of several hundred tensors in one GET (a larger one costs a
@@ -32,31 +41,6 @@ REMOTE_HEADER_GUESS = 64 * 1024
 # A real header is a few MB even for 100k-tensor shards; a larger length is a
 # corrupt or hostile file, refused before anything is allocated.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
-
-# safetensors dtype -> torch attribute. Types this torch lacks (the unsigned
-# ones before 2.3) are left out, so reading them is a clear "unknown dtype"
-# error instead of an import failure.
-_DTYPE_NAMES = {
-    "BOOL": "bool",
-    "U8": "uint8",
-    "I8": "int8",
-    "I16": "int16",
-    "I32": "int32",
-    "I64": "int64",
-    "F16": "float16",
-    "BF16": "bfloat16",
-    "F32": "float32",
-    "F64": "float64",
-    "F8_E4M3": "float8_e4m3fn",
-    "F8_E5M2": "float8_e5m2",
-    "U16": "uint16",
-    "U32": "uint32",
-    "U64": "uint64",
-}
-DTYPES: dict[str, torch.dtype] = {
-    name: getattr(torch, attr) for name, attr in _DTYPE_NAMES.items() if hasattr(torch, attr)
-}
-
 
 @dataclass(frozen=True)
 class TensorEntry:
@@ -291,3 +275,155 @@ def _check_no_overlap(path: Path, entries: dict[str, TensorEntry]) -> None:
     for (_, prev_end, prev), (start, _, name) in zip(spans, spans[1:]):
         if start < prev_end:
             raise CkptScanError(f"corrupt safetensors header: data overlaps tensor '{prev}'", path=path, tensor=name)
+
+
+class SafetensorsSource:
+    """One or more safetensors files (a sharded checkpoint) as one tensor map."""
+
+    def __init__(self, files: list[Path], weight_map: dict[str, str] | None = None, index_path: Path | None = None):
+        self.files = files
+        self.metadata: dict[str, str] = {}
+        # Remote shards: (fetch, position) of each read `prefetch` started, taken by the `get` that asked for it.
+        self._prefetched: dict[tuple[str, tuple[int, int] | None], tuple[Fetch, int]] = {}
+        self._lock = threading.Lock()
+        self._entries: dict[str, TensorEntry] = {}
+        for entries, metadata in _read_headers(files):
+            self._entries.update(entries)
+            self.metadata.update(metadata)
+        if weight_map is not None:
+            for name, shard in weight_map.items():
+                entry = self._entries.get(name)
+                if entry is None or entry.file.name != Path(shard).name:
+                    raise CkptScanError(f"the index names this tensor in '{shard}' but that shard lacks it",
+                                        path=index_path, tensor=name)
+
+    def keys(self) -> list[str]:
+        return list(self._entries)
+
+    def entry(self, name: str) -> TensorEntry:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise CkptScanError("no such tensor in this checkpoint", path=self.files[0].parent, tensor=name) from None
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.entry(name).shape
+
+    def dtype(self, name: str) -> str:
+        return self.entry(name).dtype
+
+    def get(self, name: str, rows: tuple[int, int] | None = None) -> torch.Tensor:
+        with self._lock:
+            pending = self._prefetched.pop((name, rows), None)
+        # Waits for a prefetch still in flight; its error (URL, tensor) is raised here.
+        data = None if pending is None else pending[0].result()[pending[1]]
+        return read_tensor(self.entry(name), name, rows, data)
+
+    def prefetch(self, wanted: list[tuple[str, tuple[int, int] | None]]) -> Callable[[], None]:
+        """Remote shards: start fetching the byte ranges of these (tensor, rows)
+        reads, one concurrent batch per shard, adjacent ranges coalesced, for
+        the `get` calls that follow (which wait for them). Does not wait; a
+        read already prefetched and not yet taken is not fetched again. Local
+        files are read by `get` itself. Returns a function that abandons what
+        no `get` has taken yet (cancelling the requests not yet sent)."""
+        by_file: dict[RemotePath, list[tuple[tuple[str, tuple[int, int] | None], tuple[int, int]]]] = {}
+        with self._lock:
+            for name, rows in dict.fromkeys(wanted):
+                entry = self.entry(name)
+                if isinstance(entry.file, RemotePath) and (name, rows) not in self._prefetched:
+                    by_file.setdefault(entry.file, []).append(((name, rows), byte_span(entry, name, rows)))
+            started = []
+            for file, reads in by_file.items():
+                fetch = file.fetch_ranges([span for _, span in reads], [name for (name, _), _ in reads])
+                started.append((fetch, [key for key, _ in reads]))
+                self._prefetched.update((key, (fetch, k)) for k, (key, _) in enumerate(reads))
+
+        def abandon() -> None:
+            with self._lock:
+                for fetch, keys in started:
+                    fetch.cancel()
+                    for key in keys:
+                        if self._prefetched.get(key, (None,))[0] is fetch:
+                            del self._prefetched[key]
+
+        return abandon
+
+
+def _read_headers(files: list[Path]) -> list[tuple[dict[str, TensorEntry], dict[str, str]]]:
+    """Each file's header; a sharded checkpoint's remote shards all at once
+    (each header is a GET, tens of ms to first byte), local ones in turn."""
+    if len(files) < 2 or not isinstance(files[0], RemotePath):
+        return [read_header(file) for file in files]
+    with ThreadPoolExecutor(min(len(files), 16), thread_name_prefix="ckptscan-header") as pool:
+        return list(pool.map(read_header, files))
+
+
+# A shard of a sharded safetensors checkpoint: model-00001-of-00004.safetensors.
+SHARD_NAME = re.compile(r"^(.*)-(\d+)-of-(\d+)\.safetensors$")
+
+
+def _index_file(path: Path) -> Path | None:
+    return path if path.name.endswith(".safetensors.index.json") else None
+
+
+def _index_in(folder: Path) -> Path | None:
+    return min(folder.glob("*.safetensors.index.json"), default=None)
+
+
+def _open_indexed(index_path: Path) -> Checkpoint:
+    """A sharded checkpoint through its index: every shard it names must be there."""
+    shards = sidecars.weight_map(index_path)
+    files = []
+    for shard in sorted(set(shards.values())):
+        file = index_path.parent / shard
+        if not file.is_file():
+            raise CkptScanError(f"the index names shard '{shard}', which does not exist (incomplete checkpoint?)",
+                                path=index_path)
+        files.append(file)
+    folder = index_path.parent
+    return Checkpoint(index_path, "safetensors-sharded", step_from_name(folder.name),
+                      SafetensorsSource(files, shards, index_path), sidecars.read_config(folder / "config.json"),
+                      [index_path, *files])
+
+
+def _single_file(path: Path) -> Path | None:
+    return path if path.name.endswith(".safetensors") else None
+
+
+def _open_file(path: Path) -> Checkpoint:
+    folder = path.parent
+    return Checkpoint(path, "safetensors", step_from_name(folder.name), SafetensorsSource([path]),
+                      sidecars.read_config(folder / "config.json"), [path])
+
+
+def _shards_in(folder: Path) -> Path | None:
+    return folder if any(folder.glob("*.safetensors")) else None
+
+
+def _open_shards(folder: Path) -> Checkpoint:
+    """A folder of safetensors files without an index, as one checkpoint."""
+    files = sorted(folder.glob("*.safetensors"))
+    _require_every_shard(folder, files)
+    return Checkpoint(folder, "safetensors", step_from_name(folder.name), SafetensorsSource(files),
+                      sidecars.read_config(folder / "config.json"), files)
+
+
+def _require_every_shard(folder: Path, files: list[Path]) -> None:
+    """Shards `name-0000i-of-0000n.safetensors` found without their index:
+    all n must be there, else this is a save in progress (the index is
+    written last), not a checkpoint with fewer tensors."""
+    present = {f.name for f in files}
+    for file in files:
+        match = SHARD_NAME.match(file.name)
+        if match:
+            prefix, index, total = match.groups()
+            missing = [n for i in range(1, int(total) + 1)
+                       if (n := f"{prefix}-{i:0{len(index)}d}-of-{total}.safetensors") not in present]
+            if missing:
+                raise CkptScanError(f"shard '{missing[0]}' and the index are missing (checkpoint still being "
+                                    "written, or incomplete)", path=folder)
+
+
+INDEXED = Format("safetensors-index", _open_indexed, in_file=_index_file, in_folder=_index_in)
+FILE = Format("safetensors-file", _open_file, in_file=_single_file)
+SHARDS = Format("safetensors-shards", _open_shards, in_folder=_shards_in)

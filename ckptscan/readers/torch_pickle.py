@@ -36,7 +36,9 @@ import torch
 from ckptscan.errors import CkptScanError
 from ckptscan.storage import RemotePath
 from ckptscan.storage.download import local_copy
-from ckptscan.readers.base import dtype_name
+from ckptscan.readers.base import Checkpoint, Format, dtype_name
+from ckptscan.readers import sidecars
+from ckptscan.readers.steps import step_from_name
 
 # Classes from these packages become inert stand-ins instead of being imported.
 # Lightning checkpoints pickle whatever `save_hyperparameters()` kept, often a
@@ -378,3 +380,66 @@ def open_torch_index(index_path: Path, weight_map: dict[str, str]) -> TorchSourc
                                 path=index_path)
         shards[clean_key(name)] = file
     return TorchSource(shards, index_path)
+
+
+# Model files of a torch-pickle checkpoint directory, by producer.
+TORCH_MODEL_FILES = ("pytorch_model.bin", "ckpt.pt", "model.pt", "model.pth", "consolidated.00.pth", "lit_model.pth")
+TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+# litgpt writes its model config beside lit_model.pth (`save_config`).
+LITGPT_CONFIG = "model_config.yaml"
+DEEPSPEED_MODEL_FILE = "mp_rank_00_model_states.pt"
+
+
+def _pickle_file(path: Path) -> Path | None:
+    return path if path.suffix in TORCH_SUFFIXES else None
+
+
+def _model_file_in(folder: Path) -> Path | None:
+    return next((folder / name for name in TORCH_MODEL_FILES if (folder / name).is_file()), None)
+
+
+def _open_pickle(path: Path) -> Checkpoint:
+    source, meta, kind = open_torch_file(path)
+    litgpt_config = path.parent / LITGPT_CONFIG
+    files = [path]
+    if litgpt_config.is_file():
+        meta["litgpt_config"] = sidecars.read_yaml(litgpt_config)
+        kind = "litgpt"
+        files.append(litgpt_config)
+    step = step_from_name(path.parent.name)
+    if step is None and path.parent.name.startswith("mp_rank_"):
+        step = step_from_name(path.parent.parent.name)
+    return Checkpoint(path, kind, step, source, sidecars.read_config(path.parent / "config.json"), files, meta)
+
+
+def _index_file(path: Path) -> Path | None:
+    return path if path.name.endswith(".bin.index.json") else None
+
+
+def _index_in(folder: Path) -> Path | None:
+    return min(folder.glob("*.bin.index.json"), default=None)
+
+
+def _open_indexed(index_path: Path) -> Checkpoint:
+    source = open_torch_index(index_path, sidecars.weight_map(index_path))
+    folder = index_path.parent
+    return Checkpoint(folder, "torch-sharded", step_from_name(folder.name), source,
+                      sidecars.read_config(folder / "config.json"), [index_path, *sorted(set(source.shards.values()))])
+
+
+def _deepspeed_in(folder: Path) -> Path | None:
+    return folder if (folder / DEEPSPEED_MODEL_FILE).is_file() else None
+
+
+def _open_deepspeed(folder: Path) -> Checkpoint:
+    if (folder / "mp_rank_01_model_states.pt").exists():
+        raise CkptScanError("DeepSpeed model-parallel checkpoint (mp_rank_01_model_states.pt): merging its "
+                            "shards is not supported", path=folder)
+    return _open_pickle(folder / DEEPSPEED_MODEL_FILE)
+
+
+INDEXED = Format("torch-index", _open_indexed, in_file=_index_file, in_folder=_index_in)
+# A file named by the user is opened as a pickle by its suffix alone, a
+# DeepSpeed rank file included; in a folder, DeepSpeed's is looked for first.
+DEEPSPEED = Format("deepspeed", _open_deepspeed, in_folder=_deepspeed_in, nests=True)
+PICKLE = Format("torch-pickle", _open_pickle, in_file=_pickle_file, in_folder=_model_file_in)

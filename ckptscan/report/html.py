@@ -18,7 +18,6 @@ import html
 from pathlib import Path
 from typing import Any, Iterable
 
-from ckptscan.detection.catalog import BY_NAME
 from ckptscan.errors import CkptScanError
 from ckptscan.output import own_descriptor, write_output
 from ckptscan.report.figures import Figure, run_figures
@@ -26,6 +25,7 @@ from ckptscan.report.load import as_json_values, report_from_dict
 from ckptscan.report.table import fmt
 from ckptscan.report.trend_table import first_alert_text, first_findings, router_monitor
 from ckptscan.results import ScanReport
+from ckptscan.vocabulary import BY_NAME
 
 SECTIONS = ("verdict", "timeline", "monitors", "layers", "findings", "thresholds", "run")
 

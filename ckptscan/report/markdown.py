@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ckptscan.detection.catalog import BY_NAME
 from ckptscan.output import write_output
 from ckptscan.report.sparkline import sparkline
 from ckptscan.report.table import fmt
 from ckptscan.report.trend_table import SPARK_WIDTH, first_alert_text, first_findings, router_monitor, series
 from ckptscan.results import ScanReport
+from ckptscan.vocabulary import BY_NAME
 
 ICONS = {"alert": "🔴", "warn": "🟡", "ok": "🟢", "unchanged": "⚪"}
 

@@ -38,10 +38,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ckptscan.detection.catalog import MONITORS
-from ckptscan.detection.summary import worst
 from ckptscan.errors import CkptScanError
 from ckptscan.results import FAMILIES, PairResult, ScanReport
+from ckptscan.vocabulary import MONITORS, worst
 
 EVENT_SUFFIX = ".ckptscan"
 SEVERITY_LEVEL = {"ok": 0, "unchanged": 0, "info": 1, "warn": 2, "alert": 3}

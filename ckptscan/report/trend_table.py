@@ -17,11 +17,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ckptscan.detection.catalog import BY_NAME, Monitor
-from ckptscan.detection.summary import worst
 from ckptscan.report.sparkline import cell_statuses, sparkline
 from ckptscan.report.table import STATUS_STYLE, fmt, print_model
 from ckptscan.results import Finding, LayerResult, LayerSummary, ScanReport
+from ckptscan.vocabulary import BY_NAME, MonitorInfo, worst
 
 SPARK_WIDTH = 30  # at most this many cells per sparkline
 MIN_SPARK_WIDTH = 6
@@ -43,7 +42,7 @@ def family_statuses(report: ScanReport, layer: int, family: str) -> list[str]:
             for pair in report.pairs]
 
 
-def router_monitor(report: ScanReport) -> Monitor | None:
+def router_monitor(report: ScanReport) -> MonitorInfo | None:
     """Routing entropy when a probe gave it, else router ε; None without routers."""
     for name in ("routing_entropy_norm", "epsilon"):
         monitor = BY_NAME[name]
@@ -108,7 +107,7 @@ def print_trend(console: Console, report: ScanReport) -> None:
     _print_summary(console, report)
 
 
-def _spark_cells(report: ScanReport, layer: int, monitor: Monitor, current: dict, baseline: dict, width: int
+def _spark_cells(report: ScanReport, layer: int, monitor: MonitorInfo, current: dict, baseline: dict, width: int
                  ) -> list[Text | str]:
     values = series(report, layer, monitor.read)
     line = sparkline(values, width)

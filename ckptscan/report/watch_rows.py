@@ -13,11 +13,11 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from ckptscan.detection.catalog import BY_NAME, Monitor
 from ckptscan.report.markdown import ICONS, escape
 from ckptscan.report.table import STATUS_STYLE, fmt
 from ckptscan.report.trend_table import router_monitor
 from ckptscan.results import SEVERITIES, LayerResult, PairResult, ScanReport
+from ckptscan.vocabulary import BY_NAME, MonitorInfo
 
 WIDTHS = {"step": 8, "pair": 15, "value": 14, "base": 6, "loss": 7, "status": 7}
 
@@ -50,7 +50,7 @@ def pair_cells(report: ScanReport, index: int) -> list[str]:
     return cells + [pair.status, ",".join(flagged) or "–"]
 
 
-def worst_layer(pair: PairResult, monitor: Monitor) -> LayerResult | None:
+def worst_layer(pair: PairResult, monitor: MonitorInfo) -> LayerResult | None:
     """The layer whose findings of the monitor's family are the most severe,
     ties going to the lowest value (both headlines alarm low)."""
     def rank(layer: LayerResult) -> tuple[int, float]:

@@ -21,8 +21,8 @@ import threading
 from pathlib import Path
 
 from ckptscan.errors import CkptScanError
+from ckptscan.storage.ranged import setting
 from ckptscan.storage.remote_path import RemotePath
-from ckptscan.storage.stores import setting
 
 LIMIT = int(setting("CKPTSCAN_DOWNLOAD_LIMIT", 64 << 30))
 # Written in pieces of this size, so memory stays bounded whatever the file size.

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ckptscan.storage.errors import Denied, NotFound, missing_extra
+from ckptscan.storage.ranged import RangedReader
 from ckptscan.storage.remote_path import Listing, ObjectInfo
-from ckptscan.storage.stores import Denied, NotFound, RangedReader, missing_extra
 
 
 class FsspecStore(RangedReader):

@@ -17,8 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from ckptscan.errors import CkptScanError
+from ckptscan.storage.errors import Denied, NotFound, missing_extra, reason
+from ckptscan.storage.ranged import TIMEOUT_S, RangedReader
 from ckptscan.storage.remote_path import Listing, ObjectInfo
-from ckptscan.storage.stores import OBSTORE_SCHEMES, TIMEOUT_S, Denied, NotFound, RangedReader, missing_extra, reason
+
+# The schemes obstore serves, and the kind of store each names.
+OBSTORE_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure",
+                   "abfss": "azure", "azure": "azure"}
 
 
 class ObstoreStore(RangedReader):

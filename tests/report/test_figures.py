@@ -14,6 +14,7 @@ from PIL import Image  # noqa: E402
 
 from ckptscan.detection.rules import Thresholds, assess_report  # noqa: E402
 from ckptscan.report import figures  # noqa: E402
+from ckptscan.report.figures import heatmap  # noqa: E402
 from ckptscan.report.figures import DPI, Grid, draw_heatmap, draw_timeline, run_figures  # noqa: E402
 
 from report.runs import COLLAPSE  # noqa: E402
@@ -146,8 +147,8 @@ def test_every_heatmap_and_the_timeline_become_pngs(reports):
 
 def test_folded_columns_and_rows_keep_the_alarm_side_extreme(reports, monkeypatch):
     report = reports["loss"]
-    monkeypatch.setattr(figures, "MAX_COLUMNS", 4)
-    monkeypatch.setattr(figures, "MAX_ROWS", 2)
+    monkeypatch.setattr(heatmap, "MAX_COLUMNS", 4)
+    monkeypatch.setattr(heatmap, "MAX_ROWS", 2)
     fig, caption = draw_heatmap(Grid.of(report), "delta2_entropy_norm")
     ax = fig.axes[0]
     (mesh,) = [c for c in ax.collections if isinstance(c, QuadMesh)]
@@ -176,7 +177,7 @@ def test_figures_stay_legible_for_96_plus_layers_and_300_plus_checkpoints():
     width, height = fig.get_size_inches() * DPI
     assert width <= 1100 and height <= 1100
     (mesh,) = [c for c in fig.axes[0].collections if isinstance(c, QuadMesh)]
-    assert mesh.get_array().shape == (figures.MAX_ROWS, figures.MAX_COLUMNS)
+    assert mesh.get_array().shape == (heatmap.MAX_ROWS, heatmap.MAX_COLUMNS)
     assert "320 pairs folded into 200 columns" in caption and "100 layers folded into 96 rows" in caption
     assert len(fig.axes[0].get_yticks()) <= 24
     # The collapsed layer's row stays dark after folding (the alarm side is kept), and only that row.

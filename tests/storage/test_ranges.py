@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ckptscan.storage import RemotePath, as_path
-from ckptscan.storage.stores import MIN_PART_BYTES, PART_BYTES, SPREAD, plan_parts, reason
+from ckptscan.storage.errors import reason
+from ckptscan.storage.ranged import MIN_PART_BYTES, PART_BYTES, SPREAD, plan_parts
 
 
 def test_adjacent_and_overlapping_ranges_are_merged_but_never_across_a_gap():

@@ -17,8 +17,9 @@ from ckptscan.errors import CkptScanError
 from ckptscan.readahead import ReadAhead
 from ckptscan.readers import open_checkpoints
 from ckptscan.readers.safetensors import REMOTE_HEADER_GUESS
-from ckptscan.scan import LayerTask, ScanOptions, _read_tensor
-from ckptscan.storage import stores
+from ckptscan.scan import LayerTask, ScanOptions
+from ckptscan.scan.reading import read_tensor
+from ckptscan.storage import ranged
 
 runner = CliRunner()
 SHARD = "checkpoint-200/model-00001-of-00002.safetensors"
@@ -42,7 +43,7 @@ def test_a_trend_of_five_checkpoints_equals_the_local_one_and_fetches_every_byte
     folders = hf_run(tmp_path / "run", steps=(100, 200, 300, 400, 500), layers=3)
     url = s3.upload(tmp_path / "run", "run")
     local = runner.invoke(app, ["trend", str(tmp_path / "run"), "--format", "json", "--no-cache"])
-    before = dict(stores.stats)
+    before = dict(ranged.stats)
     remote = runner.invoke(app, ["trend", url, "--format", "json", "--no-cache"])
     assert local.exit_code == remote.exit_code == 0, remote.output
     same_numbers(json.loads(local.stdout), json.loads(remote.stdout))
@@ -50,7 +51,7 @@ def test_a_trend_of_five_checkpoints_equals_the_local_one_and_fetches_every_byte
     # tensors, each shard's header GET (with up to 64 KiB more), config and index.
     headers = sum(min(f.stat().st_size, 8 + REMOTE_HEADER_GUESS) for f in (tmp_path / "run").rglob("*.safetensors"))
     small_files = sum(f.stat().st_size for f in (tmp_path / "run").rglob("*.json"))
-    assert stores.stats["bytes"] - before["bytes"] == monitored_bytes(folders, 3) + headers + small_files
+    assert ranged.stats["bytes"] - before["bytes"] == monitored_bytes(folders, 3) + headers + small_files
 
 
 def test_the_next_loads_are_in_flight_while_the_current_one_is_read(s3, tmp_path):
@@ -59,7 +60,7 @@ def test_the_next_loads_are_in_flight_while_the_current_one_is_read(s3, tmp_path
     checkpoints = open_checkpoints([f"{url}/checkpoint-100", f"{url}/checkpoint-200"])
     task = LayerTask(checkpoints, [(0, 1)], ScanOptions())
     ahead = ReadAhead([0, 1, 2], task.used, task.prefetch_load)
-    before = dict(stores.stats)
+    before = dict(ranged.stats)
     ahead.reach(0, 0)
     # Checkpoint 0's layer 0 (needed now), and ahead of it checkpoint 1's layer 0 and checkpoint 0's layer 1.
     pending = {(c, name) for c, ckpt in enumerate(checkpoints) for name, _ in ckpt.tensors._prefetched}
@@ -70,10 +71,10 @@ def test_the_next_loads_are_in_flight_while_the_current_one_is_read(s3, tmp_path
         ahead.reach(layer, c)
         plan = task.layouts[c].layers[layer]
         for name in plan.tensors:
-            assert _read_tensor(checkpoints[c], plan, name, None).equal(local[c].tensors.get(name))
+            assert read_tensor(checkpoints[c], plan, name, None).equal(local[c].tensors.get(name))
     ahead.close()
     assert all(not c.tensors._prefetched for c in checkpoints)  # every fetch taken by its read
-    assert stores.stats["bytes"] - before["bytes"] == monitored_bytes(folders, 3)
+    assert ranged.stats["bytes"] - before["bytes"] == monitored_bytes(folders, 3)
 
 
 def test_a_failed_read_ahead_fetch_is_raised_where_its_tensor_is_read(s3, proxy, tmp_path):
@@ -89,11 +90,11 @@ def test_a_failed_read_ahead_fetch_is_raised_where_its_tensor_is_read(s3, proxy,
     ahead.reach(0, 0)
     plan = task.layouts[0].layers[0]
     for name in plan.tensors:
-        _read_tensor(checkpoints[0], plan, name, None)
+        read_tensor(checkpoints[0], plan, name, None)
     assert proxy.faults_sent > 0  # the read-ahead fetch of checkpoint-200 was sent, and failed
     ahead.reach(0, 1)
     with pytest.raises(CkptScanError) as error:
-        _read_tensor(checkpoints[1], plan, plan.tensors[0], None)
+        read_tensor(checkpoints[1], plan, plan.tensors[0], None)
     # The request held q_proj and k_proj (adjacent in the file: one part): both are named.
     assert str(error.value).startswith(f"{url}/{SHARD}: tensor '{plan.tensors[0]}")
     assert str(error.value).endswith("': read failed after 4 tries: 503 Service Unavailable, SlowDown")

@@ -17,7 +17,7 @@ from ckptscan.readers.safetensors import REMOTE_HEADER_GUESS
 from ckptscan.report.json import report_dict
 from ckptscan import scan_pair
 from ckptscan.scan import ScanOptions
-from ckptscan.storage import stores
+from ckptscan.storage import ranged
 
 runner = CliRunner()
 
@@ -40,7 +40,7 @@ def test_selected_heads_read_only_their_rows_and_equal_the_local_scan(s3, tmp_pa
     url = s3.upload(tmp_path / "run", "run")
     options = ScanOptions(heads=[1, 2])
     local = scan_pair(older, newer, options)
-    before = dict(stores.stats)
+    before = dict(ranged.stats)
     remote = scan_pair(f"{url}/checkpoint-100", f"{url}/checkpoint-200", ScanOptions(heads=[1, 2]))
     same_numbers(report_dict(local), report_dict(remote))
     # Every byte is fetched once: per layer and checkpoint the q rows of heads 1-2
@@ -49,7 +49,7 @@ def test_selected_heads_read_only_their_rows_and_equal_the_local_scan(s3, tmp_pa
     monitored = 2 * 2 * (2 * 16 * 64 + 32 * 64) * 4
     headers = sum(min(f.stat().st_size, 8 + REMOTE_HEADER_GUESS) for f in (tmp_path / "run").rglob("*.safetensors"))
     small_files = sum(f.stat().st_size for f in (tmp_path / "run").rglob("*.json"))
-    assert stores.stats["bytes"] - before["bytes"] == monitored + headers + small_files
+    assert ranged.stats["bytes"] - before["bytes"] == monitored + headers + small_files
 
 
 def test_dcp_diff_equals_the_local_diff(s3, tmp_path):
@@ -158,13 +158,13 @@ def test_urls_open_side_by_side_in_order_with_each_failure_in_its_place(s3, tmp_
 
     import pytest
 
-    import ckptscan.readers as readers
+    import ckptscan.readers.opening as opening
     from ckptscan.errors import CkptScanError
 
     hf_run(tmp_path / "run", steps=(100, 200, 300))
     url = s3.upload(tmp_path / "run", "run")
     urls = [f"{url}/checkpoint-100", f"{url}/checkpoint-999", f"{url}/checkpoint-200", f"{url}/checkpoint-300"]
-    real, running, most = readers.open_checkpoint, [0], [0]
+    real, running, most = opening.open_checkpoint, [0], [0]
     lock = threading.Lock()
 
     def counting(path):
@@ -178,10 +178,10 @@ def test_urls_open_side_by_side_in_order_with_each_failure_in_its_place(s3, tmp_
             with lock:
                 running[0] -= 1
 
-    monkeypatch.setattr(readers, "open_checkpoint", counting)
-    opened = readers.open_each(urls)
+    monkeypatch.setattr(opening, "open_checkpoint", counting)
+    opened = opening.open_each(urls)
     assert most[0] == len(urls)
     assert [str(c.path) for c in (opened[0], opened[2], opened[3])] == [urls[0], urls[2], urls[3]]
     assert isinstance(opened[1], CkptScanError) and "checkpoint-999" in str(opened[1])
     with pytest.raises(CkptScanError, match="checkpoint-999"):
-        readers.open_checkpoints(urls)
+        opening.open_checkpoints(urls)

@@ -15,13 +15,12 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ckptscan import scan as scan_module
 from ckptscan.cli import app
 from ckptscan.errors import CkptScanError
 from ckptscan.parallel import ordered_map, plan_threads, torch_threads
 from ckptscan.report.json import report_dict
 from ckptscan import scan_pair
-from ckptscan.scan import ScanOptions, resolve_device
+from ckptscan.scan import ScanOptions, resolve_device, tasks
 from factories import llama_config, llama_tensors, updated, write_hf_checkpoint
 
 CONFIG = llama_config(layers=4, hidden=64, heads=4, kv_heads=2, experts=4)
@@ -148,16 +147,39 @@ def test_unknown_devices_are_refused(device):
 def test_layers_are_placed_on_the_resolved_device(pair, monkeypatch):
     """The raw tensors go to options.device before any arithmetic."""
     seen = []
-    real_compare = scan_module._compare
+    real_compare = tasks.compare
 
     def spying_compare(layer, a, b, options, selection=None):
         seen.append((options.device, a.weights.q.device.type, b.weights.k.device.type, a.grams.qq.device.type))
         return real_compare(layer, a, b, options, selection)
 
-    monkeypatch.setattr(scan_module, "_compare", spying_compare)
+    monkeypatch.setattr(tasks, "compare", spying_compare)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     scan_pair(*pair, ScanOptions(device="auto"))
     assert seen and set(seen) == {("cpu", "cpu", "cpu", "cpu")}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_monitors_run_in_full_float32_whatever_the_caller_set(pair, monkeypatch, workers):
+    """A training script's TF32 ("high"/"medium") must not reach the Gram
+    products: live reports would differ from `trend` on the same weights.
+    The caller's setting is back once the scan returns."""
+    seen = []
+    real_compare = tasks.compare
+
+    def spying_compare(layer, a, b, options, selection=None):
+        seen.append(torch.get_float32_matmul_precision())
+        return real_compare(layer, a, b, options, selection)
+
+    monkeypatch.setattr(tasks, "compare", spying_compare)
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        scan_pair(*pair, ScanOptions(workers=workers))
+        assert torch.get_float32_matmul_precision() == "medium"
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert seen and set(seen) == {"highest"}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown when CUDA is absent")

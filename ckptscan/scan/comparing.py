@@ -1,0 +1,51 @@
+"""Comparing a layer of two checkpoints: (older, newer) loaded layers -> the
+pair's `LayerResult` (non-finite counts, the fraction of weights changed,
+and the attention and router results)."""
+
+from __future__ import annotations
+
+import torch
+
+from ckptscan.layouts import LayerWeights
+from ckptscan.results import LayerResult
+from ckptscan.scan.attention_result import attention_result
+from ckptscan.scan.loading import LoadedLayer
+from ckptscan.scan.options import ScanOptions
+from ckptscan.scan.router_result import router_result
+from ckptscan.scan.selection import HeadSelection
+
+
+def compare(
+    layer: int, a: LoadedLayer, b: LoadedLayer, options: ScanOptions, selection: HeadSelection | None = None
+) -> LayerResult:
+    dtype = torch.promote_types(a.compute_dtype, b.compute_dtype)
+    result = LayerResult(layer=layer)
+    for role in {**a.nonfinite, **b.nonfinite}:
+        result.nonfinite[role] = max(a.nonfinite.get(role, 0), b.nonfinite.get(role, 0))
+    wa, wb = a.weights, b.weights
+    result.stored_dtype = dict(b.stored_dtype)
+    result.changed_fraction = _changed_fractions(wa, wb)
+    if a.qk_finite and b.qk_finite:
+        result.attention = attention_result(wa, wb, a.grams, dtype, selection, options.full_spectrum)
+    if wa.router is not None and wb.router is not None and "router" not in result.nonfinite:
+        result.router = router_result(wa, wb, a.routing, b.routing)
+    return result
+
+
+def _changed_fractions(a: LayerWeights, b: LayerWeights) -> dict[str, float]:
+    """Per role, the fraction of elements that differ between the checkpoints
+    (a widening cast keeps distinct stored values distinct)."""
+    found = {}
+    for role, x, y in (("W_q", a.q, b.q), ("W_k", a.k, b.k), ("router", a.router, b.router)):
+        if x is not None and y is not None and x.shape == y.shape and x.numel():
+            found[role] = _count_changed(x, y) / x.numel()
+    return found
+
+
+def _count_changed(x: torch.Tensor, y: torch.Tensor, chunk: int = 1 << 18) -> int:
+    """Elements with x != y, compared a chunk at a time: a whole-layer boolean
+    mask (and count_nonzero's wider temporaries) would be tens of MB of fresh
+    pages per layer, page-faulted in on every pair; chunks reuse the same
+    small block of memory."""
+    x, y = x.reshape(-1), y.reshape(-1)
+    return sum(int(torch.count_nonzero(x[i:i + chunk] != y[i:i + chunk])) for i in range(0, x.numel(), chunk))

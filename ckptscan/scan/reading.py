@@ -1,0 +1,75 @@
+"""Reading a layer: its monitored tensors' bytes (with a head selection, only
+those heads' rows), fetched at once from object storage, onto the device the
+math runs on."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ckptscan.errors import CkptScanError
+from ckptscan.layouts import LayerPlan
+from ckptscan.readers import Checkpoint
+from ckptscan.scan.selection import HeadSelection
+
+
+def read_layer(ckpt: Checkpoint, plan: LayerPlan, selection: HeadSelection | None,
+               device: str) -> dict[str, torch.Tensor]:
+    """The layer's monitored tensors as stored, by name, on `device`."""
+    prefetch(ckpt, plan, selection)
+    raw = {name: read_tensor(ckpt, plan, name, selection) for name in plan.tensors}
+    if device != "cpu":
+        raw = {name: tensor.to(device) for name, tensor in raw.items()}
+    return raw
+
+
+def prefetch(ckpt: Checkpoint, plan: LayerPlan, selection: HeadSelection | None) -> Callable[[], None] | None:
+    """A source in object storage gets every byte range of this layer at once
+    (fetched concurrently, adjacent ranges coalesced) instead of one request
+    after another; `read_tensor` then takes them, waiting for those still in
+    flight. Returns the source's function abandoning them (see `ReadAhead`).
+    Local sources fetch nothing here and read as before."""
+    prefetch = getattr(ckpt.tensors, "prefetch", None)
+    if prefetch is None:
+        return None
+    wanted: list[tuple[str, tuple[int, int] | None]] = []
+    for name in plan.tensors:
+        runs = selection.row_runs(plan.roles.get(name), ckpt.tensors.shape(name)) if selection is not None else None
+        wanted.extend([(name, None)] if runs is None else [(name, run) for run in runs])
+    return prefetch(wanted)
+
+
+def read_tensor(ckpt: Checkpoint, plan: LayerPlan, name: str, selection: HeadSelection | None) -> torch.Tensor:
+    """One monitored tensor. With a head selection only the selected heads'
+    rows of W_q/W_k are read, into an otherwise zero tensor of the full shape
+    so that the layout's `build` sees the shape it checks; the zero rows
+    belong to heads dropped right after `build`, never seen by the math."""
+    shape = ckpt.tensors.shape(name)
+    runs = selection.row_runs(plan.roles.get(name), shape) if selection is not None else None
+    if runs is None:
+        return ckpt.tensors.get(name)
+    full = None
+    for lo, hi in runs:
+        part = ckpt.tensors.get(name, rows=(lo, hi))
+        full = part.new_zeros(shape) if full is None else full
+        full[lo:hi] = part
+    return full
+
+
+def resolve_device(device: str) -> str:
+    """The torch device the math runs on: "auto" is "cuda" when torch can use
+    a CUDA device and "cpu" otherwise; an explicit "cuda[:N]" must exist."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return device
+    kind, colon, index = device.partition(":")
+    if kind != "cuda" or (colon and not index.isdigit()):
+        raise CkptScanError(f"--device must be 'cpu', 'cuda', 'cuda:N' or 'auto', not {device!r}")
+    if not torch.cuda.is_available():
+        raise CkptScanError(f"--device {device}: torch {torch.__version__} sees no CUDA device here; "
+                            "use --device cpu (or auto, which falls back to the CPU)")
+    if index and int(index) >= torch.cuda.device_count():
+        raise CkptScanError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
+    return device

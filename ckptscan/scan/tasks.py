@@ -1,0 +1,194 @@
+"""The scan's tasks: `scan_layers` checks the checkpoints, cuts the layers
+into tasks for an executor and gathers their results; a `LayerTask` computes
+one layer of every pair, visiting the checkpoints in step order."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+
+from ckptscan.errors import CkptScanError
+from ckptscan.layouts import ModelInfo, ModelLayout, resolve_layout
+from ckptscan.probe import Probe
+from ckptscan.readahead import ReadAhead
+from ckptscan.readers import Checkpoint
+from ckptscan.results import LayerResult
+from ckptscan.scan.comparing import compare
+from ckptscan.scan.loading import LoadedLayer, load_layer
+from ckptscan.scan.options import DEFAULT_TOP_K, ScanOptions
+from ckptscan.scan.reading import prefetch, resolve_device
+from ckptscan.scan.selection import check_compatible, layer_plan, router_name, select_heads, select_layers
+from ckptscan.storage import RemotePath
+
+if TYPE_CHECKING:
+    from ckptscan.executors import Executor
+
+
+def scan_layers(
+    checkpoints: Sequence[Checkpoint],
+    pairs: Sequence[tuple[int, int]],
+    options: ScanOptions,
+    probe: Probe | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    *,
+    executor: Executor | None = None,
+    known: Mapping[int, Sequence[LayerResult]] | None = None,
+    on_layer: Callable[[int, list[LayerResult]], None] | None = None,
+) -> tuple[ModelInfo, list[list[LayerResult]]]:
+    """The metrics of every (older, newer) index pair of `checkpoints`
+    (ordered oldest first), layer by layer: (model, [pair][layer] results).
+
+    `executor` runs the layer tasks (default: `LocalExecutor`, threads here).
+    `known`: layer -> its results for every pair, already computed (a resumed
+    run): those layers are not scheduled. `on_layer(layer, [pair] results)`
+    is called on this thread as each computed layer arrives, and
+    `progress(layers done, layers to compute)` after it.
+    """
+    checkpoints = list(checkpoints)
+    if len(checkpoints) < 2:
+        raise CkptScanError("need at least two checkpoints to compare")
+    pairs = list(pairs)
+    if not pairs or any(not 0 <= a < b < len(checkpoints) for a, b in pairs):
+        raise CkptScanError(f"invalid checkpoint pairs {pairs}: each must be (older, newer) indices")
+    layouts = [resolve_layout(c, options.overrides, options.tensor_map) for c in checkpoints]
+    for ckpt, layout in zip(checkpoints[1:], layouts[1:]):
+        check_compatible(checkpoints[0], layouts[0], ckpt, layout)
+    plans = select_layers(layouts[0], options.layers, checkpoints[0].path)
+    if probe is not None:
+        routers = {p.layer: (name, checkpoints[0].tensors.shape(name)) for p in plans if (name := router_name(p))}
+        probe.check_routers(routers, layouts[0].info.hidden_size, checkpoints[0].path)
+    task = LayerTask(checkpoints, pairs, options, probe, layouts)
+    found = {layer: list(results) for layer, results in (known or {}).items() if len(results) == len(pairs)}
+    todo = [p.layer for p in plans if p.layer not in found]
+    if executor is None:
+        from ckptscan.executors.local import LocalExecutor
+
+        executor = LocalExecutor(options.workers, options.threads)
+    groups = executor.group(todo) if todo else []
+    done = 0
+    # Remote checkpoints: fetch the next layer-loads while the current ones are computed on.
+    if any(isinstance(c.path, RemotePath) for c in checkpoints):
+        task.readahead = ReadAhead(todo, task.used, task.prefetch_load)
+    try:
+        for position, group_results in executor.map(task, groups) if groups else ():
+            for layer, layer_results in zip(groups[position], group_results):
+                found[layer] = layer_results
+                if on_layer is not None:
+                    on_layer(layer, layer_results)
+                done += 1
+                if progress is not None:
+                    progress(done, len(todo))
+    finally:
+        if task.readahead is not None:
+            task.readahead.close()
+    return layouts[0].info, [[found[p.layer][k] for p in plans] for k in range(len(pairs))]
+
+
+class LayerTask:
+    """One scan's per-layer work: `task(layers, stop)` -> [layer][pair] results.
+
+    Each layer visits the checkpoints in step order and holds a checkpoint's
+    layer only while a later pair still needs it: each checkpoint's bytes are
+    read once, and each checkpoint's Grams are computed once.
+
+    Picklable by location, for executors that run it in other processes:
+    the pickle holds the checkpoints' paths, the probe's path and the options,
+    never an open file or a tensor of weights, and the receiving process
+    re-opens the checkpoints and resolves their layouts itself (reading
+    headers only). The driver has checked them; the worker reads its rows
+    straight from where they are stored.
+    """
+
+    def __init__(self, checkpoints: Sequence[Checkpoint], pairs: Sequence[tuple[int, int]], options: ScanOptions,
+                 probe: Probe | None = None, layouts: Sequence[ModelLayout] | None = None) -> None:
+        self.checkpoints = list(checkpoints)
+        self.pairs = [tuple(pair) for pair in pairs]
+        # "auto" is resolved where the task runs: the driver's CUDA says nothing of a worker node's.
+        self.requested = options
+        self.options = replace(options, device=resolve_device(options.device))
+        self.probe = probe
+        self.layouts = list(layouts) if layouts is not None else [
+            resolve_layout(c, options.overrides, options.tensor_map) for c in self.checkpoints]
+        self.top_k = self.layouts[0].info.top_k or DEFAULT_TOP_K
+        self.selection = select_heads(self.layouts[0].info, options.heads, self.checkpoints[0].path)
+        self.used = sorted({i for pair in self.pairs for i in pair})
+        self.last_use = {i: max(b for a, b in self.pairs if i in (a, b)) for i in self.used}
+        self.bases = {a for a, _ in self.pairs}  # checkpoints whose Grams a pair reuses
+        self.readahead: ReadAhead | None = None  # set by `scan_layers` for remote checkpoints
+
+    def __reduce__(self) -> tuple:
+        return (_Located, ([str(c.path) for c in self.checkpoints], self.pairs, self.requested,
+                           None if self.probe is None else str(self.probe.path)))
+
+    def __call__(self, layers: Sequence[int], stop: threading.Event) -> list[list[LayerResult]]:
+        return [self.layer(layer, stop) for layer in layers]
+
+    def describe(self, layers: Sequence[int]) -> str:
+        """The task's work in words, for an error that can only name the task."""
+        first, last = self.checkpoints[self.used[0]], self.checkpoints[self.used[-1]]
+        return _describe(layers, first.path, last.path, len(self.used))
+
+    def layer(self, layer: int, stop: threading.Event) -> list[LayerResult]:
+        """This layer of every pair ([] once `stop` is set: the consumer has gone)."""
+        options, pairs = self.options, self.pairs
+        held: dict[int, LoadedLayer] = {}
+        compared: list[LayerResult | None] = [None] * len(pairs)
+        plan = layer_plan(self.layouts[0], layer)
+        # The probe's inputs for this layer are read once and routed by every checkpoint.
+        probe_input = self.probe.router_input(layer) if self.probe is not None and router_name(plan) else None
+        if probe_input is not None:
+            probe_input = probe_input.to(options.device)
+        for i in self.used:
+            if stop.is_set():  # the consumer has gone (error elsewhere, Ctrl-C)
+                return []
+            layout = self.layouts[i]
+            plan_i = layer_plan(layout, layer)
+            if self.readahead is not None:
+                self.readahead.reach(layer, i)
+            held[i] = load_layer(self.checkpoints[i], plan_i, options, probe_input, self.top_k, self.selection,
+                                  as_base=i in self.bases)
+            for k, (a, b) in enumerate(pairs):
+                if b == i:
+                    compared[k] = compare(layer, held[a], held[b], options, self.selection)
+            held = {j: loaded for j, loaded in held.items() if self.last_use[j] > i}
+        return compared
+
+    def prefetch_load(self, layer: int, i: int) -> Callable[[], None] | None:
+        """Start fetching checkpoint i's `layer` (a `ReadAhead` starter)."""
+        layout = self.layouts[i]
+        return prefetch(self.checkpoints[i], layer_plan(layout, layer), self.selection)
+
+
+class _Located:
+    """A `LayerTask` as it arrives in another process: its inputs by location,
+    opened when it first runs (so that a checkpoint broken since the driver
+    checked it fails the task with the reader's error, not the unpickling)."""
+
+    def __init__(self, locations: list[str], pairs: list[tuple[int, int]], options: ScanOptions,
+                 probe: str | None) -> None:
+        self.args = (locations, pairs, options, probe)
+        self.task: LayerTask | None = None
+
+    def __reduce__(self) -> tuple:
+        return (_Located, self.args)
+
+    def __call__(self, layers: Sequence[int], stop: threading.Event) -> list[list[LayerResult]]:
+        if self.task is None:
+            from ckptscan.probe import load_probe
+            from ckptscan.readers import open_checkpoint
+
+            locations, pairs, options, probe = self.args
+            self.task = LayerTask([open_checkpoint(location) for location in locations], pairs, options,
+                                  None if probe is None else load_probe(probe))
+        return self.task(layers, stop)
+
+    def describe(self, layers: Sequence[int]) -> str:
+        locations, pairs, _, _ = self.args
+        used = sorted({i for pair in pairs for i in pair})
+        return _describe(layers, locations[used[0]], locations[used[-1]], len(used))
+
+
+def _describe(layers: Sequence[int], first: object, last: object, count: int) -> str:
+    span = f"layer {layers[0]}" if len(layers) == 1 else f"layers {layers[0]}-{layers[-1]}"
+    return f"{span} of the {count} checkpoints {first} … {last}"
