@@ -12,6 +12,9 @@ Fenced blocks, by language:
   ``*Not executed: needs X.*``, the marker that the rendered docs show too.
   ``python`` blocks can carry the same marker. Everything else (toml, yaml,
   xml, text, an output block) is data, not an example.
+- an indented code block (four spaces after a blank line, outside a fence) is
+  reported with the language ``indented``: examples are fenced, so that they
+  are run or marked.
 
 Expected output is compared after normalising what depends on the machine:
 runs of whitespace (terminal width and wrapping, table padding) count as one
@@ -66,6 +69,8 @@ def blocks(path: Path) -> list[Block]:
     while i < len(lines):
         opening = FENCE.match(lines[i])
         if not opening:
+            if lines[i].startswith("    ") and lines[i].strip() and (i == 0 or not lines[i - 1].strip()):
+                found.append(Block(path, i + 1, "indented", lines[i].strip(), None))
             i += 1
             continue
         indent, body, j = len(opening["indent"]), [], i + 1

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from docs.examples import ROOT, SHELL, Block, blocks, commands, documents, matches
+from docs.examples import ROOT, SHELL, Block, Command, blocks, commands, documents, matches
 
 PAGES = [path for path in documents() if any(b.lang in {"console", "python", "pycon"} for b in blocks(path))]
 
@@ -96,6 +96,8 @@ def test_every_example_of_the_page_runs_and_prints_what_it_shows(page, shell):
 def test_shell_examples_are_executed_or_say_why_not():
     unexecutable = [b.where for p in documents() for b in blocks(p) if b.lang in SHELL and b.not_executed is None]
     assert not unexecutable, f"write these as ```console with `$ ` prompts, or mark them: {unexecutable}"
+    indented = [b.where for p in documents() for b in blocks(p) if b.lang == "indented"]
+    assert not indented, f"fence these code blocks, so that they are run or marked: {indented}"
 
 
 def test_examples_not_executed_are_few_and_each_names_what_it_needs():
@@ -111,3 +113,15 @@ def test_the_rules_catch_what_rotted_before():
     assert not matches("router ε   base", "routing H/ln E base")
     assert matches("mixtral: …\n…\nALERT: attention … step 1500", "mixtral: 2 layers\nrow\nrow\nALERT: attention fired at step 1500")
     assert not matches("ALERT … step 1500", "ALERT at step 1600")
+
+
+def test_blocks_are_read_with_their_marker_commands_and_exit_codes(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("text\n\n*Not executed: needs a GPU.*\n```bash\nrun-on-gpu\n```\n\n"
+                    "```console\n$ ckptscan diff A B \\\n    --json -   # exit 1\nout\n$ echo 'two\nlines'\ntwo\nlines\n```\n\n"
+                    "    indented --code\n")
+    gpu, console, indented = blocks(page)
+    assert (gpu.lang, gpu.not_executed, gpu.line) == ("bash", "a GPU", 4)
+    assert commands(console) == [Command("ckptscan diff A B \\\n    --json -   # exit 1", "out", 1),
+                                 Command("echo 'two\nlines'", "two\nlines", 0)]
+    assert (indented.lang, indented.not_executed) == ("indented", None)
