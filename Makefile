@@ -1,18 +1,29 @@
-# The two commands of the README. Each sets up .venv on first use.
-.PHONY: demo test setup bench bench-scale bench-trend bench-diff bench-watch bench-remote bench-ray
+# The two commands of the README. Each sets up .venv on first use: `demo` with
+# the core and matplotlib (for --html), `test` with everything the suite needs.
+.PHONY: demo test setup setup-demo docs bench bench-scale bench-trend bench-diff bench-watch bench-remote bench-ray
 
 setup:
-	@scripts/setup
+	@scripts/setup test
+
+setup-demo:
+	@scripts/setup demo
 
 # The attention-fault run is meant to alert: its gate exit code 1 is the
 # expected outcome here, so only 0/1 count as success (2 = input error).
-demo: setup
+demo: setup-demo
+	@echo "demo: ckptscan trend on sample_checkpoints/attention_fault, a run with an injected attention fault."
+	@echo "demo: the expected verdict is ALERT, and the gate's exit code 1 (make demo still succeeds)."
 	.venv/bin/ckptscan trend sample_checkpoints/attention_fault --html ckptscan-demo.html || [ $$? -eq 1 ]
+	@echo "demo: ALERT is the expected verdict on this faulty run; the report is in ckptscan-demo.html"
 
 test: setup
 	.venv/bin/python -m pytest
 
-# Benchmarks print ratios measured side by side in one run (see README).
+# The documentation site (MkDocs Material, the `docs` extra) into site/.
+docs: setup
+	.venv/bin/mkdocs build --strict
+
+# Benchmarks print ratios measured side by side in one run (docs/performance.md).
 bench: setup
 	.venv/bin/python bench/attention_layer.py
 
