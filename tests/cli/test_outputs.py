@@ -261,8 +261,8 @@ def test_watch_metrics_port_is_scraped_while_a_writer_adds_checkpoints(tmp_path,
 def test_watch_closes_its_metrics_endpoint_when_it_ends(tmp_path):
     run = write_run(tmp_path / "run", count=2)
     port = free_port()
-    result = runner.invoke(app, ["watch", str(run), "--timeout", "1", "--settle", "0.05", "--interval", "0.05", "--poll",
-                                 "--no-cache", "--metrics-port", str(port)])
+    result = runner.invoke(app, ["watch", str(run), "--timeout", "1", "--settle", "0.05", "--interval", "0.05",
+                                 "--poll", "--no-cache", "--metrics-port", str(port)])
     assert result.exit_code == 0, result.output
     with socket.socket() as again:  # listening still, the port could not be taken
         again.bind(("127.0.0.1", port))
