@@ -138,6 +138,30 @@ Reference = Annotated[Optional[Path], typer.Option(
     "--reference", metavar="FILE", help="JSON report (ckptscan trend --json) of a known-healthy run of the same model "
     "and schedule to compare with.")]
 
+# The services a run's health is followed in (cli.outputs: written after the
+# report files, each failure one line on stderr, never the exit code).
+WandbTarget = Annotated[Optional[str], typer.Option(
+    "--wandb", metavar="PROJECT[/RUN]", help="Append the per-step scalars, the verdict and the findings to a "
+    "Weights & Biases run in PROJECT, one per scanned run (RUN names it). Mode and credentials are W&B's own "
+    "(WANDB_MODE=offline, WANDB_API_KEY); never asks for a login. Needs pip install 'ckptscan[wandb]'.")]
+MlflowUri = Annotated[Optional[str], typer.Option(
+    "--mlflow", metavar="URI", help="Log the per-step metrics, verdict tags and the JSON/HTML report to an MLflow "
+    "tracking store: http(s)://server, databricks or sqlite:///mlflow.db (one MLflow run per scanned run; needs "
+    "pip install 'ckptscan[mlflow]').")]
+MlflowExperiment = Annotated[str, typer.Option("--mlflow-experiment", metavar="NAME",
+                                               help="The MLflow experiment of --mlflow.")]
+NotifyUrl = Annotated[Optional[str], typer.Option(
+    "--notify", metavar="URL", help="POST a JSON message to this webhook at the run's first warning and first alert, "
+    "once each per run (a 'text' field Slack and Teams incoming webhooks show as is).")]
+NotifyOn = Annotated[str, typer.Option("--notify-on", metavar="warn,alert",
+                                       help="Which of the run's firsts --notify posts: warn, alert, or both.")]
+MetricsPort = Annotated[Optional[int], typer.Option(
+    "--metrics-port", metavar="PORT", min=0, max=65535, help="Serve the run's health as Prometheus metrics on "
+    "http://ADDR:PORT/metrics while watching (needs pip install 'ckptscan[prometheus]').")]
+MetricsAddr = Annotated[str, typer.Option(
+    "--metrics-addr", metavar="ADDR", help="Address --metrics-port listens on. Default: this machine only; the "
+    "endpoint has no authentication, so exposing it (0.0.0.0, for a Prometheus on another host) is your choice.")]
+
 # Parameter name -> (declaration, default). The name is the one every command
 # (and every option group's field) uses for the option.
 SHARED: dict[str, tuple[Any, Any]] = {
@@ -152,6 +176,9 @@ SHARED: dict[str, tuple[Any, Any]] = {
     "live_loss_log": (LiveLossLog, None), "no_loss_log": (NoLossLog, False), "probe": (RunProbe, None),
     "no_probe": (NoProbe, False), "cache_dir": (CacheDir, None), "no_cache": (NoCache, False),
     "no_disk_cache": (NoDiskCache, False),
+    "wandb": (WandbTarget, None), "mlflow": (MlflowUri, None), "mlflow_experiment": (MlflowExperiment, "ckptscan"),
+    "notify": (NotifyUrl, None), "notify_on": (NotifyOn, "warn,alert"), "metrics_port": (MetricsPort, None),
+    "metrics_addr": (MetricsAddr, "127.0.0.1"),
 }
 
 Command = TypeVar("Command", bound=Callable[..., Any])

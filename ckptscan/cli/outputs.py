@@ -1,14 +1,20 @@
 """Where a report goes, and the exit code it makes: every destination a
 command writes (stdout in --format, --json, --junit, --markdown-summary,
-GitHub annotations, --html, --png, --tensorboard) and the gate.
+GitHub annotations, --html, --png, --tensorboard; the services --wandb,
+--mlflow, --notify and watch's --metrics-port) and the gate.
 
 Each group below is a command's set of destinations, as options
 (`cli.options.shared_options` spreads a group's fields into flags, in field
-order): `ReportOutputs` for diff and trend, `WatchOutputs` for watch (written
-again after each judged pair), `RenderOutputs` for `ckptscan report` (a saved
-report). A group checks, before any long scan, that what its destinations
-need is installed, then writes them all. Every write goes through
-`ckptscan.output`; a failed one is one line and exit 2.
+order): `ReportOutputs` for diff, `TrendOutputs` for trend, `WatchOutputs`
+for watch (written again after each judged pair), `RenderOutputs` for
+`ckptscan report` (a saved report). A group checks, before any long scan,
+that what its destinations need is installed and that their targets are
+well formed, then writes them all. Every file write goes through
+`ckptscan.output`; a failed one is one line and exit 2. A service is not a
+file the user asked for but a place the scan is also shown: each is written
+through `report.destinations.deliver`, so one that fails (no network, a bad
+store, a full disk) is one line on stderr and changes neither the exit code
+nor the JSON report.
 
 A new destination (say --wandb) is: its option in `cli.options` (a
 declaration and its `SHARED` entry, under the field's name), a field in the
@@ -32,13 +38,14 @@ from ckptscan.errors import CkptScanError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ckptscan.report.prometheus import MetricsServer
     from ckptscan.results import ScanReport
     from ckptscan.watch import WatchEvent
 
 
 @dataclass(frozen=True)
 class ReportOutputs:
-    """diff's and trend's destinations, in their --help order."""
+    """diff's destinations (and the first of trend's), in their --help order."""
 
     json_path: Path | None
     junit: Path | None
@@ -55,10 +62,35 @@ class ReportOutputs:
     def write(self, report: ScanReport, fail_on: FailOn | str, print_table: Callable[[Console, ScanReport], None],
               quiet: bool, allow_corrupt: bool = False) -> int:
         """Every destination, then the gate's line on stderr; returns its exit code."""
+        self.write_destinations(report, fail_on, print_table, quiet)
+        return gate(report, fail_on, allow_corrupt)
+
+    def write_destinations(self, report: ScanReport, fail_on: FailOn | str,
+                           print_table: Callable[[Console, ScanReport], None], quiet: bool) -> None:
         emit(report, self.format, self.json_path, self.markdown_summary, print_table, self.junit, fail_on)
         write_figure_outputs(report, self.html, self.png, quiet)
         write_tensorboard_output(report, self.tensorboard, quiet)
-        return gate(report, fail_on, allow_corrupt)
+
+
+@dataclass(frozen=True)
+class TrendOutputs(ReportOutputs):
+    """trend's destinations: diff's, then the services that follow a run."""
+
+    wandb: str | None
+    mlflow: str | None
+    mlflow_experiment: str
+    notify: str | None
+    notify_on: str
+
+    def check(self) -> None:
+        super().check()
+        check_service_outputs(self.wandb, self.mlflow, self.notify, self.notify_on)
+
+    def write_destinations(self, report: ScanReport, fail_on: FailOn | str,
+                           print_table: Callable[[Console, ScanReport], None], quiet: bool) -> None:
+        super().write_destinations(report, fail_on, print_table, quiet)
+        write_service_outputs(report, self.wandb, self.mlflow, self.mlflow_experiment, self.notify, self.notify_on,
+                              quiet)
 
 
 @dataclass(frozen=True)
@@ -68,14 +100,39 @@ class WatchOutputs:
     json_path: Path | None
     markdown_summary: Path | None
     tensorboard: Path | None
+    wandb: str | None
+    mlflow: str | None
+    mlflow_experiment: str
+    notify: str | None
+    notify_on: str
+    metrics_port: int | None
+    metrics_addr: str
 
     def check(self) -> None:
         check_tensorboard_output(self.tensorboard)
+        check_service_outputs(self.wandb, self.mlflow, self.notify, self.notify_on)
+        if self.metrics_port is not None:
+            from ckptscan.report.prometheus import require_prometheus
+
+            require_prometheus()
+
+    def open(self, quiet: bool) -> WatchDestinations:
+        """The destinations for one watch, its metrics endpoint listening from
+        now until `close` (a port in use: exit 2 before anything is judged)."""
+        if self.metrics_port is None:
+            return WatchDestinations(self, None)
+        from ckptscan.report.prometheus import MetricsServer
+
+        server = MetricsServer(self.metrics_port, self.metrics_addr)
+        note(f"serving metrics on http://{self.metrics_addr}:{server.port}/metrics", quiet=quiet)
+        return WatchDestinations(self, server)
 
     def write(self, event: WatchEvent, quiet: bool) -> None:
         """After each judged pair, before its rows are printed (a printed row's
         pair is in them): the whole series in the JSON report, the new rows
-        appended to the Markdown summary, the new steps to TensorBoard."""
+        appended to the Markdown summary, the new steps to TensorBoard, then
+        the services (W&B and MLflow get the new steps; --notify posts a first
+        warning or alert once)."""
         from ckptscan.report.json import write_json
         from ckptscan.report.watch_rows import markdown_rows
 
@@ -90,6 +147,29 @@ class WatchOutputs:
                 raise CkptScanError(f"cannot append the Markdown summary: {e.strerror or e}",
                                     path=summary_path) from None
         write_tensorboard_output(event.report, self.tensorboard, quiet)
+        write_service_outputs(event.report, self.wandb, self.mlflow, self.mlflow_experiment, self.notify,
+                              self.notify_on, quiet)
+
+
+@dataclass(frozen=True)
+class WatchDestinations:
+    """watch's destinations while it runs: WatchOutputs, and the Prometheus
+    endpoint that lives as long as the watch (closed however it ends)."""
+
+    outputs: WatchOutputs
+    metrics: MetricsServer | None
+
+    def write(self, event: WatchEvent, quiet: bool) -> None:
+        """WatchOutputs.write, then the gauges of the newest report."""
+        from ckptscan.report.destinations import deliver
+
+        self.outputs.write(event, quiet)
+        if self.metrics is not None:
+            deliver("--metrics-port", self.metrics.update, event.report)
+
+    def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
 
 
 @dataclass(frozen=True)
@@ -101,13 +181,17 @@ class RenderOutputs:
     png: Path | None
     tensorboard: Path | None
     junit: Path | None
+    wandb: str | None
+    mlflow: str | None
+    mlflow_experiment: str
 
     def check(self) -> None:
-        if self.html is None and self.png is None and self.tensorboard is None and self.junit is None:
+        if all(v is None for v in (self.html, self.png, self.tensorboard, self.junit, self.wandb, self.mlflow)):
             raise CkptScanError("nothing to write: give --html FILE and/or --png DIR "
-                                "(or --tensorboard DIR, --junit FILE)")
+                                "(or --tensorboard DIR, --junit FILE, --wandb PROJECT, --mlflow URI)")
         check_figure_outputs(self.html, self.png)
         check_tensorboard_output(self.tensorboard)
+        check_service_outputs(self.wandb, self.mlflow)
 
     def write(self, saved: ScanReport, fail_on: str, quiet: bool) -> None:
         """`fail_on`: the severity that fails a JUnit test case."""
@@ -118,6 +202,7 @@ class RenderOutputs:
         if self.junit is not None:
             write_junit(junit_xml(saved, fail_on), self.junit)
             note(f"wrote {self.junit}", quiet=quiet)
+        write_service_outputs(saved, self.wandb, self.mlflow, self.mlflow_experiment, quiet=quiet)
 
 
 def fails(report: ScanReport, fail_on: FailOn | str) -> bool:
@@ -244,3 +329,82 @@ def write_tensorboard_output(report: ScanReport, directory: Path | None, quiet: 
 
     written, present = write_tensorboard(report, directory)
     note(f"tensorboard: {written} new step(s) written to {directory}, {present} already there", quiet=quiet)
+
+
+def check_service_outputs(wandb: str | None, mlflow: str | None, notify: str | None = None,
+                          notify_on: str = "warn,alert") -> None:
+    """Before any long scan: each service asked for has its package, and a
+    well-formed target (exit 2 with the fix). Whether it answers is known
+    only when it is written to."""
+    if wandb is not None:
+        from ckptscan.report.wandb import parse_target, require_wandb
+
+        parse_target(wandb)
+        require_wandb()
+    if mlflow is not None:
+        from ckptscan.report.mlflow import require_mlflow
+
+        require_mlflow()
+        check_mlflow_uri(mlflow)
+    if notify is not None:
+        from ckptscan.report.notify import Notifier
+
+        Notifier(notify, notify_events(notify_on))  # checks the URL's scheme and the events
+
+
+def notify_events(notify_on: str) -> tuple[str, ...]:
+    """--notify-on 'warn,alert' -> ('warn', 'alert')."""
+    return tuple(event.strip() for event in notify_on.split(",") if event.strip())
+
+
+def check_mlflow_uri(uri: str) -> None:
+    """A tracking URI whose scheme MLflow has no store for (a typo, a missing
+    plugin) is a usage error, found before the scan."""
+    from mlflow.exceptions import MlflowException
+    # MLflow's own registry of store schemes, plugins included (no public
+    # function answers "is this a tracking URI" without connecting).
+    from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+
+    try:
+        _tracking_store_registry.get_store_builder(uri)
+    except MlflowException:
+        raise CkptScanError(f"--mlflow: {uri!r} is not a tracking URI MLflow can use "
+                            "(http(s)://HOST, databricks, sqlite:///FILE, a directory)") from None
+
+
+def write_service_outputs(report: ScanReport, wandb: str | None, mlflow: str | None, mlflow_experiment: str,
+                          notify: str | None = None, notify_on: str = "warn,alert", quiet: bool = False) -> None:
+    """--wandb, --mlflow, --notify: each through `deliver` (a failure is one
+    line on stderr, and the scan's exit code and JSON stay as they are)."""
+    if wandb is None and mlflow is None and notify is None:
+        return
+    from ckptscan.report.destinations import deliver
+
+    if wandb is not None and (steps := deliver("--wandb", write_wandb_unprompted, report, wandb)) is not None:
+        note(f"wandb: {steps[0]} new step(s) written to {wandb}, {steps[1]} already there", quiet=quiet)
+    if mlflow is not None:
+        from ckptscan.report.mlflow import write_mlflow
+
+        if (steps := deliver("--mlflow", write_mlflow, report, mlflow, mlflow_experiment)) is not None:
+            note(f"mlflow: {steps[0]} new step(s) written to {mlflow} ({mlflow_experiment}), {steps[1]} already "
+                 "there", quiet=quiet)
+    if notify is not None:
+        from ckptscan.report.notify import write_notify
+
+        for notice in deliver("--notify", write_notify, report, notify, notify_events(notify_on)) or ():
+            note(f"notify: posted the first {notice.kind} ({notice.family}, step {notice.step})", quiet=quiet)
+
+
+def write_wandb_unprompted(report: ScanReport, target: str) -> tuple[int, int]:
+    """`write_wandb`, never waiting at a login prompt: wandb.init asks for an
+    API key in a terminal when it finds none, which would hold a nightly job
+    or a watch forever. Online with no credentials, the destination fails."""
+    import wandb
+
+    from ckptscan.report.wandb import write_wandb
+
+    # Silent: wandb's login and sync chatter is not the scan's stderr.
+    settings = wandb.setup(wandb.Settings(silent=True)).settings
+    if not (settings._offline or settings._noop) and not wandb.login(prompt=False, verify=False):
+        raise CkptScanError("no W&B credentials: set WANDB_API_KEY, run `wandb login`, or WANDB_MODE=offline")
+    return write_wandb(report, target)

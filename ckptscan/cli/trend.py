@@ -9,7 +9,7 @@ import typer
 
 from ckptscan.cli.app import command, err, note, run_arguments, scan_options, user_errors
 from ckptscan.cli.options import ExecutorName
-from ckptscan.cli.outputs import ReportOutputs
+from ckptscan.cli.outputs import TrendOutputs
 from ckptscan.cli.process import load_library
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ def trend(
     stride, base, reference,
     baseline: Annotated[Optional[Path], typer.Option("--baseline", hidden=True, metavar="FILE",
                                                      help="Deprecated alias of --reference.")] = None,
-    loss_log, no_loss_log, outputs: ReportOutputs, fail_on, config, set_, cache_dir, no_cache, quiet, num_heads,
+    loss_log, no_loss_log, outputs: TrendOutputs, fail_on, config, set_, cache_dir, no_cache, quiet, num_heads,
     num_kv_heads, head_dim, model_config, layers, precision, probe, no_probe, device, heads, full_spectrum, tensor_map,
     allow_corrupt: Annotated[bool, typer.Option(
         "--allow-corrupt", help="Judge the run without its corrupt checkpoints (they fail the gate otherwise); "

@@ -66,11 +66,12 @@ def watch(
             on_start=lambda mode: note(f"watching {run_dir} ({mode}); Ctrl-C to stop", quiet=quiet),
             **run_arguments(stride, base, probe, no_probe, live_loss_log, no_loss_log, reference, config, set_))
         last: WatchEvent | None = None
-        with closing(events):
+        # The metrics endpoint lives as long as the watch, however it ends.
+        with closing(events), closing(outputs.open(quiet)) as destinations:
             try:
                 for event in events:
                     first = last is None
-                    outputs.write(event, quiet)
+                    destinations.write(event, quiet)
                     last = event  # the reports hold it now, whatever interrupts the printing
                     _print(event, first)
                     gate_on = fail_on or event.spec.config.fail_on

@@ -34,7 +34,7 @@ from ckptscan.errors import CkptScanError
 from ckptscan.report.destinations import run_location
 from ckptscan.results import FAMILIES, ScanReport
 
-DEFAULT_ADDR = "0.0.0.0"  # Prometheus scrapes from another host
+DEFAULT_ADDR = "127.0.0.1"  # the endpoint has no authentication: exposing it (0.0.0.0) is the caller's choice
 
 
 def require_prometheus() -> None:

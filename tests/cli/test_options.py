@@ -35,7 +35,9 @@ def test_bare_parameters_and_groups_become_the_shared_options_in_signature_order
     assert result.exit_code == 0, result.output
     assert received == {"path": "ckpt", "quiet": True, "limit": 3,
                         "outputs": WatchOutputs(json_path=Path("r.json"), markdown_summary=None,
-                                                tensorboard=Path("tb"))}
+                                                tensorboard=Path("tb"), wandb=None, mlflow=None,
+                                                mlflow_experiment="ckptscan", notify=None, notify_on="warn,alert",
+                                                metrics_port=None, metrics_addr="127.0.0.1")}
     help_text = runner.invoke(toy, ["run", "--help"]).output
     flags = ["--quiet", "--json", "--markdown-summary", "--tensorboard", "--limit"]
     assert sorted(flags, key=help_text.index) == flags
