@@ -5,6 +5,7 @@ import io
 import math
 import shutil
 
+import numpy as np
 import pytest
 
 pytest.importorskip("matplotlib")
@@ -14,7 +15,8 @@ from PIL import Image  # noqa: E402
 
 from ckptscan.detection.rules import Thresholds, assess_report  # noqa: E402
 from ckptscan.report import figures  # noqa: E402
-from ckptscan.report.figures import heatmap  # noqa: E402
+from ckptscan.report import sparkline  # noqa: E402
+from ckptscan.report.figures import envelope, heatmap  # noqa: E402
 from ckptscan.report.figures import DPI, Grid, draw_heatmap, draw_timeline, run_figures  # noqa: E402
 
 from report.runs import COLLAPSE  # noqa: E402
@@ -222,3 +224,39 @@ def test_non_finite_weights_are_shaded_on_the_timeline_and_marked_on_the_heatmap
     assert masked == [600, 700]
     (markers,) = [c for c in heat.axes[0].collections if isinstance(c, PathCollection)]
     assert sorted(x for x, _ in markers.get_offsets()) == [550, 650]
+
+
+def test_a_short_series_is_drawn_whole():
+    assert envelope.envelope_indices(np.arange(float(envelope.MAX_POINTS))) is None
+
+
+def test_a_long_series_keeps_each_buckets_extremes_its_flagged_points_and_its_gaps():
+    rng = np.random.default_rng(0)
+    values = rng.normal(0.55, 0.01, 2_000)
+    values[1_234] = 0.05  # a one-pair excursion
+    values[700:705] = np.nan  # a gap
+    flagged = [3, 999, 1_500]
+    index = envelope.envelope_indices(values, flagged)
+    assert len(index) <= envelope.MAX_POINTS + len(flagged) + 3 and list(index) == sorted(set(index))
+    assert {0, 1_999, 1_234, 700, *flagged} <= set(index)
+    for group in sparkline.cells(len(values), envelope.MAX_POINTS // 2):
+        inside = [i for i in index if i in group and not np.isnan(values[i])]
+        block = values[group.start: group.stop]
+        assert min(values[inside]) == np.nanmin(block) and max(values[inside]) == np.nanmax(block)
+
+
+def test_a_timeline_of_2000_pairs_is_thinned_but_keeps_every_finding():
+    report = run_report(2_000, layers=3, d2n=lambda i, n: 0.25 if n == 1 and i >= 1_500 else 0.55)
+    assess_report(report, Thresholds())
+    fig, caption = draw_timeline(report, Grid.of(report))
+    ax = fig.axes[0]
+    assert ax.get_title(loc="left").startswith("layer 1: Δ2 H/ln n")
+    drawn = line(ax, "flagged layer")
+    alerts = {p.to_step for p in report.pairs for f in p.layers[1].findings
+              if f.monitor == "delta2_entropy_norm" and f.severity in ("warn", "alert")}
+    assert alerts and len(drawn.get_xdata()) <= envelope.MAX_POINTS + len(alerts) + 2
+    assert alerts <= set(drawn.get_xdata())  # each flagged step is a point of the line
+    assert drawn.get_marker() in ("", "None")
+    marked = {x for c in ax.collections if isinstance(c, PathCollection) for x, _ in c.get_offsets()}
+    assert alerts <= marked
+    assert "2000 pairs: each line is drawn through the lowest and the highest value of every 10" in caption
