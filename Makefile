@@ -1,5 +1,5 @@
 # The two commands of the README. Each sets up .venv on first use.
-.PHONY: demo test setup bench bench-scale bench-trend bench-diff bench-watch bench-remote bench-ray
+.PHONY: demo test setup bench bench-scale bench-trend bench-diff bench-watch bench-remote bench-ray bench-long
 
 setup:
 	@scripts/setup
@@ -33,3 +33,6 @@ bench-remote: setup   # a 1B-shaped pair (~6 GB under /tmp) served over S3 from 
 
 bench-ray: setup   # --executor ray vs local on 20 checkpoints (14 GB under /tmp/ckptscan-bench-ray); projection
 	.venv/bin/python bench/ray_overhead.py
+
+bench-long: setup   # judge per new pair to 10,000 pairs, report size, 2,003 tiny checkpoints under /tmp/ckptscan-bench-long
+	.venv/bin/python bench/long_run.py
