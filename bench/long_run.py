@@ -35,6 +35,7 @@ The table ends with the issue's targets and PASS/FAIL.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import os
@@ -186,34 +187,43 @@ def judge_and_write_seconds(model: ModelInfo, pairs: list[PairResult], out: Path
 
 # ---------------------------------------------------------------- the JSON report
 
-def report_size(layers: int, heads: int, pairs: int, out: Path) -> dict:
-    """A judged report of `pairs` pairs written as `--json` writes it; its
-    bytes, their parts, and the time to load it back."""
+def write_report(layers: int, heads: int, pairs: int, path: Path) -> dict:
+    """A judged report of `pairs` pairs written to `path` as `--json` writes
+    it; its bytes and what they are made of."""
     from ckptscan.detection.judge import judge
     from ckptscan.report.json import report_json
-    from ckptscan.report.load import load_report
 
     report = judge(run_metrics(model_info(layers, heads), synthetic_pairs(layers, heads, pairs, pairs // 2)),
                    Thresholds())
     text = report_json(report)
-    path = out / "report.json"
     path.write_text(text)
-    del report
-    start = time.perf_counter()
-    with open(path) as f:
-        data = json.load(f)
-    json_load = time.perf_counter() - start
-    start = time.perf_counter()
-    load_report(path)
-    load = time.perf_counter() - start
+    data = json.loads(text)
     layer = data["pairs"][-1]["layers"][3]
-    compact = len(json.dumps(data, separators=(",", ":")))
     parts = {"heads": len(json.dumps(layer["attention"]["heads"], separators=(",", ":"))),
              "judgements": len(json.dumps(layer["judgements"], separators=(",", ":"))),
              "findings": len(json.dumps(layer["findings"], separators=(",", ":"))),
              "layer": len(json.dumps(layer, separators=(",", ":")))}
-    return {"bytes": len(text.encode()), "compact_bytes": compact, "json_load_s": json_load, "load_report_s": load,
-            "layer_parts": parts}
+    compact = len(json.dumps(data, separators=(",", ":")))
+    for pair in data["pairs"]:  # what the report would weigh without its per-head results
+        for result in pair["layers"]:
+            result["attention"]["heads"] = []
+    without_heads = len(json.dumps(data, separators=(",", ":")))
+    return {"bytes": len(text.encode()), "compact_bytes": compact, "compact_without_heads_bytes": without_heads,
+            "gzip_bytes": len(gzip.compress(text.encode(), 6)), "layer_parts": parts}
+
+
+def load_seconds(path: Path) -> dict:
+    """Seconds to read a report back: `json.load`, then `ckptscan.load_report`
+    (which parses it again and builds the result objects)."""
+    from ckptscan.report.load import load_report
+
+    start = time.perf_counter()
+    with open(path) as f:
+        json.load(f)
+    json_load = time.perf_counter() - start
+    start = time.perf_counter()
+    load_report(path)
+    return {"json_load_s": json_load, "load_report_s": time.perf_counter() - start}
 
 
 # ---------------------------------------------------------------- child processes
@@ -245,9 +255,10 @@ def child_main(argv: list[str]) -> None:
                                               Path(out), rounds)
         print(json.dumps({"seconds": seconds}))
     elif kind == "report":
-        layers, heads, count = int(rest[0]), int(rest[1]), int(rest[2])
-        with tempfile.TemporaryDirectory() as out:
-            print(json.dumps(report_size(layers, heads, count, Path(out))))
+        layers, heads, count, path = int(rest[0]), int(rest[1]), int(rest[2]), Path(rest[3])
+        print(json.dumps(write_report(layers, heads, count, path)))
+    elif kind == "load":
+        print(json.dumps(load_seconds(Path(rest[0]))))
     else:
         raise SystemExit(f"unknown child measurement {kind}")
 
@@ -349,7 +360,7 @@ def judge_rows(judged: dict, sizes: list[int]) -> list[Row]:
         rows.append(Row(f"  {shape}: time at {sizes[-1]:,} / at {sizes[0]:,} pairs", _approx(last) + f"{ratio:.1f}×",
                         "≤ 1.2×", _verdict(ratio <= 1.2 and not last.get("extrapolated"))))
         if shape == "70B":
-            rows.append(Row(f"  70B: per pair at {sizes[-1]:,} pairs", f"{_approx(last)}{_ms(last)} ms", "≤ 10 ms",
+            rows.append(Row(f"  70B: per pair at {sizes[-1]:,} pairs", f"{_ms(last)} ms", "≤ 10 ms",
                             _verdict(last["seconds"] <= 0.010 and not last.get("extrapolated"))))
     return rows
 
@@ -448,19 +459,34 @@ def main() -> None:
 
     print("JSON report, 80 layers × 64 heads:", flush=True)
     sized = {}
+    args.root.mkdir(parents=True, exist_ok=True)
     for n in report_sizes:
-        sized[n] = child(["report", "80", "64", str(n)])
-        print(f"  {n} pairs: {sized[n]['bytes'] / 1e6:.1f} MB (compact {sized[n]['compact_bytes'] / 1e6:.1f} MB), "
+        path = args.root / f"report-{n}.json"
+        sized[n] = child(["report", "80", "64", str(n), str(path)])
+        sized[n].update(child(["load", str(path)]))  # its peak RSS: loading alone
+        path.unlink()
+        print(f"  {n} pairs: {sized[n]['bytes'] / 1e6:.1f} MB (compact {sized[n]['compact_bytes'] / 1e6:.1f} MB, "
+              f"compact without per-head results {sized[n]['compact_without_heads_bytes'] / 1e6:.1f} MB, "
+              f"gzip {sized[n]['gzip_bytes'] / 1e6:.1f} MB), "
               f"json.load {sized[n]['json_load_s']:.1f} s, load_report {sized[n]['load_report_s']:.1f} s, "
               f"peak RSS {_mib(sized[n])}; one layer's JSON (compact): {sized[n]['layer_parts']}", flush=True)
     a, b = report_sizes[0], report_sizes[-1]
+    def at_2000(read) -> float:
+        """Linear in the pairs: the larger size plus the slope between the two sizes."""
+        return read(sized[b]) + (read(sized[b]) - read(sized[a])) / (b - a) * (2_000 - b)
+
     per_pair = (sized[b]["bytes"] - sized[a]["bytes"]) / (b - a)
-    at_2000 = sized[b]["bytes"] + per_pair * (2_000 - b)
-    load_2000 = (sized[b]["json_load_s"] + sized[b]["load_report_s"]) * 2_000 / b
-    rss_2000 = sized[b]["peak_rss"] * 2_000 / b
+    size_2000 = at_2000(lambda r: r["bytes"])
+    load_2000 = at_2000(lambda r: r["json_load_s"] + r["load_report_s"])
+    rss_2000 = at_2000(lambda r: r["peak_rss"])
     rows.append(Row("JSON report 2,000 checkpoints × 80 layers × 64 heads (projected, linear)",
-                    f"~{at_2000 / 1e9:.1f} GB ({per_pair / 1e6:.2f} MB/pair); load ~{load_2000:.0f} s, "
+                    f"~{size_2000 / 1e9:.1f} GB ({per_pair / 1e6:.2f} MB/pair); load ~{load_2000:.0f} s, "
                     f"~{rss_2000 / 2**30:.0f} GiB RSS"))
+    share = {key: sized[b][key] / sized[b]["bytes"] for key in ("compact_bytes", "compact_without_heads_bytes",
+                                                                "gzip_bytes")}
+    rows.append(Row("  the same without indentation / also without per-head results / gzip",
+                    f"{share['compact_bytes']:.0%} / {share['compact_without_heads_bytes']:.0%} / "
+                    f"{share['gzip_bytes']:.0%} of it"))
 
     print(f"generated long run: {trend_sizes[-1] + 3} checkpoints of {TINY.name} under {args.root}", flush=True)
     start = time.perf_counter()
