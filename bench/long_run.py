@@ -408,7 +408,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="reduced sizes: checks that the benchmark works")
     p.add_argument("--root", type=Path, default=Path("/tmp/ckptscan-bench-long"))
-    p.add_argument("--budget-s", type=float, default=20.0,
+    p.add_argument("--budget-s", type=float, default=15.0,
                    help="a judge measurement projected to take longer is extrapolated, not run")
     p.add_argument("--train-step-s", type=float, default=65.5,
                    help="training step of the 1B shape (README, bench/live_overhead.py on this machine's CPU)")
@@ -422,7 +422,7 @@ def main() -> None:
     quick = args.quick
     judge_sizes = [10, 100, 1_000, 10_000]
     rounds = 3
-    report_sizes = [10, 20] if quick else [25, 50, 100]
+    report_sizes = [5, 10] if quick else [10, 20, 40]
     trend_sizes = [20, 200] if quick else [100, 2_000]
     watch_sizes = [20, 200] if quick else [20, 2_000]
     budget = 2.0 if quick else args.budget_s
