@@ -302,19 +302,24 @@ def trend_figures(checkpoints: list[Path], root: Path, sizes: list[int]) -> dict
     return found
 
 
-def watch_latency(checkpoints: list[Path], root: Path, count: int, cache: Path) -> dict:
+def watch_latency(checkpoints: list[Path], root: Path, count: int, cache: Path | None) -> dict:
     """Seconds from a new checkpoint's pointer file to its row from `ckptscan
     watch` on a directory of `count` checkpoints (after its first rows).
 
-    The pairs already there come from a copy of `cache` (as a restarted
-    watch finds them); the new checkpoints are the run's last two, which no
-    cache has seen, so each new row costs one pair's compute at both sizes."""
+    The pairs already there come from a pair cache (as a restarted watch
+    finds them): a copy of `cache` when it holds exactly those pairs, else
+    one that `trend` fills first. The new checkpoints are the next two of
+    the run, which no cache has seen, so each new row costs one pair's
+    compute at every size."""
     from watch_latency import Rows
 
     run = run_dir(root / f"watch-{count}", checkpoints[:count])
     own_cache = root / f"watch-cache-{count}"
     shutil.rmtree(own_cache, ignore_errors=True)
-    shutil.copytree(cache, own_cache)
+    if cache is not None:
+        shutil.copytree(cache, own_cache)
+    else:
+        ckptscan("trend", str(run), "--cache-dir", str(own_cache))
     step = lambda path: int(path.name.split("-")[1])  # noqa: E731
     (run / POINTER).write_text(str(step(checkpoints[count - 1])))
     started = time.monotonic()
@@ -323,19 +328,33 @@ def watch_latency(checkpoints: list[Path], root: Path, count: int, cache: Path) 
     rows = Rows(process.stdout)
     rows.start()
     try:
-        ready = rows.wait_for(step(checkpoints[count - 1]), guard=1800) - started
+        ready = row_time(rows, process, step(checkpoints[count - 1]), 900) - started
         delays = []
-        for new in checkpoints[-2:]:
+        for new in checkpoints[count: count + 2]:
             (run / new.name).symlink_to(new)
             (run / POINTER).write_text(str(step(new)))
             complete = time.monotonic()
-            delays.append(rows.wait_for(step(new)) - complete)
+            delays.append(row_time(rows, process, step(new), 300) - complete)
     finally:
         process.terminate()
         process.wait()
     print(f"  watch {count} checkpoints: first rows after {ready:.1f} s; new checkpoint → row "
           f"{', '.join(f'{d:.2f}' for d in delays)} s", flush=True)
     return {"seconds": min(delays), "ready_s": ready}
+
+
+def row_time(rows, process: subprocess.Popen, step: int, guard: float) -> float:
+    """When the row of `step` arrived; fails at once if watch exited first
+    (it stops at the first alert: its gate)."""
+    deadline = time.monotonic() + guard
+    while True:
+        try:
+            return rows.wait_for(step, guard=2)
+        except SystemExit:
+            if process.poll() is not None:
+                raise SystemExit(f"ckptscan watch exited ({process.returncode}) before the row of step {step}")
+            if time.monotonic() > deadline:
+                raise
 
 
 # ---------------------------------------------------------------- the table
@@ -424,7 +443,7 @@ def main() -> None:
     rounds = 3
     report_sizes = [5, 10] if quick else [10, 20, 40]
     trend_sizes = [20, 200] if quick else [100, 2_000]
-    watch_sizes = [20, 200] if quick else [20, 2_000]
+    watch_sizes = [20, trend_sizes[-1] + 1]
     budget = 2.0 if quick else args.budget_s
     print(f"machine: {machine()}; load average {load_average()}", flush=True)
     rows: list[Row] = []
@@ -490,7 +509,7 @@ def main() -> None:
 
     print(f"generated long run: {trend_sizes[-1] + 3} checkpoints of {TINY.name} under {args.root}", flush=True)
     start = time.perf_counter()
-    # trend: the first N + 1; watch: the first N, then the last two (never in a cache).
+    # trend: the first N, then one more; watch: the first N + 1, then two more (never in a cache).
     steps = [INTERVAL * k for k in range(trend_sizes[-1] + 3)]
     checkpoints = ensure_run(TINY, args.root / "source", steps)
     print(f"  ready in {time.perf_counter() - start:.0f} s, {TINY.total_bytes() / 1e3:.0f} KB each", flush=True)
@@ -505,7 +524,9 @@ def main() -> None:
     rows.append(Row(f"  trend peak RSS at {trend_sizes[-1]:,} / at {trend_sizes[0]:,} checkpoints "
                     f"({_mib(large['again'])} / {_mib(small['again'])})", f"{rss_ratio:.2f}×", "≤ 1.5×",
                     _verdict(rss_ratio <= 1.5)))
-    watched = {n: watch_latency(checkpoints, args.root, n, args.root / f"cache-{trend_sizes[-1]}")
+    # The largest trend's cache holds exactly the pairs of its first trend_sizes[-1] + 1 checkpoints.
+    watched = {n: watch_latency(checkpoints, args.root, n,
+                                args.root / f"cache-{n - 1}" if n - 1 == trend_sizes[-1] else None)
                for n in watch_sizes}
     w_ratio = watched[watch_sizes[-1]]["seconds"] / watched[watch_sizes[0]]["seconds"]
     rows.append(Row(f"watch: new checkpoint → row, {watch_sizes[-1]:,} vs {watch_sizes[0]} in the directory "
