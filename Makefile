@@ -1,6 +1,6 @@
 # The two commands of the README. Each sets up .venv on first use: `demo` with
 # the core and matplotlib (for --html), `test` with everything the suite needs.
-.PHONY: demo test setup setup-demo docs bench bench-scale bench-trend bench-diff bench-watch bench-remote bench-ray
+.PHONY: demo test setup setup-demo docs bench bench-scale bench-trend bench-diff bench-watch bench-remote bench-ray bench-long
 
 setup:
 	@scripts/setup test
@@ -44,3 +44,6 @@ bench-remote: setup   # a 1B-shaped pair (~6 GB under /tmp) served over S3 from 
 
 bench-ray: setup   # --executor ray vs local on 20 checkpoints (14 GB under /tmp/ckptscan-bench-ray); projection
 	.venv/bin/python bench/ray_overhead.py
+
+bench-long: setup   # judge per new pair to 10,000 pairs, report size, 2,003 tiny checkpoints under /tmp/ckptscan-bench-long
+	.venv/bin/python bench/long_run.py

@@ -6,10 +6,21 @@ cell coloured by the worst finding of that monitor's family in its pairs;
 the newest value against its baseline; the layer's first alert (step and
 family); its worst status. Below: the loss, the skipped checkpoints, the verdict, rollback candidate
 and lead time, then each flagged layer's first findings.
+
+It stays one screen however long the run and however many layers: a run of
+any length is folded into the sparklines' cells (each coloured by the worst
+status of its pairs, so an alert or a warning is never folded away); a model
+with more than MAX_LAYER_ROWS layers shows every layer that is not ok, the
+first and last EDGE_ROWS layers, and each other run of ok layers as one
+"… k ok layers …" row; the first findings are given for at most
+MAX_FINDING_LAYERS flagged layers (the earliest to fire), the skipped
+checkpoints in at most MAX_SKIPPED_LINES lines. Below those sizes the table
+is printed whole.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from rich import box
@@ -31,17 +42,71 @@ MIN_SPARK_WIDTH = 6
 OTHER_COLUMNS_WIDTH = 29
 NUMBER_COLUMNS_WIDTH = 18
 FINDINGS_PER_LAYER = 3
+MAX_LAYER_ROWS = 40  # more layers than this: the ok ones between EDGE_ROWS at each end are folded
+EDGE_ROWS = 3
+MAX_FINDING_LAYERS = 8
+MAX_SKIPPED_LINES = 5
+
+
+@dataclass(frozen=True)
+class FoldedLayers:
+    """A run of consecutive ok layers shown as one row of a folded table."""
+
+    first: int
+    last: int
+    count: int
+
+
+def shown_layers(layers: list[LayerSummary], limit: int = MAX_LAYER_ROWS, edge: int = EDGE_ROWS
+                 ) -> list[LayerSummary | FoldedLayers]:
+    """The table's rows: every layer when there are at most `limit`; else
+    every layer whose status is not ok (never folded), the first and last
+    `edge` layers, and each run of ok layers between them as one row."""
+    if len(layers) <= limit:
+        return list(layers)
+    rows: list[LayerSummary | FoldedLayers] = []
+    run: list[LayerSummary] = []
+    for k, summary in enumerate(layers):
+        if summary.status == "ok" and edge <= k < len(layers) - edge:
+            run.append(summary)
+            continue
+        rows += _fold(run)
+        run = []
+        rows.append(summary)
+    return rows + _fold(run)
+
+
+def _fold(run: list[LayerSummary]) -> list[LayerSummary | FoldedLayers]:
+    """A run of ok layers: itself when it is one layer (a row either way), else one folded row."""
+    if len(run) <= 1:
+        return list(run)
+    return [FoldedLayers(run[0].layer, run[-1].layer, len(run))]
 
 
 def series(report: ScanReport, layer: int, read: Callable[[LayerResult], float | None]) -> list[float | None]:
     """One layer's values over the run's pairs."""
-    return [next((read(r) for r in pair.layers if r.layer == layer), None) for pair in report.pairs]
+    return layer_series(pair_layers(report), layer, read)
 
 
 def family_statuses(report: ScanReport, layer: int, family: str) -> list[str]:
     """Per pair, the worst severity of the layer's findings of one family."""
-    return [worst([f.severity for r in pair.layers if r.layer == layer for f in r.findings if f.family == family])
-            for pair in report.pairs]
+    return layer_family_statuses(pair_layers(report), layer, family)
+
+
+def pair_layers(report: ScanReport) -> list[dict[int, LayerResult]]:
+    """Per pair, its results by layer: looked up once, so that a table of L
+    layers over P pairs costs O(P·L), not O(P·L²)."""
+    return [{r.layer: r for r in pair.layers} for pair in report.pairs]
+
+
+def layer_series(by_pair: list[dict[int, LayerResult]], layer: int, read: Callable[[LayerResult], float | None]
+                 ) -> list[float | None]:
+    return [read(by_layer[layer]) if layer in by_layer else None for by_layer in by_pair]
+
+
+def layer_family_statuses(by_pair: list[dict[int, LayerResult]], layer: int, family: str) -> list[str]:
+    return [worst([f.severity for f in by_layer[layer].findings if f.family == family] if layer in by_layer else [])
+            for by_layer in by_pair]
 
 
 def router_monitor(report: ScanReport) -> MonitorInfo | None:
@@ -70,6 +135,14 @@ def first_findings(report: ScanReport, layer: int, count: int = FINDINGS_PER_LAY
     return sorted(seen.values(), key=lambda sf: (sf[0] is None, sf[0] or 0))[:count]
 
 
+def earliest_to_fire(flagged: list[LayerSummary], count: int) -> list[LayerSummary]:
+    """The `count` flagged layers that alerted first (then warned first), in layer order."""
+    never = float("inf")
+    ranked = sorted(flagged, key=lambda s: (s.first_alert_step if s.first_alert_step is not None else never,
+                                            s.first_warn_step if s.first_warn_step is not None else never, s.layer))
+    return sorted(ranked[:count], key=lambda s: s.layer)
+
+
 def first_alert_text(summary: LayerSummary) -> str:
     """'1700 attention', or '–' (the findings below name the monitor)."""
     if summary.first_alert_step is None:
@@ -93,10 +166,16 @@ def trend_table(report: ScanReport, width: int = 160) -> Table:
         table.add_column("base", justify="right", no_wrap=True, min_width=5)
     table.add_column("first alert", no_wrap=True, min_width=11)
     table.add_column("status", no_wrap=True, min_width=6)
-    for summary in report.summary.layers:
+    by_pair = pair_layers(report)
+    for summary in shown_layers(report.summary.layers):
+        if isinstance(summary, FoldedLayers):
+            folded = Text(f"… {summary.count} ok layers …", style="dim")
+            table.add_row(f"{summary.first}–{summary.last}", folded, *[""] * (3 * len(monitors) - 1), "",
+                          Text("ok", style=STATUS_STYLE.get("ok", "")))
+            continue
         row: list[Text | str] = [str(summary.layer)]
         for monitor in monitors:
-            row += _spark_cells(report, summary.layer, monitor, summary.current, summary.baseline, spark_width)
+            row += _spark_cells(by_pair, summary.layer, monitor, summary.current, summary.baseline, spark_width)
         row += [first_alert_text(summary), Text(summary.status, style=STATUS_STYLE.get(summary.status, ""))]
         table.add_row(*row)
     return table
@@ -109,12 +188,12 @@ def print_trend(console: Console, report: ScanReport) -> None:
     _print_summary(console, report)
 
 
-def _spark_cells(report: ScanReport, layer: int, monitor: MonitorInfo, current: dict, baseline: dict, width: int
-                 ) -> list[Text | str]:
-    values = series(report, layer, monitor.read)
+def _spark_cells(by_pair: list[dict[int, LayerResult]], layer: int, monitor: MonitorInfo, current: dict,
+                 baseline: dict, width: int) -> list[Text | str]:
+    values = layer_series(by_pair, layer, monitor.read)
     line = sparkline(values, width)
     text = Text()
-    for char, status in zip(line, cell_statuses(family_statuses(report, layer, monitor.family), width)):
+    for char, status in zip(line, cell_statuses(layer_family_statuses(by_pair, layer, monitor.family), width)):
         text.append(char, style=STATUS_STYLE.get(status, "") if status in ("warn", "alert") else "")
     newest = next((v for v in reversed(values) if v is not None), None)
     return [text, fmt(current.get(monitor.name, newest)), fmt(baseline.get(monitor.name))]
@@ -159,8 +238,17 @@ def skipped_line(item: dict[str, str]) -> str:
 
 def _print_summary(console: Console, report: ScanReport) -> None:
     s = report.summary
-    for item in report.skipped:  # before the verdict, which covers only the checkpoints scanned
-        console.print(skipped_line(item), highlight=False, style="yellow" if item.get("kind") == CORRUPT else "dim")
+    # Before the verdict, which covers only the checkpoints scanned. A corrupt
+    # checkpoint fails the gate, so each is named; the others at most a few.
+    corrupt = [item for item in report.skipped if item.get("kind") == CORRUPT]
+    others = [item for item in report.skipped if item.get("kind") != CORRUPT]
+    for item in corrupt:
+        console.print(skipped_line(item), highlight=False, style="yellow")
+    for item in others[:MAX_SKIPPED_LINES]:
+        console.print(skipped_line(item), highlight=False, style="dim")
+    if len(others) > MAX_SKIPPED_LINES:
+        console.print(f"… and {len(others) - MAX_SKIPPED_LINES} more skipped checkpoints (the JSON report "
+                      f"lists them)", highlight=False, style="dim")
     console.print(Text(s.message or s.status, style=STATUS_STYLE.get(s.status, "")))
     if s.rollback_candidate is not None:
         console.print(f"rollback candidate: {s.rollback_candidate.path} (step {s.rollback_candidate.step}), the last "
@@ -173,13 +261,18 @@ def _print_summary(console: Console, report: ScanReport) -> None:
         console.print(f"lead: the first alert came {s.lead_steps} steps before the loss diverged"
                       if s.lead_steps >= 0 else
                       f"lead: none, the loss diverged {-s.lead_steps} steps before the first alert", highlight=False)
-    for summary in s.layers:
-        if summary.status not in ("warn", "alert"):
+    flagged = [summary for summary in s.layers if summary.status in ("warn", "alert")]
+    detailed = {d.layer for d in earliest_to_fire(flagged, MAX_FINDING_LAYERS)}
+    for summary in flagged:
+        if summary.layer not in detailed:
             continue
         for step, f in first_findings(report, summary.layer):
             style = STATUS_STYLE[f.severity]
             console.print(Text(f"  layer {summary.layer} step {step} [{f.family}] {f.severity}: {f.message}",
                                style=style))
+    if len(detailed) < len(flagged):
+        console.print(f"  … and {len(flagged) - len(detailed)} more flagged layers (in the table above); the JSON "
+                      f"and HTML reports give their findings", highlight=False, style="dim")
     for note in report.settings.get("run_notes", []):  # e.g. steps that are accelerate save indices
         console.print(f"note: {note}", highlight=False, style="dim")
     pending = report.settings.get("pending_steps")

@@ -5,6 +5,7 @@ import io
 import math
 import shutil
 
+import numpy as np
 import pytest
 
 pytest.importorskip("matplotlib")
@@ -14,7 +15,8 @@ from PIL import Image  # noqa: E402
 
 from ckptscan.detection.rules import Thresholds, assess_report  # noqa: E402
 from ckptscan.report import figures  # noqa: E402
-from ckptscan.report.figures import heatmap  # noqa: E402
+from ckptscan.report import sparkline  # noqa: E402
+from ckptscan.report.figures import envelope, heatmap  # noqa: E402
 from ckptscan.report.figures import DPI, Grid, draw_heatmap, draw_timeline, run_figures  # noqa: E402
 
 from report.runs import COLLAPSE  # noqa: E402
@@ -222,3 +224,57 @@ def test_non_finite_weights_are_shaded_on_the_timeline_and_marked_on_the_heatmap
     assert masked == [600, 700]
     (markers,) = [c for c in heat.axes[0].collections if isinstance(c, PathCollection)]
     assert sorted(x for x, _ in markers.get_offsets()) == [550, 650]
+
+
+def test_a_short_series_is_drawn_whole():
+    assert envelope.envelope(list(range(envelope.MAX_POINTS)), np.zeros(envelope.MAX_POINTS)) is None
+
+
+def test_a_long_series_folds_into_buckets_keeping_each_ones_lowest_and_highest_value():
+    rng = np.random.default_rng(0)
+    values = rng.normal(0.55, 0.01, 2_000)
+    values[1_234] = 0.05  # a one-pair excursion
+    values[700:720] = np.nan  # a gap of two buckets
+    steps = [100.0 * (i + 1) for i in range(2_000)]
+    folded = envelope.envelope(steps, values)
+    assert len(folded.x) == envelope.BUCKETS and folded.pairs_per_bucket == 10
+    for k, group in enumerate(sparkline.cells(len(values), envelope.BUCKETS)):
+        block = values[group.start: group.stop]
+        if np.isnan(block).all():
+            assert np.isnan([folded.low[k], folded.high[k], folded.median[k]]).all()
+            continue
+        assert (folded.low[k], folded.high[k]) == (np.nanmin(block), np.nanmax(block))
+        assert folded.median[k] == np.nanmedian(block)
+        assert steps[group.start] <= folded.x[k] <= steps[group.stop - 1]
+    assert np.nanmin(folded.low) == 0.05 and np.isnan(folded.low).sum() == 2
+
+
+def test_a_timeline_of_2000_pairs_is_folded_but_keeps_every_finding():
+    report = run_report(2_000, layers=3, d2n=lambda i, n: 0.25 if n == 1 and i >= 1_500 else 0.55)
+    assess_report(report, Thresholds())
+    fig, caption = draw_timeline(report, Grid.of(report))
+    ax = fig.axes[0]
+    assert ax.get_title(loc="left").startswith("layer 1: Δ2 H/ln n")
+    median = line(ax, "flagged layer: median of every 10 pairs")
+    assert len(median.get_xdata()) == envelope.BUCKETS and median.get_marker() in ("", "None")
+    (band,) = [c for c in ax.collections if c.get_label() == "flagged layer: range of every 10 pairs"]
+    lowest = min(p.layers[1].attention.delta2_entropy_norm for p in report.pairs)
+    assert band.get_paths()[0].vertices[:, 1].min() == pytest.approx(lowest)
+    flagged = {(p.to_step, f.value) for p in report.pairs for f in p.layers[1].findings
+               if f.monitor == "delta2_entropy_norm" and f.severity in ("warn", "alert") and f.value is not None}
+    marked = {(x, y) for c in ax.collections if isinstance(c, PathCollection) for x, y in c.get_offsets()}
+    assert flagged and flagged <= marked  # every finding a point at its own step and value
+    assert "2000 pairs: each line is folded into buckets of up to 10 consecutive pairs" in caption
+
+
+def test_the_band_of_a_long_run_is_folded_to_its_widest_extent_per_bucket():
+    report = run_report(2_000, layers=3, d2n=lambda i, n: 0.25 if n == 1 and i >= 1_500 else 0.55)
+    assess_report(report, Thresholds())
+    fig, _ = draw_timeline(report, Grid.of(report))
+    ax = fig.axes[0]
+    assert len(line(ax, "baseline").get_xdata()) == envelope.BUCKETS
+    (band,) = [c for c in ax.collections if c.get_label().startswith("baseline ±")]
+    lowest = min(p.layers[1].judgements["delta2_entropy_norm"].warn_at for p in report.pairs
+                 if "delta2_entropy_norm" in p.layers[1].judgements
+                 and p.layers[1].judgements["delta2_entropy_norm"].warn_at is not None)
+    assert band.get_paths()[0].vertices[:, 1].min() == pytest.approx(lowest)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ckptscan.report.figures.canvas import ALARM_COLOR
+from ckptscan.report.figures.envelope import envelope
 from ckptscan.report.figures.grid import Grid, headline_monitors, nan_reduce
 from ckptscan.report.figures.heatmap import axis_unit
 from ckptscan.results import ScanReport, SeriesPoint
@@ -35,7 +36,10 @@ def layer_panel(ax: Axes, report: ScanReport, grid: Grid, layer: int) -> list[st
     notes = []
     if len(grid.layers) > 1:
         others = np.delete(values, row, axis=0)
-        ax.plot(grid.steps, nan_reduce(np.nanmedian, others), color="#9a9a9a", linewidth=0.9, zorder=2,
+        median = nan_reduce(np.nanmedian, others)
+        folded = envelope(grid.steps, median)
+        x, y = (grid.steps, median) if folded is None else (folded.x, folded.median)
+        ax.plot(x, y, color="#9a9a9a", linewidth=0.9, zorder=2,
                 label="the other layer" if len(others) == 1 else "median of the other layers")
     points = _band_points(grid, layer, monitor)
     if points is not None:
@@ -43,11 +47,18 @@ def layer_panel(ax: Axes, report: ScanReport, grid: Grid, layer: int) -> list[st
     else:
         notes.append("No band: the report carries no series judgements (a single pair, or an older report).")
     dense = len(grid.steps) > 60  # smaller markers, so that many do not merge into a blot
-    ax.plot(grid.steps, series, color="#2166ac", marker="o", markersize=2.5 if dense else 3.5, linewidth=1.3,
-            zorder=4, label="flagged layer")
+    findings = grid.findings(layer, monitor.name)
+    folded = envelope(grid.steps, series)
+    if folded is None:
+        ax.plot(grid.steps, series, color="#2166ac", marker="o", markersize=2.5 if dense else 3.5, linewidth=1.3,
+                zorder=4, label="flagged layer")
+    else:
+        ax.fill_between(folded.x, folded.low, folded.high, where=np.isfinite(folded.low), color="#2166ac",
+                        alpha=0.35, linewidth=0, zorder=4, label=f"flagged layer: range of every {folded.label}")
+        ax.plot(folded.x, folded.median, color="#2166ac", linewidth=1.2, zorder=4,
+                label=f"flagged layer: median of every {folded.label}")
     for severity, shape, size in (("warn", "o", 4.5 if dense else 7), ("alert", "X", 5.5 if dense else 9)):
-        hits = [(x, f.value) for x, f in grid.findings(layer, monitor.name) if f.severity == severity
-                and f.value is not None]
+        hits = [(x, f.value) for x, f in findings if f.severity == severity and f.value is not None]
         if hits:
             ax.scatter(*zip(*hits), marker=shape, s=size ** 2, facecolors="white" if severity == "warn" else
                        ALARM_COLOR, edgecolors=ALARM_COLOR, linewidths=0.8 if dense else 1.2, zorder=5,
@@ -60,9 +71,9 @@ def layer_panel(ax: Axes, report: ScanReport, grid: Grid, layer: int) -> list[st
     # Non-finite weights leave the monitors without a value: shade those pairs instead.
     nonfinite = [j for j, by_layer in enumerate(grid.results)
                  if layer in by_layer and any(f.monitor == "nonfinite" for f in by_layer[layer].findings)]
-    for j in nonfinite:
-        ax.axvspan(grid.edges[j], grid.edges[j + 1], facecolor="#f4c7c3", edgecolor=ALARM_COLOR, hatch="xx",
-                   linewidth=0, zorder=1, label="non-finite weights (numeric alert)")
+    for first, last in _runs(nonfinite):  # one span per run of pairs: a long run has few spans, not thousands
+        ax.axvspan(grid.edges[first], grid.edges[last + 1], facecolor="#f4c7c3", edgecolor=ALARM_COLOR,
+                   hatch="xx", linewidth=0, zorder=1, label="non-finite weights (numeric alert)")
     if nonfinite:
         title += f"; non-finite weights from step {grid.steps[nonfinite[0]]:g}"
     ax.set_title(title, loc="left", fontsize=9)
@@ -73,11 +84,19 @@ def layer_panel(ax: Axes, report: ScanReport, grid: Grid, layer: int) -> list[st
 def all_layers_panel(ax: Axes, grid: Grid, monitor: MonitorInfo) -> None:
     """No layer flagged: one monitor's median over the layers, the range between the lowest and highest shaded."""
     values = grid.values(monitor.read)
-    lo, hi = nan_reduce(np.nanmin, values), nan_reduce(np.nanmax, values)
-    ax.fill_between(grid.steps, lo, hi, where=np.isfinite(lo), color="#bdbdbd", alpha=0.55, linewidth=0, zorder=2,
-                    label="range over layers")
-    ax.plot(grid.steps, nan_reduce(np.nanmedian, values), color="#2166ac", marker="o",
-            markersize=2.5 if len(grid.steps) > 100 else 3.5, linewidth=1.3, zorder=4, label="median over layers")
+    lo, hi, median = nan_reduce(np.nanmin, values), nan_reduce(np.nanmax, values), nan_reduce(np.nanmedian, values)
+    folded = envelope(grid.steps, median)
+    if folded is None:
+        ax.fill_between(grid.steps, lo, hi, where=np.isfinite(lo), color="#bdbdbd", alpha=0.55, linewidth=0,
+                        zorder=2, label="range over layers")
+        ax.plot(grid.steps, median, color="#2166ac", marker="o", markersize=2.5 if len(grid.steps) > 100 else 3.5,
+                linewidth=1.3, zorder=4, label="median over layers")
+    else:  # the range over layers and over each bucket's pairs; the median's median
+        low, high = envelope(grid.steps, lo).low, envelope(grid.steps, hi).high
+        ax.fill_between(folded.x, low, high, where=np.isfinite(low), color="#bdbdbd", alpha=0.55, linewidth=0,
+                        zorder=2, label=f"range over layers and every {folded.label}")
+        ax.plot(folded.x, folded.median, color="#2166ac", linewidth=1.3, zorder=4,
+                label=f"median over layers, median of every {folded.label}")
     ax.set_title(f"all {len(grid.layers)} layers: {monitor.label} ({monitor.family})", loc="left", fontsize=9)
     ax.set_ylabel(axis_unit(monitor), fontsize=9)
 
@@ -93,6 +112,17 @@ def loss_panel(ax: Axes, grid: Grid, losses: list[float | None]) -> None:
         ax.plot(grid.steps, y, color="#4d4d4d", linewidth=1.4, zorder=4, label="mean loss over each pair")
     ax.set_ylabel("loss", fontsize=9)
     ax.set_title("training loss: mean over each pair's updates", loc="left", fontsize=9)
+
+
+def _runs(indices: list[int]) -> list[tuple[int, int]]:
+    """Sorted indices as (first, last) runs of consecutive ones."""
+    runs: list[tuple[int, int]] = []
+    for j in indices:
+        if runs and runs[-1][1] == j - 1:
+            runs[-1] = (runs[-1][0], j)
+        else:
+            runs.append((j, j))
+    return runs
 
 
 def _lead_monitor(report: ScanReport, grid: Grid, layer: int) -> MonitorInfo:
@@ -141,6 +171,11 @@ def _draw_band(ax: Axes, steps: list[float], points: list[SeriesPoint | None], m
             alert_lo[k] = back(c - alert)
         if monitor.bad in ("high", "both"):
             alert_hi[k] = back(c + alert)
+    folded = envelope(steps, centre)
+    if folded is not None:  # a long run: per bucket, the band's widest extent and the median levels
+        lo, hi = envelope(steps, lo).low, envelope(steps, hi).high
+        alert_lo, alert_hi = envelope(steps, alert_lo).median, envelope(steps, alert_hi).median
+        steps, centre = folded.x, folded.median
     known = np.isfinite(centre)
     if not known.any():
         return

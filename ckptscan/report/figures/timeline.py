@@ -8,6 +8,7 @@ import math
 from typing import TYPE_CHECKING
 
 from ckptscan.report.figures.canvas import ALARM_COLOR, WIDTH, matplotlib_pieces
+from ckptscan.report.figures.envelope import MAX_POINTS, envelope_note
 from ckptscan.report.figures.grid import Grid, headline_monitors
 from ckptscan.report.figures.panels import all_layers_panel, layer_panel, loss_panel
 from ckptscan.results import ScanReport
@@ -85,6 +86,8 @@ def draw_timeline(report: ScanReport, grid: Grid) -> tuple[MplFigure, str]:
         caption = ["No layer flagged: the median over all layers, with the range between the lowest and "
                    "highest layer shaded."]
     caption += sorted(set(notes))
+    if len(grid.steps) > MAX_POINTS:
+        caption.append(envelope_note(len(grid.steps)))
     if has_loss:
         caption.append("Bottom: the mean training loss over each pair's updates, from the report's loss log.")
     else:

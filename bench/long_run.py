@@ -1,0 +1,556 @@
+"""Benchmark: runs as long as real ones (issue #26).
+
+    .venv/bin/python bench/long_run.py            # everything (~10 min on 2 shared cores)
+    .venv/bin/python bench/long_run.py --quick    # reduced sizes: checks that it works (~2 min)
+
+Each figure is measured in a child process, so each has its own peak RSS
+(GNU time's max RSS, `measure.run_child`):
+
+* judge time per new pair at 10 / 100 / 1,000 / 10,000 pairs, on synthetic
+  metrics of a 1B (22 layers × 32 heads) and a 70B (80 × 64) shape:
+  `judge_new_pair` is the one place that says how a new pair is judged
+  (the incremental `SeriesJudge` when it exists, else batch `judge` of the
+  whole series, which is what live mode, `watch` and `trend` do today);
+* the JSON report at 80 layers × 64 heads: bytes per pair (measured at a
+  few run lengths, linear), projected to 2,000 checkpoints, and the time and
+  peak RSS of `json.load` + `ckptscan.load_report` of it;
+* a generated long run (real safetensors checkpoints of a tiny Llama,
+  `synthetic.ensure_run`, ≥ 2,001 checkpoints under --root): `trend` first
+  run and re-run after one new checkpoint (with the pair cache) next to a
+  `diff` of that pair, peak RSS at 100 and at 2,000 checkpoints; `watch`
+  latency for a new checkpoint in a directory of 20 and of 2,000;
+* live overhead at every=50 over 10,000 simulated pairs at the 1B shape:
+  the monitored step's fixed part (snapshot + the pair's scan) and the
+  training step are the README's measured 1B figures (--train-step-s,
+  --monitor-fixed-s); the part that grows with the run (judging the new
+  pair, rewriting the report) is measured here at 10 … 10,000 pairs and
+  integrated over the run.
+
+A batch judge at 10,000 pairs takes minutes: a measurement whose time,
+projected linearly from the one before, is over --budget-s is not run but
+extrapolated (marked ~), and counts as a FAIL where it sits beside a target.
+The table ends with the issue's targets and PASS/FAIL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from measure import load_average, machine, run_child  # noqa: E402
+from synthetic import ModelSpec, ensure_run  # noqa: E402
+
+from ckptscan.detection.rules import Thresholds  # noqa: E402
+from ckptscan.layouts.base import ModelInfo  # noqa: E402
+from ckptscan.metrics import Metrics  # noqa: E402
+from ckptscan.results import AttentionResult, CheckpointRef, HeadResult, LayerResult, PairResult  # noqa: E402
+
+SHAPES = {"1B": (22, 32), "70B": (80, 64)}  # layers, query heads
+INTERVAL = 100  # steps between checkpoints
+# A tiny Llama (2 layers, hidden 64, 4 / 2 heads, no MLP): a few hundred KB a
+# checkpoint, so 2,001 of them take seconds to write and ~0.5 GB of disk.
+TINY = ModelSpec("long-run-tiny", "llama", 2, 64, 4, 2, 0, 256)
+POINTER = "latest_checkpointed_iteration.txt"
+
+
+# ---------------------------------------------------------------- synthetic metrics
+
+def model_info(layers: int, heads: int) -> ModelInfo:
+    return ModelInfo(family="llama", num_layers=layers, hidden_size=heads * 128, num_heads=heads,
+                     num_kv_heads=8, head_dim=128)
+
+
+def synthetic_pairs(layers: int, heads: int, count: int, fault_from: int | None = None, seed: int = 0
+                    ) -> list[PairResult]:
+    """`count` consecutive pairs of a Llama's metrics as a scan computes them
+    (every field a real report fills; per-head results included), healthy
+    noise around fixed levels. From pair `fault_from`, layer 3's QK update
+    collapses (Δ2 entropy falls), so the report carries findings.
+
+    Each layer's per-head list is one object shared by its pairs: judging
+    never reads it, and 10,000 pairs × 80 layers × 64 heads of distinct
+    objects would not fit in memory; serialised, it is as long as distinct
+    values of the same magnitude."""
+    rng = random.Random(seed)
+    head_lists = [[HeadResult(head=h, kv_head=h * 8 // heads, delta2_entropy=rng.uniform(1, 4),
+                              delta3_entropy=rng.uniform(0.1, 1), dwq_entropy=rng.uniform(2, 4),
+                              dwk_entropy=rng.uniform(2, 4), delta1_entropy=rng.uniform(1, 4),
+                              delta2_entropy_norm=rng.uniform(0.4, 0.7), q_spectral_norm=rng.uniform(2, 10),
+                              qk_logit_bound=rng.uniform(5, 20)) for h in range(heads)] for _ in range(layers)]
+    pairs = []
+    for i in range(count):
+        results = []
+        for n in range(layers):
+            collapse = fault_from is not None and n == 3 and i >= fault_from
+            d2n = (0.05 if collapse else 0.55) + rng.gauss(0, 0.01)
+            attention = AttentionResult(
+                delta2_entropy=d2n * 4.8, delta2_entropy_min=d2n * 4.0, delta2_entropy_norm=d2n,
+                delta3_entropy=rng.uniform(0.1, 1), dwq_entropy=rng.uniform(2, 4), dwk_entropy=rng.uniform(2, 4),
+                dwq_rel_norm=rng.gauss(0.1, 0.005), dwk_rel_norm=rng.gauss(0.1, 0.005),
+                qk_logit_bound=rng.gauss(12, 0.3), heads=head_lists[n], delta2_entropy_worst_head=rng.randrange(heads),
+                delta2_entropy_norm_min=d2n - 0.05, delta2_effective_rank=rng.uniform(20, 60),
+                delta1_entropy=rng.uniform(1, 4), dwq_entropy_norm=rng.gauss(0.8, 0.01),
+                dwk_entropy_norm=rng.gauss(0.8, 0.01), q_spectral_norm_max=rng.uniform(5, 10),
+                q_spectral_norm_growth=rng.gauss(1.0, 0.01))
+            results.append(LayerResult(n, attention, None, stored_dtype={"W_q": "BF16", "W_k": "BF16"},
+                                       changed_fraction={"W_q": rng.uniform(0.99, 1), "W_k": rng.uniform(0.99, 1)}))
+        pairs.append(PairResult(i * INTERVAL, (i + 1) * INTERVAL, results, f"run/checkpoint-{i * INTERVAL}",
+                                f"run/checkpoint-{(i + 1) * INTERVAL}"))
+    return pairs
+
+
+def run_metrics(model: ModelInfo, pairs: list[PairResult]) -> Metrics:
+    checkpoints = [CheckpointRef(f"run/checkpoint-{i * INTERVAL}", i * INTERVAL) for i in range(len(pairs) + 1)]
+    return Metrics(kind="run", model=model, checkpoints=checkpoints, pairs=pairs, settings={"run": "run"})
+
+
+# ---------------------------------------------------------------- judging a new pair
+
+def judge_new_pair(model: ModelInfo, pairs: list[PairResult], rounds: int) -> tuple[float, str]:
+    """Seconds to judge the newest of `pairs` once the ones before it are
+    judged, as live mode, `watch` and `trend` do at each new pair (the best
+    of `rounds` new pairs); and the name of what was called.
+
+    THE ONE PLACE TO ADAPT to the judging API. With the incremental judge
+    (`ckptscan.detection.judge.SeriesJudge`, issue #26 points 1–2): its
+    state is folded over the pairs before, then `SeriesJudge.report` of the
+    metrics with one more pair is timed: the new pair's judgement plus the
+    report of the whole run. Without it: batch `judge` of the whole series.
+    """
+    try:
+        from ckptscan.detection.judge import SeriesJudge
+    except ImportError:
+        SeriesJudge = None
+    n = len(pairs) - rounds
+    if SeriesJudge is None:
+        from ckptscan.detection.judge import judge
+
+        best = math.inf
+        for k in range(rounds):
+            metrics = run_metrics(model, pairs[:n + k + 1])
+            start = time.perf_counter()
+            judge(metrics, Thresholds())
+            best = min(best, time.perf_counter() - start)
+        return best, "ckptscan.detection.judge.judge (batch: the whole series)"
+    series = SeriesJudge(Thresholds())
+    series.report(run_metrics(model, pairs[:n]))
+    best = math.inf
+    for k in range(rounds):
+        metrics = run_metrics(model, pairs[:n + k + 1])
+        start = time.perf_counter()
+        series.report(metrics)
+        best = min(best, time.perf_counter() - start)
+    return best, "ckptscan.detection.judge.SeriesJudge.report (incremental)"
+
+
+def judge_and_write_seconds(model: ModelInfo, pairs: list[PairResult], out: Path, rounds: int) -> float:
+    """The part of a live monitored step that grows with the run: judging the
+    new pair and rewriting the report (`live.report_file.ReportFile`, which
+    reuses the old pairs' JSON), best of `rounds`."""
+    from ckptscan.live.report_file import ReportFile
+
+    try:
+        from ckptscan.detection.judge import SeriesJudge
+    except ImportError:
+        SeriesJudge = None
+    from ckptscan.detection.judge import judge
+
+    file = ReportFile(out / "live.json")
+    n = len(pairs) - rounds
+    series = SeriesJudge(Thresholds()) if SeriesJudge is not None else None
+
+    def step(count: int) -> None:
+        metrics = run_metrics(model, pairs[:count])
+        file.write(series.report(metrics) if series is not None else judge(metrics, Thresholds()))
+
+    step(n)
+    best = math.inf
+    for k in range(rounds):
+        start = time.perf_counter()
+        step(n + k + 1)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+# ---------------------------------------------------------------- the JSON report
+
+def write_report(layers: int, heads: int, pairs: int, path: Path) -> dict:
+    """A judged report of `pairs` pairs written to `path` as `--json` writes
+    it; its bytes and what they are made of."""
+    from ckptscan.detection.judge import judge
+    from ckptscan.report.json import report_json
+
+    report = judge(run_metrics(model_info(layers, heads), synthetic_pairs(layers, heads, pairs, pairs // 2)),
+                   Thresholds())
+    text = report_json(report)
+    path.write_text(text)
+    data = json.loads(text)
+    layer = data["pairs"][-1]["layers"][3]
+    parts = {"heads": len(json.dumps(layer["attention"]["heads"], separators=(",", ":"))),
+             "judgements": len(json.dumps(layer["judgements"], separators=(",", ":"))),
+             "findings": len(json.dumps(layer["findings"], separators=(",", ":"))),
+             "layer": len(json.dumps(layer, separators=(",", ":")))}
+    compact = len(json.dumps(data, separators=(",", ":")))
+    for pair in data["pairs"]:  # what the report would weigh without its per-head results
+        for result in pair["layers"]:
+            result["attention"]["heads"] = []
+    without_heads = len(json.dumps(data, separators=(",", ":")))
+    return {"bytes": len(text.encode()), "compact_bytes": compact, "compact_without_heads_bytes": without_heads,
+            "gzip_bytes": len(gzip.compress(text.encode(), 6)), "layer_parts": parts}
+
+
+def load_seconds(path: Path) -> dict:
+    """Seconds to read a report back: `json.load`, then `ckptscan.load_report`
+    (which parses it again and builds the result objects)."""
+    from ckptscan.report.load import load_report
+
+    start = time.perf_counter()
+    with open(path) as f:
+        json.load(f)
+    json_load = time.perf_counter() - start
+    start = time.perf_counter()
+    load_report(path)
+    return {"json_load_s": json_load, "load_report_s": time.perf_counter() - start}
+
+
+# ---------------------------------------------------------------- child processes
+
+def child(argv: list[str]) -> dict:
+    """Run one measurement in a child process: its printed JSON result, its
+    wall time and peak RSS."""
+    run = run_child([sys.executable, __file__, "--child", json.dumps(argv)])
+    if run.returncode != 0:
+        raise SystemExit(f"child {argv} failed ({run.returncode}):\n{run.output[-3000:]}")
+    result = json.loads(run.output.strip().splitlines()[-1])
+    result["peak_rss"] = run.peak_rss_bytes
+    return result
+
+
+def child_main(argv: list[str]) -> None:
+    kind, *rest = argv
+    if kind == "judge":
+        shape, count, rounds = rest[0], int(rest[1]), int(rest[2])
+        layers, heads = SHAPES[shape]
+        pairs = synthetic_pairs(layers, heads, count + rounds)
+        seconds, called = judge_new_pair(model_info(layers, heads), pairs, rounds)
+        print(json.dumps({"seconds": seconds, "called": called}))
+    elif kind == "live":
+        count, rounds = int(rest[0]), int(rest[1])
+        layers, heads = SHAPES["1B"]
+        with tempfile.TemporaryDirectory() as out:
+            seconds = judge_and_write_seconds(model_info(layers, heads), synthetic_pairs(layers, heads, count + rounds),
+                                              Path(out), rounds)
+        print(json.dumps({"seconds": seconds}))
+    elif kind == "report":
+        layers, heads, count, path = int(rest[0]), int(rest[1]), int(rest[2]), Path(rest[3])
+        print(json.dumps(write_report(layers, heads, count, path)))
+    elif kind == "load":
+        print(json.dumps(load_seconds(Path(rest[0]))))
+    else:
+        raise SystemExit(f"unknown child measurement {kind}")
+
+
+# ---------------------------------------------------------------- the generated long run
+
+def run_dir(directory: Path, checkpoints: list[Path]) -> Path:
+    """A run directory of symlinks to these checkpoints (the cache keys resolve them)."""
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    for ckpt in checkpoints:
+        (directory / ckpt.name).symlink_to(ckpt)
+    return directory
+
+
+def ckptscan(*args: str) -> dict:
+    run = run_child([sys.executable, "-m", "ckptscan", *args])
+    if run.returncode not in (0, 1):
+        raise SystemExit(f"ckptscan {' '.join(args)} failed ({run.returncode}):\n{run.output[-3000:]}")
+    return {"seconds": run.wall_s, "peak_rss": run.peak_rss_bytes}
+
+
+def trend_figures(checkpoints: list[Path], root: Path, sizes: list[int]) -> dict:
+    """`trend` on the first N checkpoints with an empty pair cache, then again
+    once one more checkpoint is there (the cache holding the N − 1 pairs),
+    and a `diff` of that new pair alone."""
+    found = {}
+    for n in sizes:
+        run = run_dir(root / f"run-{n}", checkpoints[:n])
+        cache = root / f"cache-{n}"
+        shutil.rmtree(cache, ignore_errors=True)
+        first = ckptscan("trend", str(run), "--cache-dir", str(cache))
+        (run / checkpoints[n].name).symlink_to(checkpoints[n])
+        again = ckptscan("trend", str(run), "--cache-dir", str(cache))
+        diff = ckptscan("diff", str(checkpoints[n - 1]), str(checkpoints[n]))
+        found[n] = {"first": first, "again": again, "diff": diff}
+        print(f"  trend {n + 1} checkpoints: first run {first['seconds']:.1f} s, after one new checkpoint "
+              f"{again['seconds']:.1f} s ({again['peak_rss'] / 2**20:.0f} MiB); diff of that pair "
+              f"{diff['seconds']:.1f} s", flush=True)
+    return found
+
+
+def watch_latency(checkpoints: list[Path], root: Path, count: int, cache: Path | None) -> dict:
+    """Seconds from a new checkpoint's pointer file to its row from `ckptscan
+    watch` on a directory of `count` checkpoints (after its first rows).
+
+    The pairs already there come from a pair cache (as a restarted watch
+    finds them): a copy of `cache` when it holds exactly those pairs, else
+    one that `trend` fills first. The new checkpoints are the next two of
+    the run, which no cache has seen, so each new row costs one pair's
+    compute at every size."""
+    from watch_latency import Rows
+
+    run = run_dir(root / f"watch-{count}", checkpoints[:count])
+    own_cache = root / f"watch-cache-{count}"
+    shutil.rmtree(own_cache, ignore_errors=True)
+    if cache is not None:
+        shutil.copytree(cache, own_cache)
+    else:
+        ckptscan("trend", str(run), "--cache-dir", str(own_cache))
+    step = lambda path: int(path.name.split("-")[1])  # noqa: E731
+    (run / POINTER).write_text(str(step(checkpoints[count - 1])))
+    started = time.monotonic()
+    process = subprocess.Popen([sys.executable, "-m", "ckptscan", "watch", str(run), "--cache-dir", str(own_cache)],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    rows = Rows(process.stdout)
+    rows.start()
+    try:
+        ready = row_time(rows, process, step(checkpoints[count - 1]), 900) - started
+        delays = []
+        for new in checkpoints[count: count + 2]:
+            (run / new.name).symlink_to(new)
+            (run / POINTER).write_text(str(step(new)))
+            complete = time.monotonic()
+            delays.append(row_time(rows, process, step(new), 300) - complete)
+    finally:
+        process.terminate()
+        process.wait()
+    print(f"  watch {count} checkpoints: first rows after {ready:.1f} s; new checkpoint → row "
+          f"{', '.join(f'{d:.2f}' for d in delays)} s", flush=True)
+    return {"seconds": min(delays), "ready_s": ready}
+
+
+def row_time(rows, process: subprocess.Popen, step: int, guard: float) -> float:
+    """When the row of `step` arrived; fails at once if watch exited first
+    (it stops at the first alert: its gate)."""
+    deadline = time.monotonic() + guard
+    while True:
+        try:
+            return rows.wait_for(step, guard=2)
+        except SystemExit:
+            if process.poll() is not None:
+                raise SystemExit(f"ckptscan watch exited ({process.returncode}) before the row of step {step}")
+            if time.monotonic() > deadline:
+                raise
+
+
+# ---------------------------------------------------------------- the table
+
+@dataclass
+class Row:
+    what: str
+    figure: str
+    target: str = ""
+    verdict: str = ""  # PASS / FAIL / ""
+
+
+def judge_rows(judged: dict, sizes: list[int]) -> list[Row]:
+    rows = []
+    for shape, by_size in judged.items():
+        first, last = by_size[sizes[0]], by_size[sizes[-1]]
+        for n in sizes:
+            r = by_size[n]
+            rows.append(Row(f"judge per new pair, {shape} {SHAPES[shape][0]}×{SHAPES[shape][1]}, {n:,} pairs",
+                            f"{_ms(r)} ms, peak RSS {_mib(r)}"))
+        ratio = last["seconds"] / first["seconds"]
+        rows.append(Row(f"  {shape}: time at {sizes[-1]:,} / at {sizes[0]:,} pairs", _approx(last) + f"{ratio:.1f}×",
+                        "≤ 1.2×", _verdict(ratio <= 1.2 and not last.get("extrapolated"))))
+        if shape == "70B":
+            rows.append(Row(f"  70B: per pair at {sizes[-1]:,} pairs", f"{_ms(last)} ms", "≤ 10 ms",
+                            _verdict(last["seconds"] <= 0.010 and not last.get("extrapolated"))))
+    return rows
+
+
+def _ms(r: dict) -> str:
+    return f"{_approx(r)}{r['seconds'] * 1e3:,.1f}"
+
+
+def _mib(r: dict) -> str:
+    return f"{r['peak_rss'] / 2**20:,.0f} MiB" if r.get("peak_rss") else "–"
+
+
+def _approx(r: dict) -> str:
+    return "~" if r.get("extrapolated") else ""
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def print_table(rows: list[Row]) -> None:
+    width = max(len(r.what) for r in rows)
+    fig = max(len(r.figure) for r in rows)
+    print(f"{'measurement':{width}s}  {'figure':{fig}s}  {'target':10s}  result")
+    print("-" * (width + fig + 26))
+    for r in rows:
+        print(f"{r.what:{width}s}  {r.figure:{fig}s}  {r.target:10s}  {r.verdict}")
+
+
+def measured_or_projected(measured: dict, sizes: list[int], budget: float, measure) -> dict:
+    """`measure(n)` for each size while the projection (linear in n from the
+    previous size) stays within `budget` seconds; projected beyond."""
+    previous = None
+    for n in sizes:
+        if previous is not None and measured[previous]["seconds"] * n / previous > budget:
+            measured[n] = {"seconds": measured[previous]["seconds"] * n / previous, "extrapolated": True}
+            print(f"  {n:,} pairs: not run, ~{measured[n]['seconds']:.1f} s projected (over --budget-s)", flush=True)
+        else:
+            measured[n] = measure(n)
+        previous = n
+    return measured
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="reduced sizes: checks that the benchmark works")
+    p.add_argument("--root", type=Path, default=Path("/tmp/ckptscan-bench-long"))
+    p.add_argument("--budget-s", type=float, default=15.0,
+                   help="a judge measurement projected to take longer is extrapolated, not run")
+    p.add_argument("--train-step-s", type=float, default=65.5,
+                   help="training step of the 1B shape (README, bench/live_overhead.py on this machine's CPU)")
+    p.add_argument("--monitor-fixed-s", type=float, default=11.3,
+                   help="monitored step of the 1B shape without judging and the report (snapshot + scan)")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        child_main(json.loads(args.child))
+        return
+    quick = args.quick
+    judge_sizes = [10, 100, 1_000, 10_000]
+    rounds = 3
+    report_sizes = [5, 10] if quick else [10, 20, 40]
+    trend_sizes = [20, 200] if quick else [100, 2_000]
+    watch_sizes = [20, trend_sizes[-1] + 1]
+    budget = 2.0 if quick else args.budget_s
+    print(f"machine: {machine()}; load average {load_average()}", flush=True)
+    rows: list[Row] = []
+
+    print("judging a new pair (synthetic metrics):", flush=True)
+    judged = {}
+    for shape in SHAPES:
+        def measure(n: int, shape=shape) -> dict:
+            r = child(["judge", shape, str(n), str(rounds)])
+            print(f"  {shape} {n:,} pairs: {r['seconds'] * 1e3:,.1f} ms, peak RSS {_mib(r)} ({r['called']})",
+                  flush=True)
+            return r
+        judged[shape] = measured_or_projected({}, judge_sizes, budget, measure)
+    called = next(r["called"] for r in judged["1B"].values() if "called" in r)
+    rows += judge_rows(judged, judge_sizes)
+
+    print("live mode, 1B shape: judging + rewriting the report at a monitored step:", flush=True)
+
+    def live(n: int) -> dict:
+        r = child(["live", str(n), str(rounds)])
+        print(f"  {n:,} pairs: {r['seconds'] * 1e3:,.1f} ms, peak RSS {_mib(r)}", flush=True)
+        return r
+    grows = measured_or_projected({}, judge_sizes, budget, live)
+    # Over the whole run: the growing part interpolated linearly between the measured sizes.
+    total_monitor = sum(args.monitor_fixed_s + _interpolate(grows, n) for n in range(1, judge_sizes[-1] + 1))
+    overhead = total_monitor / (judge_sizes[-1] * 50 * args.train_step_s)
+    first_overhead = (args.monitor_fixed_s + grows[judge_sizes[0]]["seconds"]) / (50 * args.train_step_s)
+    rows.append(Row(f"live every=50, 1B, over {judge_sizes[-1]:,} pairs (growing part {_ms(grows[judge_sizes[0]])}"
+                    f" → {_ms(grows[judge_sizes[-1]])} ms; first pairs {first_overhead:.2%})",
+                    f"{_approx(grows[judge_sizes[-1]])}{overhead:.2%}, peak RSS {_mib(grows[judge_sizes[-1]])}",
+                    "≤ 0.5%", _verdict(overhead <= 0.005 and not grows[judge_sizes[-1]].get("extrapolated"))))
+
+    print("JSON report, 80 layers × 64 heads:", flush=True)
+    sized = {}
+    args.root.mkdir(parents=True, exist_ok=True)
+    for n in report_sizes:
+        path = args.root / f"report-{n}.json"
+        sized[n] = child(["report", "80", "64", str(n), str(path)])
+        sized[n].update(child(["load", str(path)]))  # its peak RSS: loading alone
+        path.unlink()
+        print(f"  {n} pairs: {sized[n]['bytes'] / 1e6:.1f} MB (compact {sized[n]['compact_bytes'] / 1e6:.1f} MB, "
+              f"compact without per-head results {sized[n]['compact_without_heads_bytes'] / 1e6:.1f} MB, "
+              f"gzip {sized[n]['gzip_bytes'] / 1e6:.1f} MB), "
+              f"json.load {sized[n]['json_load_s']:.1f} s, load_report {sized[n]['load_report_s']:.1f} s, "
+              f"peak RSS {_mib(sized[n])}; one layer's JSON (compact): {sized[n]['layer_parts']}", flush=True)
+    a, b = report_sizes[0], report_sizes[-1]
+    def at_2000(read) -> float:
+        """Linear in the pairs: the larger size plus the slope between the two sizes."""
+        return read(sized[b]) + (read(sized[b]) - read(sized[a])) / (b - a) * (2_000 - b)
+
+    per_pair = (sized[b]["bytes"] - sized[a]["bytes"]) / (b - a)
+    size_2000 = at_2000(lambda r: r["bytes"])
+    load_2000 = at_2000(lambda r: r["json_load_s"] + r["load_report_s"])
+    rss_2000 = at_2000(lambda r: r["peak_rss"])
+    rows.append(Row("JSON report 2,000 checkpoints × 80 layers × 64 heads (projected, linear)",
+                    f"~{size_2000 / 1e9:.1f} GB ({per_pair / 1e6:.2f} MB/pair); load ~{load_2000:.0f} s, "
+                    f"~{rss_2000 / 2**30:.0f} GiB RSS"))
+    share = {key: sized[b][key] / sized[b]["bytes"] for key in ("compact_bytes", "compact_without_heads_bytes",
+                                                                "gzip_bytes")}
+    rows.append(Row("  the same without indentation / also without per-head results / gzip",
+                    f"{share['compact_bytes']:.0%} / {share['compact_without_heads_bytes']:.0%} / "
+                    f"{share['gzip_bytes']:.0%} of it"))
+
+    print(f"generated long run: {trend_sizes[-1] + 3} checkpoints of {TINY.name} under {args.root}", flush=True)
+    start = time.perf_counter()
+    # trend: the first N, then one more; watch: the first N + 1, then two more (never in a cache).
+    steps = [INTERVAL * k for k in range(trend_sizes[-1] + 3)]
+    checkpoints = ensure_run(TINY, args.root / "source", steps)
+    print(f"  ready in {time.perf_counter() - start:.0f} s, {TINY.total_bytes() / 1e3:.0f} KB each", flush=True)
+    trends = trend_figures(checkpoints, args.root, trend_sizes)
+    small, large = trends[trend_sizes[0]], trends[trend_sizes[-1]]
+    ratio = large["again"]["seconds"] / large["diff"]["seconds"]
+    rows.append(Row(f"trend {trend_sizes[-1] + 1:,} checkpoints: first run / after one new (cached)",
+                    f"{large['first']['seconds']:.1f} s / {large['again']['seconds']:.1f} s"))
+    rows.append(Row(f"  trend re-run / diff of the new pair ({large['diff']['seconds']:.1f} s)", f"{ratio:.1f}×",
+                    "≤ 2×", _verdict(ratio <= 2)))
+    rss_ratio = large["again"]["peak_rss"] / small["again"]["peak_rss"]
+    rows.append(Row(f"  trend peak RSS at {trend_sizes[-1]:,} / at {trend_sizes[0]:,} checkpoints "
+                    f"({_mib(large['again'])} / {_mib(small['again'])})", f"{rss_ratio:.2f}×", "≤ 1.5×",
+                    _verdict(rss_ratio <= 1.5)))
+    # The largest trend's cache holds exactly the pairs of its first trend_sizes[-1] + 1 checkpoints.
+    watched = {n: watch_latency(checkpoints, args.root, n,
+                                args.root / f"cache-{n - 1}" if n - 1 == trend_sizes[-1] else None)
+               for n in watch_sizes}
+    w_ratio = watched[watch_sizes[-1]]["seconds"] / watched[watch_sizes[0]]["seconds"]
+    rows.append(Row(f"watch: new checkpoint → row, {watch_sizes[-1]:,} vs {watch_sizes[0]} in the directory "
+                    f"({watched[watch_sizes[-1]]['seconds']:.2f} s / {watched[watch_sizes[0]]['seconds']:.2f} s)",
+                    f"{w_ratio:.2f}×", "≤ 1.2×", _verdict(w_ratio <= 1.2)))
+
+    print(f"\nload average after: {load_average()}; judging called: {called}")
+    if quick:
+        print("--quick: reduced sizes; the targets are stated for the full sizes")
+    print()
+    print_table(rows)
+
+
+def _interpolate(measured: dict, n: int) -> float:
+    sizes = sorted(measured)
+    if n <= sizes[0]:
+        return measured[sizes[0]]["seconds"]
+    for lo, hi in zip(sizes, sizes[1:]):
+        if n <= hi:
+            a, b = measured[lo]["seconds"], measured[hi]["seconds"]
+            return a + (b - a) * (n - lo) / (hi - lo)
+    return measured[sizes[-1]]["seconds"]
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    main()
