@@ -16,7 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from ckptscan.cache import JudgeCache, PairCache
+from ckptscan.cache import PairCache
+from ckptscan.judge_cache import JudgeCache
 from ckptscan.metrics import compute
 from ckptscan.detection.judge import SeriesJudge
 from ckptscan.detection.rules import Thresholds

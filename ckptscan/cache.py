@@ -17,11 +17,9 @@ A pair still being computed is kept layer by layer under
 `<cache dir>/layers/<its hash>/`, written as each layer arrives, so an
 interrupted run (a long cluster run, most of all) resumes at the layers it
 had not finished; the files are removed once the whole pair is written.
-Beside the metrics, `JudgeCache` keeps each judged pair (findings, statuses,
-judgements) and the judge state after the newest, filed under everything
-the judgement depends on (the pairs before it, the thresholds, the reference
-run, the detection code): a re-run after one new checkpoint computes one
-pair and judges one pair, and changed thresholds judge every pair afresh.
+Beside the metrics, `ckptscan.judge_cache.JudgeCache` keeps each judged
+pair and the judge state after the newest (a re-run after one new checkpoint
+computes one pair and judges one pair).
 
 The default location is the user cache directory (`$XDG_CACHE_HOME/ckptscan`,
 else `~/.cache/ckptscan`), never a checkpoint directory. Writes are atomic
@@ -37,31 +35,20 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 import ckptscan
-from ckptscan.detection.judge import SeriesJudge, effective_thresholds
-from ckptscan.detection.rules import unjudged
-from ckptscan.detection.state import JudgeState
-from ckptscan.detection.thresholds import Thresholds
-from ckptscan.errors import CkptScanError
 from ckptscan.output import write_output
 from ckptscan.paths import expand_path
 from ckptscan.readers import Checkpoint
-from ckptscan.results import Finding, LayerResult, PairResult, ScanReport, SeriesPoint, from_dict
+from ckptscan.results import LayerResult, from_dict
 from ckptscan.storage import RemotePath
 
-if TYPE_CHECKING:
-    from ckptscan.metrics import Metrics
-
 CACHE_FORMAT = 2
-JUDGE_FORMAT = 1
 # Modules whose code decides the numbers a pair's metrics hold.
 _METRIC_SOURCES = ("scan", "metrics.py", "probe.py", "results.py", "monitors", "layouts", "readers")
-# Modules whose code decides a judgement.
-_JUDGE_SOURCES = ("detection", "results.py", "vocabulary.py", "interventions.py")
 # Files up to this size are hashed whole (config.json, shard index); larger
 # non-safetensors files hash their first this-many bytes.
 _WHOLE_FILE_BYTES = 1 << 20
@@ -88,7 +75,7 @@ class PairCache:
 
     def identity(self, key: dict[str, Any]) -> str:
         """The name of a pair's entry (its key's digest)."""
-        return _digest(key)
+        return digest(key)
 
     def get(self, key: dict[str, Any]) -> list[LayerResult] | None:
         path = self._path(key)
@@ -138,13 +125,14 @@ class PairCache:
             self.write_error = f"{self.directory}: {e.strerror or e}"
 
     def _path(self, key: dict[str, Any]) -> Path:
-        return self.directory / "pairs" / f"{_digest(key)}.json"
+        return self.directory / "pairs" / f"{digest(key)}.json"
 
     def _layer_dir(self, key: dict[str, Any]) -> Path:
-        return self.directory / "layers" / _digest(key)
+        return self.directory / "layers" / digest(key)
 
 
-def _digest(key: dict[str, Any]) -> str:
+def digest(key: dict[str, Any]) -> str:
+    """The name of a cache entry: the SHA-256 of its key."""
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
@@ -198,109 +186,3 @@ def _header_hash(path: Path) -> str:
         else:
             data = f.read(_WHOLE_FILE_BYTES)
     return hashlib.sha256(data).hexdigest()
-
-
-class JudgeCache:
-    """Judged pairs, and the judge state after the newest, beside the pair cache.
-
-    Pair k's judgement depends on its metrics, on every pair before it and
-    on the basis (the effective thresholds, the reference run, the detection
-    code), so it is filed under a chain digest: c_0 = digest(basis),
-    c_k = digest(c_{k-1}, pair k's cache identity). `<dir>/judged/<c_k>.json`
-    holds pair k's judgement, `<dir>/judge-state/<c_k>.json` the state after
-    it (only the newest is kept). A run whose pairs extend a judged one finds
-    the state of its longest judged prefix and judges only the rest; any
-    other change (thresholds, a pair recomputed, a restart) misses, and the
-    series is judged from the first pair. An unreadable entry is a miss.
-    """
-
-    def __init__(self, directory: str | Path) -> None:
-        self.directory = Path(directory)
-        self.reused = 0  # judged pairs taken from the cache by the last `report`
-        self.write_error: str | None = None
-
-    def report(self, judging: SeriesJudge, metrics: Metrics) -> ScanReport:
-        """`judging.report(metrics)`, going on from the cache's judged prefix
-        when `judging` holds no state of its own yet, and filing what it adds."""
-        if len(metrics.pair_keys) != len(metrics.pairs):
-            return judging.report(metrics)
-        thresholds, _ = effective_thresholds(metrics.loss_log, judging.thresholds)
-        basis = judging.basis(thresholds)
-        chain = _chain(basis, metrics.pair_keys)
-        if judging.state is None or judging.state.basis != basis:
-            self._resume(judging, metrics, thresholds, basis, chain)
-        state, before = judging.state, len(judging.judged)
-        self.reused = before
-        report = judging.report(metrics)
-        if judging.state is not state:
-            before = 0  # judged again from the first pair
-        for index in range(before, len(judging.judged)):
-            self._write(self._judged(chain[index]), _annotations(judging.judged[index]))
-        if len(judging.judged) > before:
-            self._write(self._state(chain[len(judging.judged) - 1]), judging.state.to_dict())
-            if before:
-                self._state(chain[before - 1]).unlink(missing_ok=True)
-        return report
-
-    def _resume(self, judging: SeriesJudge, metrics: Metrics, thresholds: Thresholds, basis: dict[str, Any],
-                chain: list[str]) -> None:
-        """Start `judging` from the state of the longest prefix of the chain on disk, if any."""
-        for count in range(len(chain), 0, -1):
-            path = self._state(chain[count - 1])
-            if not path.is_file():
-                continue
-            try:
-                state = JudgeState.from_dict(_read(path), thresholds, judging.expected(thresholds, metrics), basis)
-                judged = [_annotated(pair, _read(self._judged(link)))
-                          for pair, link in zip(metrics.pairs[:count], chain[:count])]
-            except (OSError, ValueError, KeyError, TypeError, CkptScanError):
-                return
-            if state.count == count:
-                judging.start(state, judged)
-            return
-
-    def _write(self, path: Path, data: dict[str, Any]) -> None:
-        try:
-            write_output(path, json.dumps(data, allow_nan=True))
-        except OSError as e:
-            self.write_error = f"{self.directory}: {e.strerror or e}"
-
-    def _judged(self, link: str) -> Path:
-        return self.directory / "judged" / f"{link}.json"
-
-    def _state(self, link: str) -> Path:
-        return self.directory / "judge-state" / f"{link}.json"
-
-
-def _chain(basis: dict[str, Any], pair_keys: list[str]) -> list[str]:
-    link = _digest({"format": JUDGE_FORMAT, "code": tool_fingerprint(_JUDGE_SOURCES), "basis": basis})
-    chain = []
-    for key in pair_keys:
-        link = hashlib.sha256(f"{link} {key}".encode()).hexdigest()
-        chain.append(link)
-    return chain
-
-
-def _read(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def _annotations(pair: PairResult) -> dict[str, Any]:
-    """What judging wrote into a pair."""
-    return {"status": pair.status,
-            "layers": [{"status": layer.status, "findings": [dataclasses.asdict(f) for f in layer.findings],
-                        "judgements": {k: dataclasses.asdict(v) for k, v in layer.judgements.items()}}
-                       for layer in pair.layers]}
-
-
-def _annotated(pair: PairResult, data: dict[str, Any]) -> PairResult:
-    """A metrics pair with the judgement `_annotations` kept of it."""
-    judged = unjudged(pair)
-    if len(data["layers"]) != len(judged.layers):
-        raise ValueError("the judged pair has other layers")
-    judged.status = data["status"]
-    for layer, saved in zip(judged.layers, data["layers"]):
-        layer.status = saved["status"]
-        layer.findings = [from_dict(Finding, f) for f in saved["findings"]]
-        layer.judgements = {k: from_dict(SeriesPoint, v) for k, v in saved["judgements"].items()}
-    return judged

@@ -37,7 +37,7 @@ class Metrics:
     loss_log: LossLog | None = None  # read by judge for the divergence step and the LR warm-up
     cached: list[bool] = field(default_factory=list)  # per pair: taken from the cache rather than computed
     # Per pair, with a cache: what names its metrics there (`PairCache.identity`), so
-    # judged pairs and the judge state can be cached beside them (`cache.JudgeCache`).
+    # judged pairs and the judge state can be cached beside them (`judge_cache.JudgeCache`).
     pair_keys: list[str] = field(default_factory=list)
 
 

@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from ckptscan.cache import JudgeCache, PairCache
+from ckptscan.cache import PairCache
+from ckptscan.judge_cache import JudgeCache
 from ckptscan.metrics import compute
 from ckptscan.detection.judge import SeriesJudge
 from ckptscan.detection.rules import Thresholds

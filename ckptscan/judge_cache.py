@@ -1,0 +1,140 @@
+"""The judged-pair cache: each judged pair (findings, statuses, judgements)
+and the judge state after the newest, beside the pair cache (`ckptscan.cache`).
+
+A pair's judgement depends on everything before it, so it is filed under
+everything it depends on (the pairs before it, the thresholds, the reference
+run, the detection code): a re-run after one new checkpoint computes one
+pair and judges one pair, and changed thresholds judge every pair afresh.
+It lives apart from the pair cache because it needs detection, which the
+metrics' cache must not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ckptscan.cache import digest, tool_fingerprint
+from ckptscan.detection.judge import SeriesJudge, effective_thresholds
+from ckptscan.detection.rules import unjudged
+from ckptscan.detection.state import JudgeState
+from ckptscan.detection.thresholds import Thresholds
+from ckptscan.errors import CkptScanError
+from ckptscan.output import write_output
+from ckptscan.results import Finding, PairResult, ScanReport, SeriesPoint, from_dict
+
+if TYPE_CHECKING:
+    from ckptscan.metrics import Metrics
+
+JUDGE_FORMAT = 1
+# Modules whose code decides a judgement.
+_JUDGE_SOURCES = ("detection", "results.py", "vocabulary.py", "interventions.py")
+
+
+class JudgeCache:
+    """Judged pairs, and the judge state after the newest, beside the pair cache.
+
+    Pair k's judgement depends on its metrics, on every pair before it and
+    on the basis (the effective thresholds, the reference run, the detection
+    code), so it is filed under a chain digest: c_0 = digest(basis),
+    c_k = digest(c_{k-1}, pair k's cache identity). `<dir>/judged/<c_k>.json`
+    holds pair k's judgement, `<dir>/judge-state/<c_k>.json` the state after
+    it (only the newest is kept). A run whose pairs extend a judged one finds
+    the state of its longest judged prefix and judges only the rest; any
+    other change (thresholds, a pair recomputed, a restart) misses, and the
+    series is judged from the first pair. An unreadable entry is a miss.
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.reused = 0  # judged pairs taken from the cache by the last `report`
+        self.write_error: str | None = None
+
+    def report(self, judging: SeriesJudge, metrics: Metrics) -> ScanReport:
+        """`judging.report(metrics)`, going on from the cache's judged prefix
+        when `judging` holds no state of its own yet, and filing what it adds."""
+        if len(metrics.pair_keys) != len(metrics.pairs):
+            return judging.report(metrics)
+        thresholds, _ = effective_thresholds(metrics.loss_log, judging.thresholds)
+        basis = judging.basis(thresholds)
+        chain = _chain(basis, metrics.pair_keys)
+        if judging.state is None or judging.state.basis != basis:
+            self._resume(judging, metrics, thresholds, basis, chain)
+        state, before = judging.state, len(judging.judged)
+        self.reused = before
+        report = judging.report(metrics)
+        if judging.state is not state:
+            before = 0  # judged again from the first pair
+        for index in range(before, len(judging.judged)):
+            self._write(self._judged(chain[index]), _annotations(judging.judged[index]))
+        if len(judging.judged) > before:
+            self._write(self._state(chain[len(judging.judged) - 1]), judging.state.to_dict())
+            if before:
+                self._state(chain[before - 1]).unlink(missing_ok=True)
+        return report
+
+    def _resume(self, judging: SeriesJudge, metrics: Metrics, thresholds: Thresholds, basis: dict[str, Any],
+                chain: list[str]) -> None:
+        """Start `judging` from the state of the longest prefix of the chain on disk, if any."""
+        for count in range(len(chain), 0, -1):
+            path = self._state(chain[count - 1])
+            if not path.is_file():
+                continue
+            try:
+                state = JudgeState.from_dict(_read(path), thresholds, judging.expected(thresholds, metrics), basis)
+                judged = [_annotated(pair, _read(self._judged(link)))
+                          for pair, link in zip(metrics.pairs[:count], chain[:count])]
+            except (OSError, ValueError, KeyError, TypeError, CkptScanError):
+                return
+            if state.count == count:
+                judging.start(state, judged)
+            return
+
+    def _write(self, path: Path, data: dict[str, Any]) -> None:
+        try:
+            write_output(path, json.dumps(data, allow_nan=True))
+        except OSError as e:
+            self.write_error = f"{self.directory}: {e.strerror or e}"
+
+    def _judged(self, link: str) -> Path:
+        return self.directory / "judged" / f"{link}.json"
+
+    def _state(self, link: str) -> Path:
+        return self.directory / "judge-state" / f"{link}.json"
+
+
+def _chain(basis: dict[str, Any], pair_keys: list[str]) -> list[str]:
+    link = digest({"format": JUDGE_FORMAT, "code": tool_fingerprint(_JUDGE_SOURCES), "basis": basis})
+    chain = []
+    for key in pair_keys:
+        link = hashlib.sha256(f"{link} {key}".encode()).hexdigest()
+        chain.append(link)
+    return chain
+
+
+def _read(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _annotations(pair: PairResult) -> dict[str, Any]:
+    """What judging wrote into a pair."""
+    return {"status": pair.status,
+            "layers": [{"status": layer.status, "findings": [dataclasses.asdict(f) for f in layer.findings],
+                        "judgements": {k: dataclasses.asdict(v) for k, v in layer.judgements.items()}}
+                       for layer in pair.layers]}
+
+
+def _annotated(pair: PairResult, data: dict[str, Any]) -> PairResult:
+    """A metrics pair with the judgement `_annotations` kept of it."""
+    judged = unjudged(pair)
+    if len(data["layers"]) != len(judged.layers):
+        raise ValueError("the judged pair has other layers")
+    judged.status = data["status"]
+    for layer, saved in zip(judged.layers, data["layers"]):
+        layer.status = saved["status"]
+        layer.findings = [from_dict(Finding, f) for f in saved["findings"]]
+        layer.judgements = {k: from_dict(SeriesPoint, v) for k, v in saved["judgements"].items()}
+    return judged
