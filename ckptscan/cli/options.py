@@ -113,6 +113,13 @@ HtmlOut = Annotated[Optional[Path], typer.Option(
     "install 'ckptscan[report]').")]
 PngDir = Annotated[Optional[Path], typer.Option(
     "--png", metavar="DIR", help="Write the report's figures as PNG files into this directory.")]
+# The run a command follows (str, not Path: a URL prefix, s3://bucket/run/, must keep its "//").
+RunDir = Annotated[str, typer.Argument(
+    metavar="RUN_DIR", help="Run directory holding checkpoint-N/ (or step-N/, iter_N/ ...) folders; local or a "
+    "URL prefix (s3://, gs://, ...).")]
+LiveRunDir = Annotated[str, typer.Argument(
+    metavar="RUN_DIR", help="Run directory the training job saves checkpoint-N/ (or step-N/, iter_N/ ...) folders "
+    "into.")]
 Stride = Annotated[int, typer.Option("--stride", metavar="N", help="Use every N-th checkpoint (from the first).")]
 BaseOpt = Annotated[Base, typer.Option("--base", help="previous: each checkpoint against the one before; first: each "
                                        "against the first.")]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from ckptscan.cli.app import command, err, note, run_arguments, scan_options, user_errors
-from ckptscan.cli.options import ExecutorName
+from ckptscan.cli.options import ExecutorName, RunDir
 from ckptscan.cli.outputs import TrendOutputs
 from ckptscan.cli.process import load_library
 
@@ -18,10 +18,7 @@ if TYPE_CHECKING:
 
 @command
 def trend(
-    # str, not Path: a URL (s3://bucket/run/) must keep its "//".
-    run_dir: Annotated[str, typer.Argument(
-        metavar="RUN_DIR", help="Run directory holding checkpoint-N/ (or step-N/, iter_N/ ...) folders; local or a "
-        "URL prefix (s3://, gs://, ...).")],
+    run_dir: RunDir,
     *,  # the options, in --help order; a bare name is a shared option (cli.options)
     stride, base, reference,
     baseline: Annotated[Optional[Path], typer.Option("--baseline", hidden=True, metavar="FILE",

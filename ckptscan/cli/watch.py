@@ -16,6 +16,7 @@ import typer
 
 from ckptscan.cli.app import (EXIT_INTERRUPT, command, err, note, out, run_arguments, scan_options,
                               user_errors)
+from ckptscan.cli.options import LiveRunDir
 from ckptscan.cli.outputs import WatchOutputs, fails, gate
 from ckptscan.cli.process import load_library
 
@@ -25,9 +26,7 @@ if TYPE_CHECKING:
 
 @command
 def watch(
-    run_dir: Annotated[str, typer.Argument(
-        metavar="RUN_DIR", help="Run directory the training job saves checkpoint-N/ (or step-N/, iter_N/ ...) folders "
-        "into.")],
+    run_dir: LiveRunDir,
     *,  # the options, in --help order; a bare name is a shared option (cli.options)
     interval: Annotated[float, typer.Option(
         "--interval", metavar="SECONDS", help="Seconds between looks at the run directory (with inotify: a safety "
