@@ -5,8 +5,8 @@ upwards (stopping at a repository root, the directory holding `.git`), the
 first `ckptscan.toml`, or `pyproject.toml` with a `[tool.ckptscan]` table; a
 `ckptscan.toml` wins over a `pyproject.toml` in the same directory.
 
-What: every field of `Thresholds` (see `ckptscan/detection/rules.py` and the
-README), plus `fail_on` ("warn" | "alert", the CI gate's default). In a
+What: every field of `Thresholds` (see `ckptscan/detection/rules.py` and
+docs/detection.md), plus `fail_on` ("warn" | "alert", the CI gate's default). In a
 `ckptscan.toml` the keys sit at the top level (or under `[tool.ckptscan]`).
 `--set KEY=VALUE` (repeatable) overrides any of them; VALUE is a TOML value
 (`--set alert_sigma=5`, `--set 'disabled_monitors=["epsilon"]'`) or, for

@@ -4,7 +4,8 @@ An alert says what failed (family, layers, heads, the rollback candidate);
 these say what is usually done about that mechanism, each with the paper
 that reports it. They are pointers for the person deciding, not
 prescriptions: ckptscan does not know the model's recipe. Each source was
-checked for the action attributed to it (arXiv ids; README, "What to do").
+checked for the action attributed to it (arXiv ids;
+docs/guides/alert-destinations.md, "What to do about an alert").
 
 The judged report's summary lists them for its alerting families
 (`summary.interventions`, filled by `interventions_for` at the end of

@@ -4,7 +4,7 @@ reference run may judge it. Which number it is, its family and its alarm
 side are the vocabulary's (ckptscan/vocabulary.py), shared with the reports.
 
 Why these settings (measured on healthy and fault-injected runs of the
-experiments' trainer; the README's "How ckptscan decides" has the numbers):
+experiments' trainer; docs/detection.md and docs/calibration.md have the numbers):
 
 - Normalised entropies are scale-free, so learning-rate warm-up and decay do
   not move them; in healthy runs the Δ2 and ΔW entropies rise after warm-up

@@ -21,7 +21,7 @@ class Thresholds:
     # warn/alert when it reaches cusum_warn/cusum_alert. pooled_cusum_*: the
     # same on the departures of one monitor summed over layers / √layers.
     # Calibrated on healthy runs to ≤ 1 alert (10 warnings) per 100 healthy
-    # run-lengths: experiments/calibrate.py, README "Calibration".
+    # run-lengths: experiments/calibrate.py, docs/calibration.md.
     cusum_drift: float = 1.0
     cusum_cap: float = 6.0
     cusum_warn: float = 4.9

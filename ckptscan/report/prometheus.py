@@ -15,7 +15,7 @@ Gauges, each labelled with the run (its directory or URL):
 - `ckptscan_last_update_timestamp_seconds`: when the watch last judged (a
   watch that stopped seeing checkpoints shows here).
 
-An alerting rule (README, "Prometheus"):
+An alerting rule (docs/guides/alert-destinations.md, "Prometheus"):
 
     - alert: CheckpointInstability
       expr: max by (run, family) (ckptscan_family_severity) >= 2
