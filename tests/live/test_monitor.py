@@ -258,3 +258,45 @@ def test_the_report_file_is_written_at_spaced_steps_and_close_writes_the_rest(tm
     assert in_file[64:] == [64, 66, 66, 68, 68, 70]
     monitor.close()
     assert json.loads((tmp_path / "report.json").read_text()) == report_dict(monitor.report)
+
+
+def test_on_alert_posts_the_alert_to_a_webhook_once(tmp_path, monkeypatch):
+    """Live mode's notification recipe (docs/guides/alerts.md): on_alert hands
+    the judged report to a Notifier through `deliver`; a real local HTTP
+    server receives one JSON POST naming the failing layer's family."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from ckptscan.report.destinations import deliver
+    from ckptscan.report.notify import Notifier
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # where the Notifier remembers what it sent
+    received = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self):
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        notifier = Notifier(f"http://127.0.0.1:{server.server_port}/hook")
+        model = _model()
+        monitor = Monitor(model, every=2, out=tmp_path / "live", config=model.cfg.to_hf("float32"),
+                          thresholds=Thresholds(),
+                          on_alert=lambda alert: deliver("--notify", notifier.update, monitor.report))
+        monitor.step(2)
+        with torch.no_grad():
+            model.model.layers[0].block_sparse_moe.gate.weight[1, 3] = float("inf")
+        monitor.step(4)
+        monitor.step(6)  # the alert persists: nothing more is sent
+    finally:
+        server.shutdown()
+    assert len(received) == 1, received
+    text = received[0]["text"]
+    assert "numeric" in text and "step 4" in text, text
