@@ -72,9 +72,8 @@ sys.path[:0] = [str(HERE), str(ROOT), str(ROOT / "tests")]
 
 from live.helpers import comparable  # noqa: E402  (what differs between a live and an offline report by construction)
 from live_overhead import llama_1b  # noqa: E402
-from measure import evict, machine, monitored_entries, read_ranges, run_child  # noqa: E402
+from measure import evict, machine, monitored_entries, read_ranges, run_child, symlink_run  # noqa: E402
 from synthetic import LLAMA_1B, ModelSpec, ensure_run  # noqa: E402
-from trend_run import _run_dir as run_dir_of  # noqa: E402
 
 from ckptscan.api import scan, scan_pair, scan_run  # noqa: E402
 from ckptscan.detection.rules import Thresholds  # noqa: E402
@@ -375,7 +374,7 @@ def sync_sites(work: Callable[[], Any], top: int = 6) -> tuple[int, list[tuple[s
 def trend_part(check: Check) -> None:
     """(b) trend of --checkpoints checkpoints vs the I/O floor."""
     paths = check.run_checkpoints(check.checkpoints)
-    run = run_dir_of(check.workdir / f"{check.shape.spec.name}-trend-{len(paths)}", paths)
+    run = symlink_run(check.workdir / f"{check.shape.spec.name}-trend-{len(paths)}", paths)
     options = ScanOptions(device=check.device)
 
     def work() -> Any:
@@ -504,7 +503,7 @@ def live_part(check: Check) -> None:
 
     for every, monitor in monitors.items():
         at_its_steps = [saved / f"checkpoint-{step}" for step in range(every, check.steps + 1, every)]
-        run = run_dir_of(live_dir / f"trend-{every}", at_its_steps)
+        run = symlink_run(live_dir / f"trend-{every}", at_its_steps)
         spec = resolve_run(run, probe=None, loss_log=None, config=None)
         offline = report_dict(scan(spec, ScanOptions(device=device), thresholds=Thresholds()))
         live = json.loads(monitor.report_path.read_text())

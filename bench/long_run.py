@@ -50,7 +50,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from measure import load_average, machine, run_child  # noqa: E402
+from measure import load_average, machine, run_child, symlink_run  # noqa: E402
 from synthetic import ModelSpec, ensure_run  # noqa: E402
 
 from ckptscan.detection.rules import Thresholds  # noqa: E402
@@ -265,16 +265,6 @@ def child_main(argv: list[str]) -> None:
 
 # ---------------------------------------------------------------- the generated long run
 
-def run_dir(directory: Path, checkpoints: list[Path]) -> Path:
-    """A run directory of symlinks to these checkpoints (the cache keys resolve them)."""
-    if directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
-    for ckpt in checkpoints:
-        (directory / ckpt.name).symlink_to(ckpt)
-    return directory
-
-
 def ckptscan(*args: str) -> dict:
     run = run_child([sys.executable, "-m", "ckptscan", *args])
     if run.returncode not in (0, 1):
@@ -288,7 +278,7 @@ def trend_figures(checkpoints: list[Path], root: Path, sizes: list[int]) -> dict
     and a `diff` of that new pair alone."""
     found = {}
     for n in sizes:
-        run = run_dir(root / f"run-{n}", checkpoints[:n])
+        run = symlink_run(root / f"run-{n}", checkpoints[:n])
         cache = root / f"cache-{n}"
         shutil.rmtree(cache, ignore_errors=True)
         first = ckptscan("trend", str(run), "--cache-dir", str(cache))
@@ -313,7 +303,7 @@ def watch_latency(checkpoints: list[Path], root: Path, count: int, cache: Path |
     compute at every size."""
     from watch_latency import Rows
 
-    run = run_dir(root / f"watch-{count}", checkpoints[:count])
+    run = symlink_run(root / f"watch-{count}", checkpoints[:count])
     own_cache = root / f"watch-cache-{count}"
     shutil.rmtree(own_cache, ignore_errors=True)
     if cache is not None:

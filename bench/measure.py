@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import subprocess
 import tempfile
 import time
@@ -106,6 +107,16 @@ def read_ranges(ranges: list[tuple[Path, int, int]]) -> tuple[float, int]:
         for fd in fds.values():
             os.close(fd)
     return time.perf_counter() - start, total
+
+
+def symlink_run(directory: Path, checkpoints: list[Path]) -> Path:
+    """A run directory of symlinks to these checkpoints (the cache keys resolve them)."""
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    for ckpt in checkpoints:
+        (directory / ckpt.name).symlink_to(ckpt)
+    return directory
 
 
 def machine() -> str:

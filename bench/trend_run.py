@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from measure import evict, load_average, machine, run_child, startup_seconds  # noqa: E402
+from measure import evict, load_average, machine, run_child, startup_seconds, symlink_run  # noqa: E402
 from synthetic import LLAMA_1B, ensure_run  # noqa: E402
 
 from ckptscan.readers import open_checkpoint  # noqa: E402
@@ -68,7 +68,7 @@ def main() -> None:
     paths = ensure_run(spec, args.cache / f"{spec.name}-run", steps)
     print(f"{len(paths)} checkpoints ready in {time.perf_counter() - t0:.0f} s ({spec.total_bytes() / 1e9:.2f} GB each)",
           flush=True)
-    runs = {count: _run_dir(args.cache / f"{spec.name}-run-{count}", paths[:count]) for count in (args.n, 2 * args.n)}
+    runs = {count: symlink_run(args.cache / f"{spec.name}-run-{count}", paths[:count]) for count in (args.n, 2 * args.n)}
     files = [f for p in paths for f in p.glob("*.safetensors")]
     figures, notes = {}, []
 
@@ -108,16 +108,6 @@ def main() -> None:
         for run_dir in runs.values():
             shutil.rmtree(run_dir)
         shutil.rmtree(args.cache / f"{spec.name}-run")
-
-
-def _run_dir(directory: Path, checkpoints: list[Path]) -> Path:
-    """A run directory of symlinks to these checkpoints (the cache keys resolve them)."""
-    if directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
-    for ckpt in checkpoints:
-        (directory / ckpt.name).symlink_to(ckpt)
-    return directory
 
 
 def _trend(run_dir: Path, extra: list[str]):

@@ -11,15 +11,26 @@ and the scan's exit code and JSON report stay what the checkpoints say.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import sys
 from typing import Callable, TextIO, TypeVar
 
+from ckptscan.errors import CkptScanError
 from ckptscan.results import ScanReport
 
 T = TypeVar("T")
 # A failure line is one line; an exception's text can be a page (a server's HTML error body).
 MAX_REASON_CHARS = 300
+
+
+def require_package(module: str, flag: str, package: str, extra: str) -> None:
+    """Before any long scan: an output flag whose package is missing is exit 2
+    with the fix, rather than a failure after the scan."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise CkptScanError(f"{flag} needs the {package} package: pip install 'ckptscan[{extra}]'") from None
 
 
 def run_location(report: ScanReport) -> str:

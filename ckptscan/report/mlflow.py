@@ -29,8 +29,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from ckptscan.errors import CkptScanError
-from ckptscan.report.destinations import run_key, run_location
+from ckptscan.report.destinations import require_package, run_key, run_location
 from ckptscan.report.json import report_dict, report_json
 from ckptscan.report.tensorboard import report_points
 from ckptscan.results import ScanReport
@@ -49,10 +48,7 @@ HTTP_BOUNDS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACK
 
 def require_mlflow() -> None:
     """Before any long scan: --mlflow needs the package (exit 2 with the fix)."""
-    try:
-        import mlflow  # noqa: F401
-    except ImportError:
-        raise CkptScanError("--mlflow needs the mlflow-skinny package: pip install 'ckptscan[mlflow]'") from None
+    require_package("mlflow", "--mlflow", "mlflow-skinny", "mlflow")
 
 
 def write_mlflow(report: ScanReport, tracking_uri: str, experiment: str = DEFAULT_EXPERIMENT,

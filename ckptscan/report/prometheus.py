@@ -31,7 +31,7 @@ import math
 import time
 
 from ckptscan.errors import CkptScanError
-from ckptscan.report.destinations import run_location
+from ckptscan.report.destinations import require_package, run_location
 from ckptscan.results import FAMILIES, ScanReport
 
 DEFAULT_ADDR = "127.0.0.1"  # the endpoint has no authentication: exposing it (0.0.0.0) is the caller's choice
@@ -39,11 +39,7 @@ DEFAULT_ADDR = "127.0.0.1"  # the endpoint has no authentication: exposing it (0
 
 def require_prometheus() -> None:
     """Before a watch starts: --metrics-port needs the package (exit 2 with the fix)."""
-    try:
-        import prometheus_client  # noqa: F401
-    except ImportError:
-        raise CkptScanError("--metrics-port needs the prometheus_client package: "
-                            "pip install 'ckptscan[prometheus]'") from None
+    require_package("prometheus_client", "--metrics-port", "prometheus_client", "prometheus")
 
 
 def family_severity(report: ScanReport, family: str) -> int:

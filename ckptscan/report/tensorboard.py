@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ckptscan.errors import CkptScanError
+from ckptscan.report.destinations import require_package
 from ckptscan.results import FAMILIES, PairResult, ScanReport
 from ckptscan.vocabulary import MONITORS, worst
 
@@ -56,11 +57,7 @@ class Point:
 
 def require_tensorboard() -> None:
     """Before any long scan: --tensorboard needs the package (exit 2 with the fix)."""
-    try:
-        import tensorboard  # noqa: F401
-    except ImportError:
-        raise CkptScanError("--tensorboard needs the tensorboard package: "
-                            "pip install 'ckptscan[tensorboard]'") from None
+    require_package("tensorboard", "--tensorboard", "tensorboard", "tensorboard")
 
 
 def pair_step(index: int, pair: PairResult) -> int:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptscan.errors import CkptScanError
-from ckptscan.report.destinations import run_key, run_location
+from ckptscan.report.destinations import require_package, run_key, run_location
 from ckptscan.report.tensorboard import report_points
 from ckptscan.results import ScanReport
 
@@ -45,10 +45,7 @@ VERDICT_COLUMNS = ["status", "message", "first_alert_family", "first_alert_step"
 
 def require_wandb() -> None:
     """Before any long scan: --wandb needs the package (exit 2 with the fix)."""
-    try:
-        import wandb  # noqa: F401
-    except ImportError:
-        raise CkptScanError("--wandb needs the wandb package: pip install 'ckptscan[wandb]'") from None
+    require_package("wandb", "--wandb", "wandb", "wandb")
 
 
 def parse_target(target: str) -> tuple[str, str | None]:
