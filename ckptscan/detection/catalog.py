@@ -65,21 +65,24 @@ class Monitor:
     read: Callable[[LayerResult], float | None]
     # Is the level comparable between two runs of one recipe (a reference run)?
     across_runs: bool = True
+    # Is it a property of the update between two checkpoints (so its level
+    # depends on how many steps apart they are), not of one checkpoint?
+    per_update: bool = False
 
 
 def _judged(name: str, min_scale: float, alone: str, follow_trend: bool = False, sequential: bool = True,
-            across_runs: bool = True) -> Monitor:
+            across_runs: bool = True, per_update: bool = False) -> Monitor:
     """A monitor of the vocabulary with how it is judged; its alarm side and scale are the vocabulary's."""
     info = vocabulary.BY_NAME[name]
     spec = SeriesSpec(info.bad, min_scale, follow_trend=follow_trend, log=info.log, sequential=sequential)
-    return Monitor(info.name, info.family, info.label, spec, alone, info.read, across_runs)
+    return Monitor(info.name, info.family, info.label, spec, alone, info.read, across_runs, per_update)
 
 
 MONITORS: tuple[Monitor, ...] = (
-    _judged("delta2_entropy_norm", 0.01, "alert"),
-    _judged("delta2_entropy_norm_min", 0.02, "warn"),
-    _judged("dwq_entropy_norm", 0.01, "warn"),
-    _judged("dwk_entropy_norm", 0.01, "warn"),
+    _judged("delta2_entropy_norm", 0.01, "alert", per_update=True),
+    _judged("delta2_entropy_norm_min", 0.02, "warn", per_update=True),
+    _judged("dwq_entropy_norm", 0.01, "warn", per_update=True),
+    _judged("dwk_entropy_norm", 0.01, "warn", per_update=True),
     _judged("qk_logit_bound", 0.05, "alert", follow_trend=True),
     _judged("routing_entropy_norm", 0.01, "alert", follow_trend=True, across_runs=False),
     _judged("load_cv", 0.05, "warn", follow_trend=True, across_runs=False),

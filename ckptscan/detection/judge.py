@@ -19,9 +19,9 @@ import dataclasses
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence, Union
 
-from ckptscan.detection.reference import Reference, reference_from_report
+from ckptscan.detection.reference import Reference, reference_from_reports
 from ckptscan.detection.rules import finish_report, unjudged
 from ckptscan.detection.state import JudgeState
 from ckptscan.detection.thresholds import Thresholds
@@ -34,13 +34,18 @@ if TYPE_CHECKING:
 # The JSON report's "command" for each kind of spec (a public key).
 COMMANDS = {"pair": "diff", "run": "trend"}
 
+# One known-healthy run's report, or several (a band; detection/reference.py).
+References = Union[ScanReport, Sequence[ScanReport], None]
+ReferencePaths = Union[str, Sequence[str], None]
 
-def judge(metrics: Metrics, thresholds: Thresholds | None = None, reference: ScanReport | None = None, *,
-          reference_path: str | None = None) -> ScanReport:
+
+def judge(metrics: Metrics, thresholds: Thresholds | None = None, reference: References = None, *,
+          reference_path: ReferencePaths = None) -> ScanReport:
     """Findings, statuses and the verdict of `metrics`.
 
-    `reference`: a known-healthy run's report (`load_report`) to compare each
-    pair with; `reference_path`, the file it came from, for the report. With a loss log in the metrics, judging starts after the LR
+    `reference`: a known-healthy run's report (`load_report`), or several, to
+    compare each pair with; `reference_path`, the file(s) they came from, for
+    the report. With a loss log in the metrics, judging starts after the LR
     warm-up at the earliest, and the summary gives the lead over divergence.
     """
     return SeriesJudge(thresholds, reference, reference_path).report(metrics)
@@ -59,8 +64,8 @@ class SeriesJudge:
     `judge`'s.
     """
 
-    def __init__(self, thresholds: Thresholds | None = None, reference: ScanReport | None = None,
-                 reference_path: str | None = None) -> None:
+    def __init__(self, thresholds: Thresholds | None = None, reference: References = None,
+                 reference_path: ReferencePaths = None) -> None:
         self.thresholds = thresholds or Thresholds()
         self.reference, self.reference_path = reference, reference_path
         self.state: JudgeState | None = None
@@ -99,7 +104,7 @@ class SeriesJudge:
         pairs it judged, e.g. from `trend`'s cache)."""
         self.state, self.judged = state, list(judged or [])
 
-    def use(self, thresholds: Thresholds, reference: ScanReport | None, reference_path: str | None) -> None:
+    def use(self, thresholds: Thresholds, reference: References, reference_path: ReferencePaths) -> None:
         """Judge the next pairs under these (a watch re-reads its config and
         reference at each look); a changed basis judges every pair again."""
         if reference is not self.reference or reference_path != self.reference_path:
@@ -114,10 +119,10 @@ class SeriesJudge:
 
     def expected(self, thresholds: Thresholds, metrics: Metrics) -> Reference | None:
         """The reference run's expectations under `thresholds` (its warm-up is theirs)."""
-        if self.reference is None:
+        reports, paths = _listed(self.reference, self.reference_path)
+        if not reports:
             return None
-        expected = reference_from_report(self.reference, thresholds.warmup_pairs, thresholds.warmup_steps,
-                                         self.reference_path)
+        expected = reference_from_reports(reports, thresholds.warmup_pairs, thresholds.warmup_steps, paths)
         expected.check_model(metrics.model)
         return expected
 
@@ -135,9 +140,23 @@ def effective_thresholds(log: LossLog | None, thresholds: Thresholds) -> tuple[T
     return thresholds, divergence
 
 
-def reference_identity(reference: ScanReport, path: str | None) -> str:
-    """What names a reference run in a judge state's basis: its file's path,
-    size and modification time when it came from one, else its content."""
+def _listed(reference: References, path: ReferencePaths) -> tuple[list[ScanReport], list[str | None]]:
+    """The references and their paths as two lists of one length."""
+    reports = [reference] if isinstance(reference, ScanReport) else list(reference or [])
+    paths: list[str | None] = [path] if path is None or isinstance(path, str) else list(path)
+    return reports, (paths + [None] * len(reports))[:len(reports)]
+
+
+def reference_identity(reference: References, path: ReferencePaths) -> str:
+    """What names the reference runs in a judge state's basis: each one's
+    file path, size and modification time when it came from one, else its content."""
+    reports, paths = _listed(reference, path)
+    if len(reports) != 1:
+        return json.dumps([_identity(r, p) for r, p in zip(reports, paths)])
+    return _identity(reports[0], paths[0])
+
+
+def _identity(reference: ScanReport, path: str | None) -> str:
     if path is not None and Path(path).is_file():
         stat = Path(path).stat()
         return json.dumps([str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns])

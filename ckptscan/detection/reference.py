@@ -1,37 +1,86 @@
-"""A known-healthy reference run (`--reference REPORT.json`).
+"""Known-healthy reference runs (`--reference`, one or several).
 
 A run judged only against itself cannot see a fault that is there from the
-first checkpoint. A JSON report of a healthy run of the same model and
-schedule gives, for each pair, an expected value per (layer, monitor): the
-robust level (median, MAD sigma) of the reference pairs nearest in step, so a
-reference follows the healthy run's own warm-up and drift. Two healthy runs
-of one recipe with different seeds differ by several of one run's sigmas
-(router ε by ~7, routing entropy by ~5 in the experiments' runs), so the
-reference sigma is widened by `reference_scale_factor`: the reference rule
-is for gross departures, such as a fault present from the first checkpoint.
+first checkpoint: its own past is already faulty. Other runs of the same
+model and schedule can: the previous attempt, the pilot, the other members
+of a sweep. Their reports give, for each pair of the judged run, an expected
+value and sigma per (layer, monitor).
+
+- One reference: the robust level (median, MAD sigma) of the reference
+  pairs nearest in step, so the reference follows the healthy run's own
+  warm-up and drift. One run says nothing about how much healthy runs differ
+  from each other (seed, data order: router ε by ~7 of one run's sigmas), so
+  its sigma is widened by `reference_scale_factor`: gross departures only.
+- Several references: a band. Each reference's value is interpolated at the
+  judged step (runs need not share checkpoint steps); the centre is their
+  median; the sigma is the spread between the references, pooled over the
+  `count` steps nearest in step, together with their step-to-step jitter,
+  widened for the few runs it rests on and by `band_scale_factor`
+  (calibrated like every threshold: experiments/calibrate.py). A band knows
+  how far healthy runs stray from each other, so it can be much tighter
+  than one reference widened by a guess.
+
+Alignment is by step. A reference covers steps from its first to its last
+pair; beyond that it gives nothing (the others, or the run's own history,
+judge those pairs), and the report says so. Monitors of the update between
+two checkpoints (Δ2 and ΔW entropies) depend on how many steps apart they
+are, so a reference saved at another interval (more than 1.5× apart) is not
+compared on them. References of another architecture are refused.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ckptscan.detection.catalog import Monitor
-from ckptscan.detection.series import Expectation, first_judged, judged_value, robust_center_scale
+from ckptscan.detection.catalog import MONITORS, Monitor
+from ckptscan.detection.series import (
+    Expectation,
+    difference_scale,
+    first_judged,
+    judged_value,
+    robust_center_scale,
+)
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts.base import ModelInfo
-from ckptscan.results import LayerResult, ScanReport
+from ckptscan.results import LayerResult, PairResult, ScanReport
+
+# A reference saved more than this many times more (or less) often is not
+# compared on the monitors of an update (their level depends on the interval).
+INTERVAL_RATIO = 1.5
+# Fewest references that make a band (one reference: the widened single-run rule).
+BAND_MIN_RUNS = 2
+
+
+@dataclass
+class Member:
+    """One reference run: its pairs' values per layer, in step order."""
+
+    path: str
+    steps: list[float]  # newer step of each pair after the member's warm-up
+    layers: dict[int, list[LayerResult]]  # layer -> its results on those pairs
+    all_steps: list[float]  # newer step of every pair (the band's view: warm-up included)
+    all_layers: dict[int, list[LayerResult]]
+    interval: float | None  # median steps between a pair's two checkpoints
 
 
 @dataclass
 class Reference:
-    path: str
+    path: str  # the references' files, comma-separated
     model: dict
-    steps: list[float]  # newer step of each judged reference pair
-    layers: dict[int, list[LayerResult]]  # layer -> its results on those pairs
-    _series: dict = field(default_factory=dict, repr=False, compare=False)  # `_known`'s, per (layer, monitor)
+    members: list[Member]
+    _series: dict = field(default_factory=dict, repr=False, compare=False)  # `_known`'s, per (member, layer, monitor)
+
+    @property
+    def steps(self) -> list[float]:
+        return self.members[0].steps
+
+    @property
+    def layers(self) -> dict[int, list[LayerResult]]:
+        return self.members[0].layers
 
     def check_model(self, model: ModelInfo) -> None:
         mismatched = [f"{k}: {v} vs {getattr(model, k, None)}" for k, v in self.model.items()
@@ -40,39 +89,126 @@ class Reference:
             raise CkptScanError(f"the reference run is of a different model ({'; '.join(mismatched)})",
                                 path=self.path)
 
-    def expectations(self, layer: int, monitor: Monitor, steps: Sequence[float], count: int, scale_factor: float
-                     ) -> list[Expectation | None] | None:
-        """`expectation` at each step; None where the reference has no value of `monitor` in `layer`."""
-        if not self._known(layer, monitor)[0]:
+    def expectations(self, layer: int, monitor: Monitor, steps: Sequence[float], count: int, scale_factor: float,
+                     band_factor: float = 1.0, interval: float | None = None) -> list[Expectation | None] | None:
+        """`expectation` at each step; None where no reference has a value of `monitor` in `layer`."""
+        if not any(self._known(m, layer, monitor, False)[0] for m in range(len(self.members))):
             return None
-        return [self.expectation(layer, monitor, step, count, scale_factor) for step in steps]
+        return [self.expectation(layer, monitor, step, count, scale_factor, band_factor, interval) for step in steps]
 
-    def expectation(self, layer: int, monitor: Monitor, step: float, count: int, scale_factor: float
-                    ) -> Expectation | None:
+    def expectation(self, layer: int, monitor: Monitor, step: float, count: int, scale_factor: float,
+                    band_factor: float = 1.0, interval: float | None = None) -> Expectation | None:
         """Expected value and sigma of `monitor` in `layer` at `step`, in the
-        monitor's judged units; None where the reference has no value.
+        monitor's judged units; None where no reference has a value there.
+        `interval`: the judged pair's steps between checkpoints (a reference
+        saved at another interval is not compared on update monitors)."""
+        usable = [m for m, member in enumerate(self.members) if _comparable(member, monitor, interval)]
+        if len(self.members) < BAND_MIN_RUNS:
+            return self._single(usable[0], layer, monitor, step, count, scale_factor) if usable else None
+        covering = [m for m in usable if self._covers(m, layer, monitor, step)]
+        if len(covering) >= BAND_MIN_RUNS:
+            return self._band(covering, layer, monitor, step, count, band_factor)
+        if covering:  # one reference left here: judged like a single reference
+            return self._single(covering[0], layer, monitor, step, count, scale_factor)
+        return None
 
-        The sigma is the reference's local spread (floored at the monitor's
-        resolution) times `scale_factor`: another run of the same recipe
-        differs from the reference by more than the reference's own noise
-        (seed, data order), so only a gross departure counts."""
-        known, ordered = self._known(layer, monitor)
+    def _single(self, m: int, layer: int, monitor: Monitor, step: float, count: int, scale_factor: float
+                ) -> Expectation | None:
+        """One run's local level: the median of its `count` judged pairs
+        nearest in step; its sigma widened by `scale_factor` for the spread
+        between runs that one run cannot show."""
+        known, ordered = self._known(m, layer, monitor, False)
         if not known:
             return None
         nearest = _nearest(known, ordered, step, count)
         center, scale = robust_center_scale([y for _, y in nearest], monitor.spec.min_scale)
         return Expectation(center, scale * math.sqrt(1 + 1 / len(nearest)) * scale_factor)
 
-    def _known(self, layer: int, monitor: Monitor) -> tuple[list[tuple[float, float]], bool]:
-        """The reference's (step, judged value) pairs of a series, and whether
-        their steps ascend; worked out once per series, not per judged pair."""
-        key = (layer, monitor.name)
+    def _band(self, members: list[int], layer: int, monitor: Monitor, step: float, count: int, band_factor: float
+              ) -> Expectation:
+        """The band of several runs at `step` (see the module docstring)."""
+        series = [self._known(m, layer, monitor, True)[0] for m in members]
+        values = [_interpolate(known, step) for known in series]
+        center = statistics.median(values)
+        # Between-run spread, pooled over the `count` steps nearest to `step`
+        # of the first reference (one step's spread of 2-3 runs is too noisy).
+        grid = [s for s, _ in _nearest(series[0], True, step, count)]
+        squares, freedom = 0.0, 0
+        for s in grid:
+            here = [_interpolate(known, s) for known in series if known[0][0] <= s <= known[-1][0]]
+            if len(here) >= 2:
+                mean = sum(here) / len(here)
+                squares += sum((v - mean) ** 2 for v in here)
+                freedom += len(here) - 1
+        between = math.sqrt(squares / freedom) if freedom else 0.0
+        jitter = statistics.mean(
+            difference_scale([y for _, y in sorted(_nearest(known, True, step, 2 * count))], monitor.spec.min_scale)
+            ** 2 for known in series)
+        scale = max(math.sqrt(between ** 2 + jitter), monitor.spec.min_scale)
+        return Expectation(center, scale * math.sqrt(1 + 1 / len(members)) * band_factor)
+
+    def _covers(self, m: int, layer: int, monitor: Monitor, step: float) -> bool:
+        known = self._known(m, layer, monitor, True)[0]
+        if not known:
+            return False
+        slack = (self.members[m].interval or 0.0) / 2  # a checkpoint's worth either side
+        return known[0][0] - slack <= step <= known[-1][0] + slack
+
+    def _known(self, m: int, layer: int, monitor: Monitor, everything: bool) -> tuple[list[tuple[float, float]], bool]:
+        """Member `m`'s (step, judged value) pairs of a series and whether
+        their steps ascend; `everything`: every pair (the band's), sorted by
+        step, else the pairs after warm-up in report order. Worked out once
+        per series, not per judged pair."""
+        key = (m, layer, monitor.name, everything)
         if key not in self._series:
-            results = self.layers.get(layer) or []
-            known = [(s, y) for s, r in zip(self.steps, results)
+            member = self.members[m]
+            steps, layers = (member.all_steps, member.all_layers) if everything else (member.steps, member.layers)
+            known = [(s, y) for s, r in zip(steps, layers.get(layer) or [])
                      if not math.isnan(y := judged_value(monitor.read(r), monitor.spec.log))]
+            if everything:
+                known.sort(key=lambda sy: sy[0])
             self._series[key] = (known, all(a[0] <= b[0] for a, b in zip(known, known[1:])))
         return self._series[key]
+
+    def coverage_notes(self, pairs: Sequence[PairResult]) -> list[str]:
+        """What the report should say about how the references were used for
+        these pairs: references that end early, or were saved at another interval."""
+        steps = [p.to_step for p in pairs if p.to_step is not None]
+        if not steps:
+            return []
+        interval = _median_interval(pairs)
+        notes = []
+        for member in self.members:
+            if member.all_steps and max(steps) > max(member.all_steps) + (member.interval or 0) / 2:
+                notes.append(f"reference {member.path} ends at step {max(member.all_steps):.0f}: later pairs "
+                             "are judged against the other references, or only against the run's own history")
+            if not _same_interval(member.interval, interval):
+                updates = ", ".join(m.name for m in MONITORS if m.per_update and m.across_runs)
+                notes.append(f"reference {member.path} was saved every {member.interval:.0f} steps, this run every "
+                             f"{interval:.0f}: not compared on the update monitors ({updates})")
+        return notes
+
+
+def _comparable(member: Member, monitor: Monitor, interval: float | None) -> bool:
+    return not monitor.per_update or _same_interval(member.interval, interval)
+
+
+def _same_interval(a: float | None, b: float | None) -> bool:
+    if a is None or b is None or a <= 0 or b <= 0:
+        return True  # unknown: steps are not named; nothing to compare
+    return max(a, b) / min(a, b) <= INTERVAL_RATIO
+
+
+def _interpolate(known: list[tuple[float, float]], step: float) -> float:
+    """Linear interpolation in step between the reference pairs around `step`
+    (`known` ascending); the end value just outside the covered steps."""
+    position = bisect.bisect_left(known, step, key=lambda sy: sy[0])
+    if position == 0:
+        return known[0][1]
+    if position == len(known):
+        return known[-1][1]
+    (x0, y0), (x1, y1) = known[position - 1], known[position]
+    return y0 if x1 == x0 else y0 + (y1 - y0) * (step - x0) / (x1 - x0)
 
 
 def _nearest(known: list[tuple[float, float]], ordered: bool, step: float, count: int) -> list[tuple[float, float]]:
@@ -92,22 +228,57 @@ def _nearest(known: list[tuple[float, float]], ordered: bool, step: float, count
     return sorted(known[lo:hi], key=lambda sy: abs(sy[0] - step))[:count]
 
 
-def reference_from_report(report: ScanReport, warmup_pairs: int, warmup_steps: int, path: str | None = None
-                          ) -> Reference:
-    """The expectations of a known-healthy run's report (trend or diff),
-    from its pairs after warm-up."""
-    pairs = report.pairs
-    start = first_judged([p.from_step for p in pairs], warmup_pairs, warmup_steps)
-    judged = pairs[start:] or pairs
+def _median_interval(pairs: Sequence[PairResult]) -> float | None:
+    gaps = [p.to_step - p.from_step for p in pairs if p.to_step is not None and p.from_step is not None
+            and p.to_step > p.from_step]
+    return float(statistics.median(gaps)) if gaps else None
+
+
+def _by_layer(pairs: Sequence[PairResult]) -> dict[int, list[LayerResult]]:
+    """Each layer's results on `pairs`, an empty result where a pair lacks the layer."""
     layers: dict[int, list[LayerResult]] = {}
-    for pair in judged:
+    for pair in pairs:
         for layer in pair.layers:
             layers.setdefault(layer.layer, [])
-    for pair in judged:
+    for pair in pairs:
         by_layer = {layer.layer: layer for layer in pair.layers}
         for number, results in layers.items():
             results.append(by_layer.get(number, LayerResult(number)))
-    steps = [float(p.to_step) if p.to_step is not None else float(i) for i, p in enumerate(judged)]
-    model = {k: getattr(report.model, k) for k in ("num_layers", "hidden_size", "num_heads", "num_kv_heads",
-                                                   "head_dim", "num_experts") if hasattr(report.model, k)}
-    return Reference(path or str(report.settings.get("run", "the reference report")), model, steps, layers)
+    return layers
+
+
+def _member(report: ScanReport, warmup_pairs: int, warmup_steps: int, path: str | None) -> Member:
+    pairs = report.pairs
+    start = first_judged([p.from_step for p in pairs], warmup_pairs, warmup_steps)
+    judged = pairs[start:] or pairs
+
+    def steps(chosen: Sequence[PairResult]) -> list[float]:
+        return [float(p.to_step) if p.to_step is not None else float(i) for i, p in enumerate(chosen)]
+    return Member(path or str(report.settings.get("run", "the reference report")), steps(judged), _by_layer(judged),
+                  steps(pairs), _by_layer(pairs), _median_interval(pairs))
+
+
+MODEL_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "num_experts")
+
+
+def reference_from_reports(reports: Sequence[ScanReport], warmup_pairs: int, warmup_steps: int,
+                           paths: Sequence[str | None] | None = None) -> Reference:
+    """The expectations of known-healthy runs' reports (trend or diff); all
+    of one model, else a CkptScanError naming the odd one."""
+    if not reports:
+        raise CkptScanError("no reference report given")
+    paths = list(paths) if paths is not None else [None] * len(reports)
+    members = [_member(r, warmup_pairs, warmup_steps, p) for r, p in zip(reports, paths)]
+    models = [{k: getattr(r.model, k) for k in MODEL_FIELDS if hasattr(r.model, k)} for r in reports]
+    for member, model in zip(members[1:], models[1:]):
+        mismatched = [f"{k}: {v} vs {models[0].get(k)}" for k, v in model.items() if models[0].get(k) != v]
+        if mismatched:
+            raise CkptScanError(f"the references are of different models ({'; '.join(mismatched)}; "
+                                f"against {members[0].path})", path=member.path)
+    return Reference(", ".join(m.path for m in members), models[0], members)
+
+
+def reference_from_report(report: ScanReport, warmup_pairs: int, warmup_steps: int, path: str | None = None
+                          ) -> Reference:
+    """The expectations of one known-healthy run's report, from its pairs after warm-up."""
+    return reference_from_reports([report], warmup_pairs, warmup_steps, [path])

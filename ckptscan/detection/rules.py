@@ -87,6 +87,11 @@ def finish_report(report: ScanReport, state: JudgeState, loss_divergence_step: i
         summary, baselines = state.summary, state.baselines()
     if state.reference is not None:
         report.settings["reference"] = state.reference.path
+        if len(state.reference.members) > 1:
+            report.settings["reference_runs"] = [member.path for member in state.reference.members]
+        notes = state.reference.coverage_notes(report.pairs)
+        if notes:
+            report.settings["reference_notes"] = notes
     report.summary = summary.summary(loss_divergence_step, baselines)
 
 

@@ -114,6 +114,8 @@ class JudgeState:
         t, reference = self.thresholds, self.reference
         # Steps order the series; pairs without a step (unnamed checkpoints) fall back to their index.
         step = float(pair.to_step) if pair.to_step is not None else float(index)
+        interval = (pair.to_step - pair.from_step) if pair.to_step is not None and pair.from_step is not None \
+            else None
         verdicts = []
         for position, (number, series) in enumerate(zip(self.layers, self.series)):
             # A pair without this layer (which the first pair had) gives it no value.
@@ -124,7 +126,7 @@ class JudgeState:
                 expected = None
                 if reference is not None and monitor.across_runs:
                     expected = reference.expectation(number, monitor, step, t.reference_pairs,
-                                                     t.reference_scale_factor)
+                                                     t.reference_scale_factor, t.band_scale_factor, interval)
                 state = series[monitor.name]
                 points[monitor.name] = state.update(step, raw, expected, warmup=not judged, label=pair.to_step)
                 onsets[monitor.name] = state.onset_label

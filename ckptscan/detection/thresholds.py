@@ -44,6 +44,11 @@ class Thresholds:
     # in a row; the Gumbel 1 % quantile, 11.16, over alert_sigma is 1.86.
     reference_pairs: int = 5
     reference_scale_factor: float = 1.9
+    # Several references (a band, detection/reference.py): the band's sigma
+    # (spread between the references and their jitter) is widened by this.
+    # Calibrated leave-one-out on healthy calibration runs against the other
+    # healthy runs of their recipe (experiments/calibrate.py).
+    band_scale_factor: float = 1.0
     # Hard floors (alerts whatever the history): a normalised Δ2 entropy this
     # low means the update of every head concentrates on ~1 direction.
     delta2_entropy_norm_floor: float = 0.2
@@ -81,8 +86,9 @@ class Thresholds:
                 and 0 < self.cusum_warn <= self.cusum_alert and 0 < self.pooled_cusum_warn <= self.pooled_cusum_alert):
             problems.append("need cusum_drift ≥ 0, cusum_cap > cusum_drift, 0 < cusum_warn ≤ cusum_alert and "
                             "0 < pooled_cusum_warn ≤ pooled_cusum_alert")
-        if self.reference_scale_factor < 1:
-            problems.append(f"reference_scale_factor must be ≥ 1 (got {self.reference_scale_factor})")
+        if self.reference_scale_factor < 1 or self.band_scale_factor < 1:
+            problems.append("reference_scale_factor and band_scale_factor must be ≥ 1 "
+                            f"(got {self.reference_scale_factor}, {self.band_scale_factor})")
         unknown = sorted(set(self.disabled_monitors) - set(BY_NAME))
         if unknown:
             problems.append(f"disabled_monitors: unknown monitor(s) {unknown}; known: {sorted(BY_NAME)}")

@@ -101,6 +101,10 @@ def random_metrics(seed, max_pairs=24):
     restart = rng.randint(1, num_pairs) if num_pairs > 2 and rng.random() < 0.3 else None
     metrics = Metrics("run", MODEL, [], run(num_pairs, restart), settings={"run": "run"})
     reference = None
-    if rng.random() < 0.3:
+    draw = rng.random()
+    if draw < 0.3:
         reference = ScanReport("trend", MODEL, [], run(rng.randint(1, 12), None), Summary("ok", [], {}))
+    elif draw < 0.5:  # a band of references, of different lengths
+        reference = [ScanReport("trend", MODEL, [], run(rng.randint(1, 12), None), Summary("ok", [], {}))
+                     for _ in range(rng.randint(2, 3))]
     return metrics, thresholds, reference
