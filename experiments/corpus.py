@@ -3,6 +3,10 @@
     python -m experiments.corpus                 # every run, two at a time, into corpus/
     python -m experiments.corpus --out DIR --jobs 2 --only NAME ...
 
+Runs with "view_of" are not trained: they are another run seen through every
+"stride"-th checkpoint (generation 3's checkpoints 200 steps apart), computed
+after the runs they view.
+
 Each run is `python -m experiments.train --out DIR/NAME <recipe flags> <fault
 flags>` in its own process on one thread (bit-reproducible for one Python and
 torch). A run whose run.json records the same command is complete and is
@@ -77,6 +81,24 @@ def cost(flags: list[str]) -> float:
     return flag("--layers", 2) * flag("--hidden-size", 64) * flag("--steps", 3000)
 
 
+def is_view_complete(out: Path, source: Path) -> bool:
+    """A view is complete once its metrics exist and are newer than its source run's."""
+    metrics = out / "metrics.json"
+    return metrics.exists() and (source / "metrics.json").exists() \
+        and metrics.stat().st_mtime >= (source / "metrics.json").stat().st_mtime
+
+
+def generate_view(name: str, source: Path, stride: int, out: Path) -> tuple[str, float, str]:
+    """The metrics of every `stride`-th checkpoint of an already trained run: nothing is trained."""
+    t0 = time.time()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    metrics = subprocess.run([sys.executable, "-m", "experiments.metrics", "--view-of", str(source), "--stride",
+                              str(stride), str(out)], capture_output=True, text=True, env=env)
+    if metrics.returncode != 0:
+        return name, time.time() - t0, "metrics failed: " + metrics.stderr.strip().splitlines()[-1]
+    return name, time.time() - t0, f"every {stride}th checkpoint of {source}"
+
+
 def generate(name: str, flags: list[str], out: Path) -> tuple[str, float, str]:
     t0 = time.time()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -100,12 +122,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--manifest", type=Path, default=MANIFEST)
     args = p.parse_args(argv)
     manifest = load_manifest(args.manifest)
-    todo = []
+    todo, views = [], []
     for run in manifest["runs"]:
         if args.only and run["name"] not in args.only or args.split and run["split"] != args.split:
             continue
-        flags = run_flags(manifest, run)
         out = Path(args.out) / run["name"]
+        if "view_of" in run:
+            views.append((run["name"], Path(args.out) / run["view_of"], run["stride"], out))
+            continue
+        flags = run_flags(manifest, run)
         if is_complete(out, flags):
             continue
         todo.append((run["name"], flags, out))
@@ -116,6 +141,12 @@ def main(argv: list[str] | None = None) -> None:
     failed = 0
     with ThreadPoolExecutor(args.jobs) as pool:
         for name, seconds, line in pool.map(lambda job: generate(*job), todo):
+            failed += "failed" in line
+            print(f"[{time.time() - t0:6.0f}s] {name} ({seconds:.0f}s): {line}", flush=True)
+    # Views last: they read the checkpoints of runs trained above.
+    views = [v for v in views if (v[1] / "metrics.json").exists() and not is_view_complete(v[3], v[1])]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for name, seconds, line in pool.map(lambda view: generate_view(*view), views):
             failed += "failed" in line
             print(f"[{time.time() - t0:6.0f}s] {name} ({seconds:.0f}s): {line}", flush=True)
     print(f"done in {time.time() - t0:.0f}s, {failed} failed")
