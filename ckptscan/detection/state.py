@@ -41,7 +41,6 @@ from ckptscan.detection.findings import (
     numeric_findings,
     point_findings,
 )
-from ckptscan.detection.growth import LogitGrowth
 from ckptscan.detection.numerics import precision_findings
 from ckptscan.detection.provenance import unrelated_findings
 from ckptscan.detection.pooled import POOLED, PooledCusum
@@ -53,7 +52,7 @@ from ckptscan.errors import CkptScanError
 from ckptscan.results import PairResult
 from ckptscan.vocabulary import worst
 
-STATE_VERSION = 2
+STATE_VERSION = 1
 
 
 class JudgeState:
@@ -70,7 +69,6 @@ class JudgeState:
         self.layers: list[int] | None = None  # layer number at each position, from the first pair
         self.series: list[dict[str, SeriesState]] = []
         self.pooled = {m.name: PooledCusum(m) for m in POOLED if m.name not in thresholds.disabled_monitors}
-        self.growth = LogitGrowth()  # the reference-free logit-growth rule's per-layer state
         self.summary = SummaryState()
         self.onsets: dict[int, Onset] = {}  # newer step -> the newest pair with it (until the first alert)
         self.monitors: list[Monitor] = [m for m in MONITORS if m.name not in thresholds.disabled_monitors]
@@ -88,11 +86,9 @@ class JudgeState:
         judged = self.start is not None
         if judged:
             unrelated_findings(pair)
-            for position, layer in enumerate(pair.layers):
+            for layer in pair.layers:
                 layer.findings.extend(floor_findings(layer, t))
                 layer.findings.extend(precision_findings(layer))
-                if "qk_logit_bound" not in t.disabled_monitors:
-                    layer.findings.extend(self.growth.findings(position, layer, pair.to_step, t))
         if self.layers is None:
             self.layers = [layer.layer for layer in pair.layers]
             settings = t.series_settings(0)
@@ -152,7 +148,6 @@ class JudgeState:
         # Keep only the steps an alarm under way may still name as its onset.
         live = {label for series in self.series for s in series.values() for label in s.live_labels()}
         live.update(label for pooled in self.pooled.values() for label in pooled.live_labels())
-        live.update(step for position, step in self.growth.onset.items() if self.growth.streak.get(position))
         self.onsets = {step: onset for step, onset in self.onsets.items() if step in live}
 
     def baselines(self) -> Baselines:
@@ -166,7 +161,7 @@ class JudgeState:
         return {"version": STATE_VERSION, "basis": self.basis, "count": self.count, "start": self.start,
                 "warmup_end": self.warmup_end, "layers": self.layers,
                 "series": [{name: s.to_dict() for name, s in series.items()} for series in self.series],
-                "pooled": {name: p.to_dict() for name, p in self.pooled.items()}, "growth": self.growth.to_dict(),
+                "pooled": {name: p.to_dict() for name, p in self.pooled.items()},
                 "summary": self.summary.to_dict(), "onsets": [list(onset) for onset in self.onsets.values()]}
 
     @classmethod
@@ -187,7 +182,6 @@ class JudgeState:
         for name, pooled in data["pooled"].items():
             state.pooled[name] = PooledCusum(state.pooled[name].monitor, pooled["total"],
                                              Excursion(**pooled["excursion"]))
-        state.growth = LogitGrowth.from_dict(data["growth"])
         state.summary = SummaryState.from_dict(data["summary"])
         state.onsets = {onset[1]: tuple(onset) for onset in data["onsets"]}
         return state

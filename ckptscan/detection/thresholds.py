@@ -56,11 +56,6 @@ class Thresholds:
     epsilon_floor: float = 0.1
     # Mean normalised routing entropy this low: tokens go to about one expert.
     routing_entropy_norm_floor: float = 0.1
-    # Reference-free logit growth (detection/growth.py): the QK logit bound
-    # at ≥ this many times its value at the first judged pair warns, and on
-    # `consecutive` pairs in a row at ≥ logit_growth_alert alerts.
-    logit_growth_warn: float = 3.0
-    logit_growth_alert: float = 4.0
     # Cross-layer rule: robust z-score of a layer's normalised Δ2 entropy
     # against the other layers of the same pair (one-sided, low side).
     cross_layer_z_warn: float = 4.0
@@ -91,9 +86,6 @@ class Thresholds:
                 and 0 < self.cusum_warn <= self.cusum_alert and 0 < self.pooled_cusum_warn <= self.pooled_cusum_alert):
             problems.append("need cusum_drift ≥ 0, cusum_cap > cusum_drift, 0 < cusum_warn ≤ cusum_alert and "
                             "0 < pooled_cusum_warn ≤ pooled_cusum_alert")
-        if not 1 < self.logit_growth_warn <= self.logit_growth_alert:
-            problems.append("need 1 < logit_growth_warn ≤ logit_growth_alert "
-                            f"(got {self.logit_growth_warn}, {self.logit_growth_alert})")
         if self.reference_scale_factor < 1 or self.band_scale_factor < 1:
             problems.append("reference_scale_factor and band_scale_factor must be ≥ 1 "
                             f"(got {self.reference_scale_factor}, {self.band_scale_factor})")
