@@ -55,6 +55,11 @@ from ckptscan.vocabulary import worst
 STATE_VERSION = 1
 
 
+def band_factor(t: Thresholds, monitor: Monitor) -> float:
+    """How much a band of references is widened for `monitor` (its calibration differs for updates and states)."""
+    return t.band_scale_factor if monitor.per_update else t.band_state_scale_factor
+
+
 class JudgeState:
     """The detection state after the pairs judged so far (see the module docstring)."""
 
@@ -126,7 +131,7 @@ class JudgeState:
                 expected = None
                 if reference is not None and monitor.across_runs:
                     expected = reference.expectation(number, monitor, step, t.reference_pairs,
-                                                     t.reference_scale_factor, t.band_scale_factor, interval)
+                                                     t.reference_scale_factor, band_factor(t, monitor), interval)
                 state = series[monitor.name]
                 points[monitor.name] = state.update(step, raw, expected, warmup=not judged, label=pair.to_step)
                 onsets[monitor.name] = state.onset_label

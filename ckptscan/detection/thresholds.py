@@ -45,10 +45,16 @@ class Thresholds:
     reference_pairs: int = 5
     reference_scale_factor: float = 1.9
     # Several references (a band, detection/reference.py): the band's sigma
-    # (spread between the references and their jitter) is widened by this.
-    # Calibrated leave-one-out on healthy calibration runs against the other
-    # healthy runs of their recipe (experiments/calibrate.py).
+    # (spread between the references and their jitter) is widened by
+    # `band_scale_factor` for the monitors of an update (Δ2 and ΔW entropies)
+    # and by `band_state_scale_factor` for those of one checkpoint (the logit
+    # bound, whose level each seed sets for good). Calibrated leave-one-out:
+    # each healthy generation-3 calibration run against the band of the two
+    # other healthy runs of its recipe departs by at most 3.5 (update
+    # monitors; Gumbel 1 % quantile 5.6 < alert_sigma, so 1.0) and 8.6 band
+    # sigmas (logit bound; 13.3 / 6 → 2.3) on two pairs in a row.
     band_scale_factor: float = 1.0
+    band_state_scale_factor: float = 2.3
     # Hard floors (alerts whatever the history): a normalised Δ2 entropy this
     # low means the update of every head concentrates on ~1 direction.
     delta2_entropy_norm_floor: float = 0.2
@@ -86,9 +92,10 @@ class Thresholds:
                 and 0 < self.cusum_warn <= self.cusum_alert and 0 < self.pooled_cusum_warn <= self.pooled_cusum_alert):
             problems.append("need cusum_drift ≥ 0, cusum_cap > cusum_drift, 0 < cusum_warn ≤ cusum_alert and "
                             "0 < pooled_cusum_warn ≤ pooled_cusum_alert")
-        if self.reference_scale_factor < 1 or self.band_scale_factor < 1:
-            problems.append("reference_scale_factor and band_scale_factor must be ≥ 1 "
-                            f"(got {self.reference_scale_factor}, {self.band_scale_factor})")
+        if min(self.reference_scale_factor, self.band_scale_factor, self.band_state_scale_factor) < 1:
+            problems.append("reference_scale_factor, band_scale_factor and band_state_scale_factor must be ≥ 1 "
+                            f"(got {self.reference_scale_factor}, {self.band_scale_factor}, "
+                            f"{self.band_state_scale_factor})")
         unknown = sorted(set(self.disabled_monitors) - set(BY_NAME))
         if unknown:
             problems.append(f"disabled_monitors: unknown monitor(s) {unknown}; known: {sorted(BY_NAME)}")
