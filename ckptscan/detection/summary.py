@@ -144,7 +144,7 @@ class SummaryState:
 
     def _strength(self, finding: Finding, onset: Onset) -> tuple[int, float, int, int]:
         """Sort key of alerts on one pair, strongest first (the module docstring's order)."""
-        return (onset[0], -self._past_level(finding), _rank(finding), _mechanism(finding.family))
+        return (onset[0], -self._past_level(finding), _rank(finding), MECHANISM_ORDER.index(finding.family))
 
     def _past_level(self, finding: Finding) -> float:
         """How many times its alert level the finding's statistic reached, in its rule's units."""
@@ -221,7 +221,7 @@ class SummaryState:
         together = [f.family for _, f, _ in self.together]
         later = [family for family in self.alerted if family != primary and family not in together]
         if together:
-            names = " and ".join([primary, *together])
+            names = f"{', '.join([primary, *together[:-1]])} and {together[-1]}"
             text = f"{names} alerted together at step {step}: " + "; ".join(
                 self._why(finding, onset, evidence) for evidence in self.together)
         elif later:
@@ -291,10 +291,6 @@ def _rank(finding: Finding) -> int:
         return 0
     monitor = BY_NAME.get(finding.monitor)
     return 1 if monitor is None or monitor.alone == "alert" else 2
-
-
-def _mechanism(family: str) -> int:
-    return MECHANISM_ORDER.index(family) if family in MECHANISM_ORDER else len(MECHANISM_ORDER)
 
 
 def _extent(finding: Finding, past_level: float) -> str:

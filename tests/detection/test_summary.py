@@ -95,6 +95,21 @@ def test_same_onset_and_extent_the_more_specific_monitor_decides():
         "may alert on its own, router's epsilon only when a specific monitor corroborates it")
 
 
+def test_non_finite_values_are_the_plainest_evidence_unless_another_departure_began_earlier():
+    nonfinite = alert("nonfinite", "numeric", "nonfinite", None, None)
+    floor = alert("routing_entropy_norm", "router", "floor", None, None)
+    s = summarize(run({600: {0: [floor], 1: [nonfinite]}}))
+    assert (s.primary_family, s.secondary_families) == ("numeric", ["router"])
+    assert s.primary_family_reason == ("numeric and router alerted together at step 600: both departures began at "
+                                       "step 600, equally far past their alert levels; a non-finite value is the "
+                                       "plainest evidence")
+    s = summarize(run({600: {0: [floor], 1: [nonfinite, alert("qk_logit_bound", "attention", "cusum", 5.0, 300)]}}))
+    assert (s.primary_family, s.secondary_families) == ("attention", ["numeric", "router"])
+    assert s.primary_family_reason.startswith("attention, numeric and router alerted together at step 600: "
+                                              "attention's departure began earlier, at step 300 (numeric's at step "
+                                              "600); attention's departure began earlier, at step 300 (router's")
+
+
 def test_a_full_tie_between_router_and_attention_names_the_router():
     """Both CUSUMs crossed with one capped departure (6 − 1 = 5.0): the mechanism's asymmetry decides."""
     s = summarize(run({600: {0: [alert("qk_logit_bound", "attention", "cusum", 5.0, 600)],
