@@ -208,6 +208,13 @@ class Summary:
     layers: list[LayerSummary] = field(default_factory=list)
     # What the literature does about each alerting family: [{family, action, source}] (ckptscan/interventions.py).
     interventions: list[dict[str, str]] = field(default_factory=list)
+    # Which mechanism came first (detection/summary.py): among the families alerting on the first alerting
+    # pair, the one whose departure began earliest, then went furthest past its alert level; why, in one
+    # sentence; and the other families that alerted, in the order they did. None / [] without an alert, and
+    # when the first alert is that a pair is not an update of one run. first_family equals primary_family.
+    primary_family: str | None = None
+    primary_family_reason: str | None = None
+    secondary_families: list[str] = field(default_factory=list)
 
 
 @dataclass

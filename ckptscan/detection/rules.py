@@ -80,7 +80,7 @@ def finish_report(report: ScanReport, state: JudgeState, loss_divergence_step: i
         alone = judge_alone(unjudged(report.pairs[0]), state.thresholds, identical=report.command == "diff")
         report.pairs[0] = alone
         report.settings["warmup_end_step"] = alone.from_step
-        summary, baselines = SummaryState(), {}
+        summary, baselines = SummaryState(state.thresholds), {}
         summary.add(0, alone, lambda step: (0, alone.to_step, alone.from_path, alone.from_step))
     else:
         report.settings["warmup_end_step"] = state.warmup_end

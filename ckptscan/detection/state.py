@@ -52,7 +52,7 @@ from ckptscan.errors import CkptScanError
 from ckptscan.results import PairResult
 from ckptscan.vocabulary import worst
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: the summary keeps the families alerting with the first (primary family)
 
 
 def band_factor(t: Thresholds, monitor: Monitor) -> float:
@@ -74,7 +74,7 @@ class JudgeState:
         self.layers: list[int] | None = None  # layer number at each position, from the first pair
         self.series: list[dict[str, SeriesState]] = []
         self.pooled = {m.name: PooledCusum(m) for m in POOLED if m.name not in thresholds.disabled_monitors}
-        self.summary = SummaryState()
+        self.summary = SummaryState(thresholds)
         self.onsets: dict[int, Onset] = {}  # newer step -> the newest pair with it (until the first alert)
         self.monitors: list[Monitor] = [m for m in MONITORS if m.name not in thresholds.disabled_monitors]
 
@@ -187,6 +187,6 @@ class JudgeState:
         for name, pooled in data["pooled"].items():
             state.pooled[name] = PooledCusum(state.pooled[name].monitor, pooled["total"],
                                              Excursion(**pooled["excursion"]))
-        state.summary = SummaryState.from_dict(data["summary"])
+        state.summary = SummaryState.from_dict(data["summary"], thresholds)
         state.onsets = {onset[1]: tuple(onset) for onset in data["onsets"]}
         return state

@@ -1,21 +1,50 @@
-"""The verdict of a report: worst status, first alert per family, the family
-that fired first, flagged layers, the rollback candidate and the lead time.
+"""The verdict of a report: worst status, first alert per family, the primary
+family and why, flagged layers, the rollback candidate and the lead time.
 
 An alarm is an alert finding. The step of an alert is the newer step of the
-pair on which it was raised (what a nightly job would have seen then). The
-first family to alert names the mechanism; on the same pair, the alert whose
-departure began earlier wins, then the larger departure. The rollback
-candidate is the last checkpoint before that departure began: the older
-checkpoint of the pair where the first alert's run of departures started.
+pair on which it was raised (what a nightly job would have seen then).
+
+**Primary family.** The candidates are the families with an alert on the
+first pair that has one; the others alert later and are secondary. A family
+that only warns there is not a candidate: a warning is calibrated to come ten
+times as often in healthy runs as an alert, too weak to name a mechanism on.
+Evidence that was already accumulating below the alert level is not lost,
+though: it is the alert's onset (for a CUSUM, the pair where the statistic
+last left 0; for a run of departures, its first pair). Each candidate is
+represented by its strongest alert on that pair, and the families are ranked
+by, in order:
+
+1. the onset: whose departure began earlier (the fault that acts first moves
+   its own monitors first; the other family moves as a consequence);
+2. how far past its alert level it is, each in its own rule's units: robust
+   σ over `alert_sigma` (trend, level, reference), the CUSUM over
+   `cusum_alert` / `pooled_cusum_alert`, the robust z over
+   `cross_layer_z_alert`; a non-finite value or a hard floor is absolute and
+   counts as infinitely far;
+3. how specific the monitor is (`_rank`: non-finite values, then the
+   monitors that may alert alone, then those that alert only corroborated);
+4. the mechanism's asymmetry: a router fault grows attention logits through
+   the inputs it routes, while an attention fault barely moves the router
+   weights, so router evidence beside equal attention evidence points at the
+   router (`MECHANISM_ORDER`).
+
+The reason names the criterion that decided and, when router and attention
+alert together, where each departure began. `first_family` is the primary
+family. When the first alert says a pair is not an update of one run there
+is no primary family (no mechanism: the input is wrong). The rollback
+candidate is the last checkpoint before the primary evidence's departure
+began: the older checkpoint of the pair where that run of departures started.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable
 
 from ckptscan.detection.catalog import BY_NAME
 from ckptscan.detection.provenance import RULE_IDENTICAL, RULE_UNRELATED
+from ckptscan.detection.thresholds import Thresholds
 from ckptscan.interventions import interventions_for
 from ckptscan.results import (
     FAMILIES,
@@ -32,21 +61,30 @@ from ckptscan.vocabulary import worst
 
 # Findings about the input rather than the run's dynamics (detection/provenance.py).
 MISUSE_RULES = (RULE_UNRELATED, RULE_IDENTICAL)
+# The last tie-break between families: the one whose fault moves the others' monitors first
+# (non-finite values rank first by `_rank` already).
+MECHANISM_ORDER = ("numeric", "router", "attention")
+MECHANISM_WHY = ("a router fault grows attention logits through the inputs it routes, while an attention fault "
+                 "barely moves the router weights")
 
 
 # Where an alert's departure began: (its pair's index, newer step, older path, older step).
 Onset = tuple[int, "int | None", str, "int | None"]
 # {layer: {monitor: (newest value, its baseline)}}: the series' newest judgements, for the per-layer summary.
 Baselines = dict[int, dict[str, tuple["float | None", "float | None"]]]
+# A family's strongest alert on the first alerting pair: (layer, finding, where its departure began).
+Evidence = tuple[int, Finding, Onset]
 
 
 def summarize(
     report: ScanReport,
     loss_divergence_step: int | None = None,
     baselines: Baselines | None = None,
+    thresholds: Thresholds | None = None,
 ) -> Summary:
-    """`baselines`: {layer: {monitor: (current value, its baseline)}} for the per-layer summary."""
-    state = SummaryState()
+    """`baselines`: {layer: {monitor: (current value, its baseline)}} for the per-layer summary;
+    `thresholds`: those the report was judged under (for how far each alert went past its level)."""
+    state = SummaryState(thresholds)
     for index, pair in enumerate(report.pairs):
         state.add(index, pair, lambda step, index=index: _walk_back(report.pairs, index, step))
     return state.summary(loss_divergence_step, baselines or {})
@@ -56,16 +94,20 @@ class SummaryState:
     """The summary's inputs, kept pair by pair: O(layers) state, whatever the
     number of pairs, from which `summary` is made without looking at them."""
 
-    def __init__(self) -> None:
+    def __init__(self, thresholds: Thresholds | None = None) -> None:
+        self.thresholds = thresholds if thresholds is not None else Thresholds()
         self.pairs = 0
         self.status = "ok"  # the worst pair status so far
         self.unchanged = True  # every layer of every pair so far is unchanged
         self.first_alert: dict[str, int | None] = {family: None for family in FAMILIES}
         self.first_warn: dict[str, int | None] = {family: None for family in FAMILIES}
+        self.alerted: list[str] = []  # families in the order they first alerted (steps may be unnamed)
         self.layers: dict[int, LayerSummary] = {}
-        # The first alert: (pair index, layer, finding), and where its departure began.
+        # The first alert: (pair index, layer, finding) of the primary family, and where its departure began.
         self.first: tuple[int, int, Finding] | None = None
         self.onset: Onset | None = None
+        # The other families alerting on that pair, in rank order: each one's strongest evidence.
+        self.together: list[Evidence] = []
         # When the first alert says the pair is not an update of one run: that pair, named.
         self.misuse_pair: str | None = None
 
@@ -83,17 +125,36 @@ class SummaryState:
             self._add_layer(pair, layer)
         self.status = worst([self.status, pair.status])
         self.unchanged = self.unchanged and all(layer.status == "unchanged" for layer in pair.layers)
-        if self.first is None:
-            alerts = [(layer.layer, f) for layer in pair.layers for f in layer.findings if f.severity == "alert"]
-            if alerts:
-                current = (index, pair.to_step, pair.from_path, pair.from_step)
-                onsets = {f.onset_step: locate(f.onset_step) if f.onset_step is not None else current
-                          for _, f in alerts}
-                layer, finding = min(alerts, key=lambda a: (onsets[a[1].onset_step][0], _rank(a[1]),
-                                                            -_score(a[1])))
-                self.first, self.onset = (index, layer, finding), onsets[finding.onset_step]
-                if finding.rule in MISUSE_RULES:
-                    self.misuse_pair = _pair_name(pair)
+        alerts = [(layer.layer, f) for layer in pair.layers for f in layer.findings if f.severity == "alert"]
+        if self.first is None and alerts:
+            current = (index, pair.to_step, pair.from_path, pair.from_step)
+            onsets = {f.onset_step: locate(f.onset_step) if f.onset_step is not None else current
+                      for _, f in alerts}
+            strongest: dict[str, Evidence] = {}
+            for layer, f in sorted(alerts, key=lambda a: self._strength(a[1], onsets[a[1].onset_step])):
+                strongest.setdefault(f.family, (layer, f, onsets[f.onset_step]))
+            (layer, finding, onset), *self.together = strongest.values()
+            self.first, self.onset = (index, layer, finding), onset
+            self.alerted = list(strongest)  # in rank order
+            if finding.rule in MISUSE_RULES:
+                self.misuse_pair = _pair_name(pair)
+        else:
+            families = {f.family for _, f in alerts}
+            self.alerted += [family for family in FAMILIES if family in families and family not in self.alerted]
+
+    def _strength(self, finding: Finding, onset: Onset) -> tuple[int, float, int, int]:
+        """Sort key of alerts on one pair, strongest first (the module docstring's order)."""
+        return (onset[0], -self._past_level(finding), _rank(finding), MECHANISM_ORDER.index(finding.family))
+
+    def _past_level(self, finding: Finding) -> float:
+        """How many times its alert level the finding's statistic reached, in its rule's units."""
+        if finding.score is None:
+            return math.inf  # non-finite values and floors carry no score: they are absolute
+        t = self.thresholds
+        level = {"trend": t.alert_sigma, "level": t.alert_sigma, "reference": t.alert_sigma,
+                 "cusum": t.cusum_alert, "pooled_cusum": t.pooled_cusum_alert,
+                 "cross_layer": t.cross_layer_z_alert}[finding.rule]
+        return finding.score / level
 
     def _add_layer(self, pair: PairResult, layer: LayerResult) -> None:
         s = self.layers.setdefault(layer.layer, LayerSummary(layer.layer, "ok"))
@@ -118,12 +179,14 @@ class SummaryState:
         status = self.status
         if status == "ok" and self.pairs and self.unchanged:
             status = "unchanged"
-        rollback, onset_step, first_family, first_step = None, None, None, None
+        rollback, onset_step, first_family, first_step, reason, secondary = None, None, None, None, None, []
         if self.first is not None and self.onset is not None and self.misuse_pair is None:
             _, _, finding = self.first
             first_family, first_step = finding.family, self.first_alert[finding.family]
             _, onset_step, from_path, from_step = self.onset
             rollback = CheckpointRef(from_path, from_step)
+            reason = self._reason(finding, self.onset)
+            secondary = [family for family in self.alerted if family != first_family]
         lead = None
         if loss_divergence_step is not None and first_step is not None:
             lead = loss_divergence_step - first_step
@@ -138,6 +201,9 @@ class SummaryState:
             loss_divergence_step=loss_divergence_step,
             lead_steps=lead,
             layers=layer_summaries,
+            primary_family=first_family,
+            primary_family_reason=reason,
+            secondary_families=secondary,
         )
         summary.message = _verdict(summary, self.first, self.pairs)
         if self.first is not None and self.misuse_pair is not None:
@@ -149,24 +215,65 @@ class SummaryState:
             summary.interventions = interventions_for(summary)
         return summary
 
+    def _reason(self, finding: Finding, onset: Onset) -> str:
+        """Why the family of the first alert's `finding` is primary, in one sentence (the module docstring's order)."""
+        primary, step, began = finding.family, _step(self.first_alert[finding.family]), _step(onset[1])
+        together = [f.family for _, f, _ in self.together]
+        later = [family for family in self.alerted if family != primary and family not in together]
+        if together:
+            names = f"{', '.join([primary, *together[:-1]])} and {together[-1]}"
+            text = f"{names} alerted together at step {step}: " + "; ".join(
+                self._why(finding, onset, evidence) for evidence in self.together)
+        elif later:
+            text = f"{primary} alerted first, at step {step}, its departure beginning at step {began}"
+        else:
+            text = f"{primary} is the only family that alerted, its departure beginning at step {began}"
+        if later:
+            text += "; " + ", ".join(f"{family} alerted only at step {_step(self.first_alert[family])}"
+                                     for family in later)
+        return text
+
+    def _why(self, finding: Finding, onset: Onset, rival: Evidence) -> str:
+        """The criterion that put `finding`'s family before `rival`'s."""
+        _, other, other_onset = rival
+        primary, second = finding.family, other.family
+        if onset[0] != other_onset[0]:
+            return (f"{primary}'s departure began earlier, at step {_step(onset[1])} "
+                    f"({second}'s at step {_step(other_onset[1])})")
+        began = f"both departures began at step {_step(onset[1])}"
+        mine, theirs = self._past_level(finding), self._past_level(other)
+        if mine != theirs:
+            return (f"{began} and {primary}'s went further past its alert level "
+                    f"({primary} {_extent(finding, mine)}, {second} {_extent(other, theirs)})")
+        if _rank(finding) != _rank(other):
+            plainer = ("a non-finite value is the plainest evidence" if _rank(finding) == 0 else
+                       f"{primary}'s {finding.monitor} may alert on its own, {second}'s {other.monitor} only "
+                       f"when a specific monitor corroborates it")
+            return f"{began}, equally far past their alert levels; {plainer}"
+        return (f"{began}, equally far past their alert levels, from equally specific monitors; "
+                f"{primary} comes first because {MECHANISM_WHY}")
+
     def to_dict(self) -> dict[str, Any]:
         return {"pairs": self.pairs, "status": self.status, "unchanged": self.unchanged,
-                "first_alert": self.first_alert, "first_warn": self.first_warn,
+                "first_alert": self.first_alert, "first_warn": self.first_warn, "alerted": self.alerted,
                 "layers": [dataclasses.asdict(s) for s in self.layers.values()],
                 "first": [self.first[0], self.first[1], dataclasses.asdict(self.first[2])] if self.first else None,
                 "onset": list(self.onset) if self.onset is not None else None,
+                "together": [[layer, dataclasses.asdict(f), list(onset)] for layer, f, onset in self.together],
                 "misuse_pair": self.misuse_pair}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SummaryState:
-        state = cls()
+    def from_dict(cls, data: dict[str, Any], thresholds: Thresholds | None = None) -> SummaryState:
+        state = cls(thresholds)
         state.pairs, state.status, state.unchanged = data["pairs"], data["status"], data["unchanged"]
         state.first_alert, state.first_warn = dict(data["first_alert"]), dict(data["first_warn"])
+        state.alerted = list(data["alerted"])
         state.layers = {s["layer"]: from_dict(LayerSummary, s) for s in data["layers"]}
         if data["first"] is not None:
             index, layer, finding = data["first"]
             state.first = (index, layer, from_dict(Finding, finding))
         state.onset = tuple(data["onset"]) if data["onset"] is not None else None
+        state.together = [(layer, from_dict(Finding, f), tuple(onset)) for layer, f, onset in data["together"]]
         state.misuse_pair = data["misuse_pair"]
         return state
 
@@ -186,6 +293,13 @@ def _rank(finding: Finding) -> int:
     return 1 if monitor is None or monitor.alone == "alert" else 2
 
 
+def _extent(finding: Finding, past_level: float) -> str:
+    """How far past its alert level a finding went, in words."""
+    if math.isfinite(past_level):
+        return f"{past_level:.1f}× its alert level"
+    return {"nonfinite": "non-finite", "floor": "past its hard floor"}.get(finding.rule or "", "absolute")
+
+
 def _score(finding: Finding) -> float:
     # Non-finite values and floors carry no score: they are the plainest evidence.
     return finding.score if finding.score is not None else float("inf")
@@ -198,11 +312,10 @@ def _verdict(s: Summary, first: tuple[int, int, Finding] | None, num_pairs: int)
         families = ", ".join(f"{family} {step if step is not None else '–'}"
                              for family, step in s.first_alert_step.items())
         step = s.first_alert_step[finding.family]
-        together = [f for f, first_step in s.first_alert_step.items() if f != finding.family and first_step == step]
-        # Families alerting on the same pair: the diagnosis rests on the earlier onset or the more specific monitor.
-        also = f"; {' and '.join(together)} alerted on the same pair" if together else ""
+        primary = f"; primary: {s.primary_family} ({s.primary_family_reason})" if s.primary_family else ""
+        also = f"; also: {', '.join(s.secondary_families)}" if s.secondary_families else ""
         text = (f"ALERT: {finding.family} monitors fired first, at step {_step(step)} "
-                f"(layer {layer}, {finding.monitor}{also}); first alert per family: {families}; {flagged}")
+                f"(layer {layer}, {finding.monitor}){primary}{also}; first alert per family: {families}; {flagged}")
         if s.lead_steps is not None:
             when = f"{s.lead_steps} steps after" if s.lead_steps >= 0 else f"{-s.lead_steps} steps before"
             text += f"; the loss diverged at step {s.loss_divergence_step}, {when} the first alert"

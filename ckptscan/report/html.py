@@ -1,6 +1,6 @@
 """One self-contained HTML page of a report, for people deciding on a rollback.
 
-Sections, in order: the verdict (rollback candidate, first alert per family,
+Sections, in order: the verdict (primary family and why, rollback candidate, first alert per family,
 loss divergence and lead time), the timeline figure, a heatmap per monitor,
 the layers table, the flagged layers' first findings, the effective
 thresholds, and the model and run facts.
@@ -172,6 +172,8 @@ def _verdict(report: ScanReport) -> str:
     items = [
         ("verdict", s.status.upper()),
         ("first family to fire", s.first_family or "–"),
+        ("primary family", f"{s.primary_family} ({s.primary_family_reason})" if s.primary_family else "–"),
+        ("also alerted", ", ".join(s.secondary_families) or "–"),
         ("first alert per family", _per_family(s.first_alert_step)),
         ("first warning per family", _per_family(s.first_warn_step)),
         ("departure began at step", s.first_alert_onset_step if s.first_alert_onset_step is not None else "–"),

@@ -79,6 +79,7 @@ def test_checkpoints_of_different_runs_fail_the_gate_with_a_finding(runs, tmp_pa
         "(different runs, a restart, or a checkpoint from another folder)")
     assert report["summary"]["rollback_candidate"] is None
     assert report["summary"]["interventions"] == []  # the input is wrong, not the training
+    assert (report["summary"]["primary_family"], report["summary"]["secondary_families"]) == (None, [])  # no mechanism
 
 
 def test_a_checkpoint_and_its_copy_fail_the_gate_with_a_finding(runs, tmp_path: Path,

@@ -94,6 +94,8 @@ def test_verdict_thresholds_and_facts_are_on_the_page(page, reports):
     s = report.summary
     text = " ".join(parse(page).text)
     assert s.message in text
+    assert f"primary family {s.primary_family} ({s.primary_family_reason})" in text
+    assert f"also alerted {', '.join(s.secondary_families) or '–'}" in text
     assert f"{s.rollback_candidate.path} (step {s.rollback_candidate.step})" in text
     assert f"diverged at step {s.loss_divergence_step}" in text
     assert f"{s.lead_steps} steps: the first alert came before the loss diverged" in text
