@@ -73,10 +73,10 @@ import math
 import statistics
 from pathlib import Path
 
-from ckptscan.detection.catalog import BY_NAME
+from ckptscan.detection.catalog import BY_NAME, Monitor
 from ckptscan.detection.rules import Thresholds
 from ckptscan.detection.series import difference_scale, judged_value
-from ckptscan.results import ScanReport, Summary
+from ckptscan.results import PairResult, ScanReport, Summary
 from experiments.baselines import BASELINES, read_log
 from experiments.calibrate import CALIBRATION
 from experiments.corpus import DEFAULT_OUT, healthy_seed_references, load_manifest, reference_run, require_corpus
@@ -160,23 +160,29 @@ def oracle_step(report: ScanReport, twin: ScanReport, families: set[str], onset:
     for monitor in [BY_NAME[name] for family in sorted(families) for name in ORACLE_MONITORS[family]]:
         sides = {"low": (-1.0,), "high": (1.0,), "both": (1.0, -1.0)}[monitor.spec.bad]
         for number in numbers:
-            def value(pair: object) -> float:
-                layer = next((r for r in pair.layers if r.layer == number), None) if pair is not None else None
-                return judged_value(monitor.read(layer) if layer is not None else None, monitor.spec.log)
-            twin_series = [y for y in (value(p) for p in sorted(twin.pairs, key=lambda p: p.to_step))
+            twin_series = [y for y in (_judged(monitor, p, number) for p in sorted(twin.pairs, key=lambda p: p.to_step))
                            if not math.isnan(y)]
             if len(twin_series) < 2:
                 continue
             jitter = difference_scale(twin_series, monitor.spec.min_scale)
+            departures = [(pair.to_step, (_judged(monitor, pair, number)
+                                          - _judged(monitor, twin_pairs.get(pair.to_step), number)) / jitter)
+                          for pair in report.pairs]
             for side in sides:
                 streak = 0
-                for pair in report.pairs:
-                    departure = side * (value(pair) - value(twin_pairs.get(pair.to_step))) / jitter
-                    streak = streak + 1 if pair.to_step > onset and departure > ORACLE_SIGMAS else 0
+                for step, departure in departures:
+                    # nan (no value, or no twin pair at this step) compares False: it ends a streak.
+                    streak = streak + 1 if step > onset and side * departure > ORACLE_SIGMAS else 0
                     if streak >= ORACLE_PAIRS:
-                        first = pair.to_step if first is None else min(first, pair.to_step)
+                        first = step if first is None else min(first, step)
                         break
     return first
+
+
+def _judged(monitor: Monitor, pair: PairResult | None, number: int) -> float:
+    """`monitor`'s judged value in layer `number` of `pair`; nan where there is none."""
+    layer = next((r for r in pair.layers if r.layer == number), None) if pair is not None else None
+    return judged_value(monitor.read(layer) if layer is not None else None, monitor.spec.log)
 
 
 def family_verdict(summary: Summary, fault: str) -> tuple[str | None, bool]:
