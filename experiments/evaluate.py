@@ -104,7 +104,6 @@ class Outcome:
     measurable: bool
     first_warn: dict
     first_alert: dict
-    first_family: str | None
     family: str | None  # the family ckptscan names first: its primary family, else its first family
     wrong_family: bool  # (faulty runs) that family is not the fault's, or a tie when no primary is named
     verdict: str
@@ -113,7 +112,6 @@ class Outcome:
     baseline_alarm: dict  # name -> first alarm after onset
     baseline_false: dict  # name -> first alarm before onset (or any, on a healthy run)
     oracle: int | None  # the step at which the run leaves its healthy twin (module docstring)
-    references: list[str]  # the runs it was judged against
 
     @property
     def generation(self) -> str:
@@ -191,10 +189,10 @@ def family_verdict(summary: Summary, fault: str) -> tuple[str | None, bool]:
     right = FAULT_FAMILIES[fault]
     primary = getattr(summary, "primary_family", None)  # reports before primary-family attribution lack it
     if primary is not None:
-        return primary, primary not in right
-    first = [f for f, step in summary.first_alert_step.items()
-             if step is not None and step == min(s for s in summary.first_alert_step.values() if s is not None)]
-    return summary.first_family, bool(fault != "none" and set(first) - right)
+        return primary, fault != "none" and primary not in right
+    steps = [s for s in summary.first_alert_step.values() if s is not None]
+    tied = {f for f, s in summary.first_alert_step.items() if steps and s == min(steps)}
+    return summary.first_family, fault != "none" and bool(tied - right)
 
 
 def evaluate_run(corpus: Path, run: dict, thresholds: Thresholds, calibration: dict,
@@ -229,8 +227,7 @@ def evaluate_run(corpus: Path, run: dict, thresholds: Thresholds, calibration: d
     s = report.summary
     family, wrong = family_verdict(s, run["fault"])
     return Outcome(run, onset, divergence, effect, measurable, dict(s.first_warn_step), dict(s.first_alert_step),
-                   s.first_family, family, wrong, s.status, own, false, baseline_alarm, baseline_false, oracle,
-                   references)
+                   family, wrong, s.status, own, false, baseline_alarm, baseline_false, oracle)
 
 
 def lead(o: Outcome, alarm: int | None) -> float | None:

@@ -140,12 +140,14 @@ def test_without_a_primary_family_a_tie_with_another_family_is_wrong():
     assert family_verdict(first, "router") == ("router", False)
     assert family_verdict(first, "attention") == ("router", True)
     assert family_verdict(summary({}, None), "attention") == (None, False)
+    assert family_verdict(first, "none") == ("router", False)  # a healthy run's alert is a false alarm, not this
 
 
 def test_a_primary_family_decides_a_tie():
     tie = summary({"attention": 1100, "router": 1100}, "attention", primary_family="router")
     assert family_verdict(tie, "router") == ("router", False)
     assert family_verdict(tie, "attention") == ("router", True)
+    assert family_verdict(tie, "none") == ("router", False)
 
 
 def test_healthy_seed_references_are_the_other_calibration_seeds():
