@@ -6,6 +6,8 @@ from its successive differences, the run's departure from the twin at each
 step in jitters, the first two consecutive departing pairs after onset.
 """
 
+import dataclasses
+import json
 import math
 
 import numpy as np
@@ -15,7 +17,7 @@ from detection.helpers import run_report
 from ckptscan.detection.catalog import BY_NAME
 from ckptscan.results import Summary
 from experiments.corpus import healthy_seed_references, load_manifest
-from experiments.evaluate import ORACLE_MONITORS, family_verdict, oracle_step
+from experiments.evaluate import ORACLE_MONITORS, family_verdict, main, oracle_step
 
 FIELDS = {"delta2_entropy_norm": "d2n", "qk_logit_bound": "logit", "routing_entropy_norm": "routing",
           "epsilon": "eps"}
@@ -160,3 +162,65 @@ def test_healthy_seed_references_are_the_other_calibration_seeds():
         f"g3-ll6-bf16-cos-i50-s{s}-healthy" for s in (0, 1, 2)]
     assert healthy_seed_references(manifest, by_name["g3-mx6-fp32-wsd-i200-s1-healthy"]) == [
         "g3-mx6-fp32-wsd-i200-s0-healthy", "g3-mx6-fp32-wsd-i200-s2-healthy"]
+
+
+def synthetic_run(corpus, name, report, faults):
+    """A corpus run as experiments.corpus leaves it: metrics, run.json and a flat loss log."""
+    run = corpus / name
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps(dataclasses.asdict(report)))
+    (run / "run.json").write_text(json.dumps({"faults": faults}))
+    rng = np.random.default_rng(len(name))
+    lines = [json.dumps({"step": s, "loss": 2.0 + 0.01 * rng.standard_normal(),
+                         "grad_norm": 1.0 + 0.01 * rng.standard_normal()}) for s in range(2001)]
+    (run / "train_log.jsonl").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def partial_corpus(tmp_path):
+    """Generation 3's ll6 recipe in part: healthy seeds 0, 1 and 3, and seed 3's
+    attention fault from step 0 (layer 1's Δ2 entropy 0.15 low); seed 2 not yet trained."""
+    recipe = "g3-ll6-bf16-cos-i50"
+    for seed in (0, 1, 3):
+        synthetic_run(tmp_path, f"{recipe}-s{seed}-healthy", run_report(20, seed=10 + seed), {})
+    faulty = run_report(20, seed=13, d2n=lambda i, n: 0.55 - (0.15 if n == 1 else 0.0))
+    synthetic_run(tmp_path, f"{recipe}-s3-attn0-b2", faulty, {"attention": {"from_step": 0}})
+    return tmp_path
+
+
+def row(out, name):
+    return next(line.split() for line in out.splitlines() if line.startswith(name + " "))
+
+
+def test_partial_evaluates_the_runs_generated_so_far(partial_corpus, capsys):
+    main(["--corpus", str(partial_corpus), "--partial"])
+    out = capsys.readouterr().out
+    heldout = sum(r["split"] == "heldout" for r in load_manifest()["runs"])
+    assert "split: heldout (2 runs)" in out
+    assert f"--partial: {heldout - 2} run(s) of the split left out" in out
+    assert "-- faults from step 0" in out and "mid-run --" not in out
+    assert "generation 3" in out and "generation 1/2" not in out
+    # The self-baseline learns the fault present from the start as normal; the
+    # twin shows it on the second pair.
+    faulty = row(out, "g3-ll6-bf16-cos-i50-s3-attn0-b2")
+    assert faulty[6] == "ok" and faulty[-4] == "200"
+    assert row(out, "ckptscan")[1] == "0/1" and row(out, "oracle")[1] == "1/1"
+
+
+def test_a_band_of_the_other_seeds_sees_a_fault_from_step_0(partial_corpus, capsys):
+    main(["--corpus", str(partial_corpus), "--partial", "--references", "healthy-seeds"])
+    assert "split: heldout (0 runs)" in capsys.readouterr().out  # seed 2 of the band is not trained yet
+    synthetic_run(partial_corpus, "g3-ll6-bf16-cos-i50-s2-healthy", run_report(20, seed=12), {})
+    main(["--corpus", str(partial_corpus), "--partial", "--references", "healthy-seeds"])
+    out = capsys.readouterr().out
+    assert "split: heldout (2 runs)" in out
+    assert row(out, "g3-ll6-bf16-cos-i50-s3-attn0-b2")[6] == "alert"
+    assert row(out, "g3-ll6-bf16-cos-i50-s3-healthy")[6] == "ok"
+    assert row(out, "ckptscan")[1:3] == ["1/1", "0/1"]
+
+
+def test_without_partial_an_incomplete_corpus_is_refused(partial_corpus, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--corpus", str(partial_corpus)])
+    assert exit_.value.code == 2
+    assert "run(s) of the manifest missing" in capsys.readouterr().err
