@@ -6,8 +6,6 @@ from its successive differences, the run's departure from the twin at each
 step in jitters, the first two consecutive departing pairs after onset.
 """
 
-import dataclasses
-import json
 import math
 
 import numpy as np
@@ -164,27 +162,15 @@ def test_healthy_seed_references_are_the_other_calibration_seeds():
         "g3-mx6-fp32-wsd-i200-s0-healthy", "g3-mx6-fp32-wsd-i200-s2-healthy"]
 
 
-def synthetic_run(corpus, name, report, faults):
-    """A corpus run as experiments.corpus leaves it: metrics, run.json and a flat loss log."""
-    run = corpus / name
-    run.mkdir(parents=True)
-    (run / "metrics.json").write_text(json.dumps(dataclasses.asdict(report)))
-    (run / "run.json").write_text(json.dumps({"faults": faults}))
-    rng = np.random.default_rng(len(name))
-    lines = [json.dumps({"step": s, "loss": 2.0 + 0.01 * rng.standard_normal(),
-                         "grad_norm": 1.0 + 0.01 * rng.standard_normal()}) for s in range(2001)]
-    (run / "train_log.jsonl").write_text("\n".join(lines) + "\n")
-
-
 @pytest.fixture
-def partial_corpus(tmp_path):
+def partial_corpus(tmp_path, corpus_run):
     """Generation 3's ll6 recipe in part: healthy seeds 0, 1 and 3, and seed 3's
     attention fault from step 0 (layer 1's Δ2 entropy 0.15 low); seed 2 not yet trained."""
     recipe = "g3-ll6-bf16-cos-i50"
     for seed in (0, 1, 3):
-        synthetic_run(tmp_path, f"{recipe}-s{seed}-healthy", run_report(20, seed=10 + seed), {})
+        corpus_run(tmp_path, f"{recipe}-s{seed}-healthy", run_report(20, seed=10 + seed), {})
     faulty = run_report(20, seed=13, d2n=lambda i, n: 0.55 - (0.15 if n == 1 else 0.0))
-    synthetic_run(tmp_path, f"{recipe}-s3-attn0-b2", faulty, {"attention": {"from_step": 0}})
+    corpus_run(tmp_path, f"{recipe}-s3-attn0-b2", faulty, {"attention": {"from_step": 0}})
     return tmp_path
 
 
@@ -207,10 +193,10 @@ def test_partial_evaluates_the_runs_generated_so_far(partial_corpus, capsys):
     assert row(out, "ckptscan")[1] == "0/1" and row(out, "oracle")[1] == "1/1"
 
 
-def test_a_band_of_the_other_seeds_sees_a_fault_from_step_0(partial_corpus, capsys):
+def test_a_band_of_the_other_seeds_sees_a_fault_from_step_0(partial_corpus, corpus_run, capsys):
     main(["--corpus", str(partial_corpus), "--partial", "--references", "healthy-seeds"])
     assert "split: heldout (0 runs)" in capsys.readouterr().out  # seed 2 of the band is not trained yet
-    synthetic_run(partial_corpus, "g3-ll6-bf16-cos-i50-s2-healthy", run_report(20, seed=12), {})
+    corpus_run(partial_corpus, "g3-ll6-bf16-cos-i50-s2-healthy", run_report(20, seed=12), {})
     main(["--corpus", str(partial_corpus), "--partial", "--references", "healthy-seeds"])
     out = capsys.readouterr().out
     assert "split: heldout (2 runs)" in out
