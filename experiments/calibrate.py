@@ -34,10 +34,11 @@ narrower than its own spread).
 
 Only runs of the calibration split are read. `--partial` calibrates on the
 runs whose metrics.json exists (a corpus still being generated), saying how
-many were left out; its figures are provisional, not for `--write`. `--write` stores the result in
-experiments/calibration.json, which experiments.evaluate reads; ckptscan's
-own defaults (ckptscan/detection/rules.py `Thresholds`) were set from this
-output by hand, and the test in tests/detection pins that they agree.
+many were left out; its figures are provisional, never written. `--write`
+stores the result in experiments/calibration.json, which
+experiments.evaluate reads; ckptscan's own defaults
+(ckptscan/detection/rules.py `Thresholds`) were set from this output by
+hand, and the test in tests/detection pins that they agree.
 """
 
 from __future__ import annotations
@@ -114,7 +115,8 @@ def calibrate(corpora: list[Path], rate: float, warn_rate: float, partial: bool 
     by_name = {r["name"]: r for r in manifest["runs"]}
     pairs = [(run, run.parent / reference_run(manifest, by_name[run.name], by_name[run.name]["seed"]))
              for run in runs]
-    maxima["reference departure"] = reference_maxima([(run, ref) for run, ref in pairs if ref in set(runs)])
+    present = set(runs)
+    maxima["reference departure"] = reference_maxima([(run, ref) for run, ref in pairs if ref in present])
     bands = band_runs(manifest, runs)
     maxima["band departure"] = band_maxima(bands)
     result["band_runs"] = [r.name if len(corpora) == 1 else f"{r.parent.name}/{r.name}" for r, _ in bands]
