@@ -1,6 +1,6 @@
 """Set every detector's alarm threshold from the healthy calibration runs.
 
-    python -m experiments.calibrate [--corpus corpus] [--rate 0.01] [--write]
+    python -m experiments.calibrate [--corpus corpus] [--rate 0.01] [--write] [--partial]
 
 The target is a false-alarm rate: at most `rate` false alarms per healthy
 run-length (3000 steps, 30 checkpoint pairs here). A detector raises an alarm
@@ -22,10 +22,23 @@ reference's own sigmas) are fitted, and `reference_scale_factor` is the
 alert quantile over `alert_sigma`: how much wider than one run's noise two
 healthy runs of one recipe differ.
 
-Only runs of the calibration split are read. `--write` stores the result in
-experiments/calibration.json, which experiments.evaluate reads; ckptscan's
-own defaults (ckptscan/detection/rules.py `Thresholds`) were set from this
-output by hand, and the test in tests/detection pins that they agree.
+A band of several references (`--reference A B ...`) is calibrated the same
+way, leave-one-out: each healthy calibration run whose recipe has at least
+two other healthy calibration runs (generation 3: three seeds per recipe) is
+judged against the band of the others; its largest departure in band sigmas
+(band factor 1) on two pairs in a row, over the judged pairs, layers and
+monitors compared across runs (update monitors only against references saved
+at a like interval), is one maximum; `band_scale_factor` is the Gumbel alert
+quantile of these maxima over `alert_sigma`, and at least 1 (a band is never
+narrower than its own spread).
+
+Only runs of the calibration split are read. `--partial` calibrates on the
+runs whose metrics.json exists (a corpus still being generated), saying how
+many were left out; its figures are provisional, never written. `--write`
+stores the result in experiments/calibration.json, which
+experiments.evaluate reads; ckptscan's own defaults
+(ckptscan/detection/rules.py `Thresholds`) were set from this output by
+hand, and the test in tests/detection pins that they agree.
 """
 
 from __future__ import annotations
@@ -36,9 +49,10 @@ import math
 import statistics
 from pathlib import Path
 
+from ckptscan.detection.reference import BAND_MIN_RUNS
 from ckptscan.detection.rules import Thresholds
 from experiments.baselines import BASELINES, read_log
-from experiments.corpus import DEFAULT_OUT, load_manifest, reference_run, require_corpus
+from experiments.corpus import DEFAULT_OUT, healthy_seed_references, load_manifest, reference_run, require_corpus
 
 CALIBRATION = Path(__file__).with_name("calibration.json")
 EULER_GAMMA = 0.5772156649015329
@@ -60,8 +74,10 @@ def gumbel_threshold(maxima: list[float], rate: float) -> float:
     return max(gumbel_quantile(finite, rate), max(finite))
 
 
-def healthy_runs(manifest: dict, corpus: Path) -> list[Path]:
-    return [corpus / r["name"] for r in manifest["runs"] if r["split"] == "calibration" and r["fault"] == "none"]
+def healthy_runs(manifest: dict, corpus: Path, partial: bool = False) -> list[Path]:
+    """The healthy calibration runs (`partial`: those whose metrics exist)."""
+    runs = [corpus / r["name"] for r in manifest["runs"] if r["split"] == "calibration" and r["fault"] == "none"]
+    return [r for r in runs if (r / "metrics.json").exists()] if partial else runs
 
 
 def baseline_maxima(runs: list[Path]) -> dict[str, list[float]]:
@@ -74,25 +90,49 @@ def baseline_maxima(runs: list[Path]) -> dict[str, list[float]]:
     return out
 
 
-def calibrate(corpora: list[Path], rate: float, warn_rate: float) -> dict:
-    from experiments.judge import changepoint_maxima, reference_maxima  # re-judged from metrics.json
+def band_runs(manifest: dict, runs: list[Path]) -> list[tuple[Path, list[Path]]]:
+    """Each of `runs` whose recipe has ≥ 2 other healthy calibration runs
+    among `runs`, with those others: the leave-one-out bands."""
+    present = set(runs)
+    by_name = {r["name"]: r for r in manifest["runs"]}
+    out = []
+    for run in runs:
+        band = [p for name in healthy_seed_references(manifest, by_name[run.name])
+                if (p := run.parent / name) in present]
+        if len(band) >= BAND_MIN_RUNS:
+            out.append((run, band))
+    return out
+
+
+def calibrate(corpora: list[Path], rate: float, warn_rate: float, partial: bool = False) -> dict:
+    from experiments.judge import band_maxima, changepoint_maxima, reference_maxima  # re-judged from metrics.json
 
     manifest = load_manifest()
-    runs = [run for corpus in corpora for run in healthy_runs(manifest, corpus)]
+    runs = [run for corpus in corpora for run in healthy_runs(manifest, corpus, partial)]
     named = [r.name if len(corpora) == 1 else f"{r.parent.name}/{r.name}" for r in runs]
     result: dict = {"rate": rate, "warn_rate": warn_rate, "healthy_runs": named, "thresholds": {}}
     maxima = {**baseline_maxima(runs), **changepoint_maxima(runs)}
     by_name = {r["name"]: r for r in manifest["runs"]}
-    maxima["reference departure"] = reference_maxima(
-        [(run, run.parent / reference_run(manifest, by_name[run.name], by_name[run.name]["seed"])) for run in runs])
+    pairs = [(run, run.parent / reference_run(manifest, by_name[run.name], by_name[run.name]["seed"]))
+             for run in runs]
+    present = set(runs)
+    maxima["reference departure"] = reference_maxima([(run, ref) for run, ref in pairs if ref in present])
+    bands = band_runs(manifest, runs)
+    maxima["band departure"] = band_maxima(bands)
+    result["band_runs"] = [r.name if len(corpora) == 1 else f"{r.parent.name}/{r.name}" for r, _ in bands]
     for name, values in sorted(maxima.items()):
+        if not values:
+            continue
         result["thresholds"][name] = {
             "alert": round(gumbel_threshold(values, rate), 3),
             "warn": round(gumbel_threshold(values, warn_rate), 3),
             "healthy_maxima": [round(v, 3) for v in values],
         }
-    alert = result["thresholds"]["reference departure"]["alert"]
-    result["reference_scale_factor"] = round(alert / Thresholds().alert_sigma, 3)
+    alert_sigma = Thresholds().alert_sigma
+    if "reference departure" in result["thresholds"]:
+        result["reference_scale_factor"] = round(result["thresholds"]["reference departure"]["alert"] / alert_sigma, 3)
+    if "band departure" in result["thresholds"]:
+        result["band_scale_factor"] = round(max(1.0, result["thresholds"]["band departure"]["alert"] / alert_sigma), 3)
     return result
 
 
@@ -104,17 +144,31 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rate", type=float, default=0.01, help="false alarms per healthy run-length (alerts)")
     p.add_argument("--warn-rate", type=float, default=0.1, help="the same for warnings")
     p.add_argument("--write", action="store_true", help=f"store the result in {CALIBRATION}")
+    p.add_argument("--partial", action="store_true",
+                   help="calibrate on the runs generated so far (provisional; not with --write)")
     args = p.parse_args(argv)
+    if args.partial and args.write:
+        p.error("--partial figures are provisional: not written")
     corpora = args.corpus or [Path(DEFAULT_OUT)]
-    for corpus in corpora:
-        require_corpus(corpus)
-    result = calibrate(corpora, args.rate, args.warn_rate)
+    if not args.partial:
+        for corpus in corpora:
+            require_corpus(corpus)
+    result = calibrate(corpora, args.rate, args.warn_rate, args.partial)
+    if args.partial:
+        manifest = load_manifest()
+        every = sum(len(healthy_runs(manifest, corpus)) for corpus in corpora)
+        print(f"--partial: {len(result['healthy_runs'])} of {every} healthy calibration runs generated so far; "
+              f"{every - len(result['healthy_runs'])} left out")
     print(f"{len(result['healthy_runs'])} healthy calibration runs; alert at {args.rate} and warn at "
           f"{args.warn_rate} false alarms per healthy run-length (Gumbel fit of the per-run maxima)")
     for name, t in result["thresholds"].items():
         print(f"  {name:34s} alert ≥ {t['alert']:8.3f}  warn ≥ {t['warn']:8.3f}  "
               f"healthy max {max(t['healthy_maxima']):8.3f}")
-    print(f"  reference_scale_factor = reference departure alert / alert_sigma = {result['reference_scale_factor']}")
+    print(f"  reference_scale_factor = reference departure alert / alert_sigma = "
+          f"{result.get('reference_scale_factor', 'n/a (no pair of healthy runs)')}")
+    print(f"  band_scale_factor = band departure alert / alert_sigma (at least 1) = "
+          f"{result.get('band_scale_factor', 'n/a (no recipe with three healthy calibration runs)')}"
+          f" ({len(result['band_runs'])} runs judged against the band of the others)")
     if args.write:
         CALIBRATION.write_text(json.dumps(result, indent=1) + "\n")
         print(f"written: {CALIBRATION}")

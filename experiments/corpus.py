@@ -60,6 +60,15 @@ def reference_run(manifest: dict, run: dict, seed: int) -> str:
                 if r["recipe"] == run["recipe"] and r["seed"] == seed and r["fault"] == "none")
 
 
+def healthy_seed_references(manifest: dict, run: dict) -> list[str]:
+    """The healthy calibration runs of `run`'s recipe with another seed: the
+    band a team's earlier healthy runs would make (never the run's own twin).
+    A held-out run gets every calibration seed (two in generations 1/2, three
+    in generation 3); a calibration run the others."""
+    return [r["name"] for r in manifest["runs"] if r["recipe"] == run["recipe"] and r["seed"] != run["seed"]
+            and r["fault"] == "none" and r["split"] == "calibration"]
+
+
 def run_flags(manifest: dict, run: dict) -> list[str]:
     """The trainer flags of a run: its recipe's, its seed, then its fault's."""
     return [*manifest["recipes"][run["recipe"]], "--seed", str(run["seed"]), *run["fault_flags"]]

@@ -5,7 +5,9 @@ with the thresholds under test: the same `assess_report` call that
 `ckptscan.scan_run` ends with, with the same warm-up (the loss log's LR
 warm-up end), so the verdict is what `ckptscan trend RUN` would print with
 those thresholds. `changepoint_maxima` gives, per healthy run, the largest
-CUSUM statistics that calibration needs.
+CUSUM statistics that calibration needs; `reference_maxima` and
+`band_maxima` the largest departures from one reference run and from a
+band of several.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ import dataclasses
 import json
 import math
 from pathlib import Path
+from typing import Sequence, Union
 
 from ckptscan.detection.catalog import MONITORS
 from ckptscan.detection.changepoint import Cusum
-from ckptscan.detection.reference import reference_from_report
+from ckptscan.detection.reference import Reference, reference_from_reports
 from ckptscan.detection.rules import Thresholds, assess_report, first_judged_pair, pooled_departures
 from ckptscan.detection.series import _judge as departure  # the reference rule's own one-sided departure
 from ckptscan.detection.series import judged_value, track
@@ -38,16 +41,27 @@ def effective_thresholds(report: ScanReport, thresholds: Thresholds) -> Threshol
     return thresholds
 
 
+# One known-healthy run directory, or several (a band), or none.
+ReferenceDirs = Union[Path, Sequence[Path], None]
+
+
+def reference_of(reference_dirs: ReferenceDirs, t: Thresholds) -> Reference | None:
+    """The expectations of the reference runs' stored metrics, as `--reference
+    DIR...` would build them: one run, or a band when there are several."""
+    dirs = [reference_dirs] if isinstance(reference_dirs, Path) else list(reference_dirs or [])
+    if not dirs:
+        return None
+    return reference_from_reports([load_report(d) for d in dirs], t.warmup_pairs, t.warmup_steps,
+                                  [str(d) for d in dirs])
+
+
 def judge_run(run_dir: Path, thresholds: Thresholds, divergence: int | None,
-              reference_dir: Path | None = None) -> ScanReport:
-    """`reference_dir`: a known-healthy run whose metrics serve as `--reference`."""
+              reference_dirs: ReferenceDirs = None) -> ScanReport:
+    """`reference_dirs`: a known-healthy run, or several (a band), whose
+    metrics serve as `--reference`."""
     report = load_report(run_dir)
     t = effective_thresholds(report, thresholds)
-    reference = None
-    if reference_dir is not None:
-        reference = reference_from_report(load_report(reference_dir), t.warmup_pairs, t.warmup_steps,
-                                          str(reference_dir))
-    assess_report(report, t, reference, divergence)
+    assess_report(report, t, reference_of(reference_dirs, t), divergence)
     return report
 
 
@@ -101,28 +115,43 @@ def reference_maxima(pairs: list[tuple[Path, Path]], thresholds: Thresholds | No
     row). The reference scale factor that keeps healthy runs from alerting is
     the calibrated maximum over `alert_sigma`."""
     base = thresholds or Thresholds()
-    out = []
-    for run, reference_dir in pairs:
-        report = load_report(run)
-        t = effective_thresholds(report, base)
-        reference = reference_from_report(load_report(reference_dir), t.warmup_pairs, t.warmup_steps)
-        start = first_judged_pair(report.pairs, t)
-        steps = [float(p.to_step) for p in report.pairs]
-        best = -math.inf
-        for position in range(len(report.pairs[0].layers)):
-            layers = [pair.layers[position] for pair in report.pairs]
-            for monitor in MONITORS:
-                expected = reference.expectations(layers[0].layer, monitor, steps, t.reference_pairs, 1.0) \
-                    if monitor.across_runs else None
-                if expected is None:
-                    continue
-                zs: list[float | None] = []
-                for index, (layer, e) in enumerate(zip(layers, expected)):
-                    y = judged_value(monitor.read(layer), monitor.spec.log)
-                    if index < start or e is None or math.isnan(y):
-                        zs.append(None)
-                        continue
-                    zs.append(departure(y, e.center, e.scale, "reference", monitor.spec.bad).excess)
-                best = max([best] + [min(a, b) for a, b in zip(zs, zs[1:]) if a is not None and b is not None])
-        out.append(best)
-    return out
+    return [departure_maximum(run, [reference], base, 1.0) for run, reference in pairs]
+
+
+def band_maxima(runs: list[tuple[Path, list[Path]]], thresholds: Thresholds | None = None) -> list[float]:
+    """Per (healthy run, ≥ 2 other healthy runs of its recipe): the largest
+    departure from their band in band sigmas (band factor 1), as
+    `reference_maxima` measures it for one reference. The band scale factor
+    that keeps healthy runs from alerting is the calibrated maximum over
+    `alert_sigma`. Where fewer than two references cover a step (a band member
+    ends early), the step is judged as the rule would: against the one left,
+    at `reference_scale_factor`."""
+    base = thresholds or Thresholds()
+    return [departure_maximum(run, band, base, base.reference_scale_factor) for run, band in runs]
+
+
+def departure_maximum(run: Path, reference_dirs: list[Path], base: Thresholds, single_factor: float) -> float:
+    """The largest departure of `run` from its references (factor 1 for a
+    band, `single_factor` for one reference) that could alert: the smaller of
+    two consecutive one-sided departures, over the judged pairs, layers and
+    monitors compared across runs (update monitors only against references
+    saved at a like interval, as the rule does)."""
+    report = load_report(run)
+    t = effective_thresholds(report, base)
+    reference = reference_of(reference_dirs, t)
+    start = first_judged_pair(report.pairs, t)
+    best = -math.inf
+    for position in range(len(report.pairs[0].layers)):
+        layers = [pair.layers[position] for pair in report.pairs]
+        for monitor in MONITORS:
+            if not monitor.across_runs:
+                continue
+            zs: list[float | None] = []
+            for index, (pair, layer) in enumerate(zip(report.pairs, layers)):
+                y = judged_value(monitor.read(layer), monitor.spec.log)
+                interval = pair.to_step - pair.from_step if pair.from_step is not None else None
+                e = None if index < start or math.isnan(y) else reference.expectation(
+                    layer.layer, monitor, float(pair.to_step), t.reference_pairs, single_factor, 1.0, interval)
+                zs.append(None if e is None else departure(y, e.center, e.scale, "reference", monitor.spec.bad).excess)
+            best = max([best] + [min(a, b) for a, b in zip(zs, zs[1:]) if a is not None and b is not None])
+    return best
