@@ -118,7 +118,7 @@ def calibrate(corpora: list[Path], rate: float, warn_rate: float, partial: bool 
     present = set(runs)
     maxima["reference departure"] = reference_maxima([(run, ref) for run, ref in pairs if ref in present])
     bands = band_runs(manifest, runs)
-    maxima["band departure"] = band_maxima(bands)
+    maxima.update(band_maxima(bands))
     result["band_runs"] = [r.name if len(corpora) == 1 else f"{r.parent.name}/{r.name}" for r, _ in bands]
     for name, values in sorted(maxima.items()):
         if not values:
@@ -131,8 +131,10 @@ def calibrate(corpora: list[Path], rate: float, warn_rate: float, partial: bool 
     alert_sigma = Thresholds().alert_sigma
     if "reference departure" in result["thresholds"]:
         result["reference_scale_factor"] = round(result["thresholds"]["reference departure"]["alert"] / alert_sigma, 3)
-    if "band departure" in result["thresholds"]:
-        result["band_scale_factor"] = round(max(1.0, result["thresholds"]["band departure"]["alert"] / alert_sigma), 3)
+    for factor, kind in (("band_scale_factor", "band departure, update monitors"),
+                         ("band_state_scale_factor", "band departure, state monitors")):
+        if kind in result["thresholds"]:
+            result[factor] = round(max(1.0, result["thresholds"][kind]["alert"] / alert_sigma), 3)
     return result
 
 

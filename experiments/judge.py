@@ -118,8 +118,14 @@ def reference_maxima(pairs: list[tuple[Path, Path]], thresholds: Thresholds | No
     return [departure_maximum(run, [reference], base, 1.0) for run, reference in pairs]
 
 
-def band_maxima(runs: list[tuple[Path, list[Path]]], thresholds: Thresholds | None = None) -> list[float]:
-    """Per (healthy run, ≥ 2 other healthy runs of its recipe): the largest
+# The band's two calibrated widenings (Thresholds.band_scale_factor, band_state_scale_factor):
+# monitors of an update (Δ2 and ΔW entropies) and of one checkpoint's state (the logit bound).
+BAND_KINDS = {"band departure, update monitors": True, "band departure, state monitors": False}
+
+
+def band_maxima(runs: list[tuple[Path, list[Path]]], thresholds: Thresholds | None = None) -> dict[str, list[float]]:
+    """Per (healthy run, ≥ 2 other healthy runs of its recipe), for update and
+    for state monitors apart (each has its own band factor): the largest
     departure from their band in band sigmas (band factor 1), as
     `reference_maxima` measures it for one reference. The band scale factor
     that keeps healthy runs from alerting is the calibrated maximum over
@@ -127,15 +133,18 @@ def band_maxima(runs: list[tuple[Path, list[Path]]], thresholds: Thresholds | No
     ends early), the step is judged as the rule would: against the one left,
     at `reference_scale_factor`."""
     base = thresholds or Thresholds()
-    return [departure_maximum(run, band, base, base.reference_scale_factor) for run, band in runs]
+    return {kind: [departure_maximum(run, band, base, base.reference_scale_factor, per_update)
+                   for run, band in runs] for kind, per_update in BAND_KINDS.items()}
 
 
-def departure_maximum(run: Path, reference_dirs: list[Path], base: Thresholds, single_factor: float) -> float:
+def departure_maximum(run: Path, reference_dirs: list[Path], base: Thresholds, single_factor: float,
+                      per_update: bool | None = None) -> float:
     """The largest departure of `run` from its references (factor 1 for a
     band, `single_factor` for one reference) that could alert: the smaller of
     two consecutive one-sided departures, over the judged pairs, layers and
     monitors compared across runs (update monitors only against references
-    saved at a like interval, as the rule does)."""
+    saved at a like interval, as the rule does); `per_update`: only update
+    (True) or state (False) monitors."""
     report = load_report(run)
     t = effective_thresholds(report, base)
     reference = reference_of(reference_dirs, t)
@@ -144,7 +153,7 @@ def departure_maximum(run: Path, reference_dirs: list[Path], base: Thresholds, s
     for position in range(len(report.pairs[0].layers)):
         layers = [pair.layers[position] for pair in report.pairs]
         for monitor in MONITORS:
-            if not monitor.across_runs:
+            if not monitor.across_runs or per_update is not None and monitor.per_update != per_update:
                 continue
             zs: list[float | None] = []
             for index, (pair, layer) in enumerate(zip(report.pairs, layers)):

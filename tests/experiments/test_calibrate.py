@@ -26,28 +26,30 @@ def test_never_below_the_largest_maximum_seen():
 
 
 def test_the_band_is_calibrated_leave_one_out_on_recipes_with_three_healthy_runs(tmp_path, corpus_run):
-    """Generation 3's ll6 recipe has its three healthy calibration seeds, the
-    mx6 recipe two, generation 1/2's recipes two each: only the ll6 runs are
-    judged against a band (of the other two), and band_scale_factor is the
-    Gumbel quantile of their maxima over alert_sigma."""
-    names = [f"g3-ll6-bf16-cos-i50-s{s}-healthy" for s in (0, 1, 2)] + \
-        [f"g3-mx6-fp32-wsd-i200-s{s}-healthy" for s in (0, 1)] + [f"ll2-fp32-wsd-s{s}-healthy" for s in (0, 1)]
+    """Generation 3's recipe has three healthy calibration seeds, generation
+    1/2's recipes two each: only the generation-3 runs are judged against a
+    band (of the other two), and each band factor is the Gumbel quantile of
+    their maxima over alert_sigma."""
+    names = [f"g3-ll6-bf16-cos-i50-s{s}-healthy" for s in (0, 1, 2)] + [f"ll2-fp32-wsd-s{s}-healthy" for s in (0, 1)]
     runs = [corpus_run(tmp_path, name, run_report(25, seed=k), {}) for k, name in enumerate(names)]
     bands = band_runs(load_manifest(), runs)
     assert [(run.name, [b.name for b in band]) for run, band in bands] == [
         (names[0], names[1:3]), (names[1], [names[0], names[2]]), (names[2], names[0:2])]
     result = calibrate([tmp_path], 0.01, 0.1, partial=True)
     assert result["band_runs"] == names[:3]
-    maxima = result["thresholds"]["band departure"]["healthy_maxima"]
-    assert maxima == [round(m, 3) for m in band_maxima(bands)]
-    alert = round(gumbel_threshold(band_maxima(bands), 0.01), 3)
-    assert result["thresholds"]["band departure"]["alert"] == alert
-    assert result["band_scale_factor"] == round(max(1.0, alert / Thresholds().alert_sigma), 3)
-    assert len(result["thresholds"]["reference departure"]["healthy_maxima"]) == 7  # every run has another seed
+    for kind, factor in (("band departure, update monitors", "band_scale_factor"),
+                         ("band departure, state monitors", "band_state_scale_factor")):
+        measured = band_maxima(bands)[kind]
+        assert result["thresholds"][kind]["healthy_maxima"] == [round(m, 3) for m in measured]
+        alert = round(gumbel_threshold(measured, 0.01), 3)
+        assert result["thresholds"][kind]["alert"] == alert
+        assert result[factor] == round(max(1.0, alert / Thresholds().alert_sigma), 3)
+    assert len(result["thresholds"]["reference departure"]["healthy_maxima"]) == 5  # every run has another seed
 
 
 def test_no_band_without_three_healthy_runs_of_a_recipe(tmp_path, corpus_run):
     runs = [corpus_run(tmp_path, f"g3-ll6-bf16-cos-i50-s{s}-healthy", run_report(25, seed=s), {}) for s in (0, 2)]
     assert band_runs(load_manifest(), runs) == []
     result = calibrate([tmp_path], 0.01, 0.1, partial=True)
-    assert "band_scale_factor" not in result and "band departure" not in result["thresholds"]
+    assert "band_scale_factor" not in result and "band_state_scale_factor" not in result
+    assert not any(kind.startswith("band departure") for kind in result["thresholds"])

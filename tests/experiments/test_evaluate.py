@@ -158,8 +158,8 @@ def test_healthy_seed_references_are_the_other_calibration_seeds():
     assert healthy_seed_references(manifest, by_name["mx2-fp32-const-s0-healthy"]) == ["mx2-fp32-const-s1-healthy"]
     assert healthy_seed_references(manifest, by_name["g3-ll6-bf16-cos-i50-s3-attn0-b2"]) == [
         f"g3-ll6-bf16-cos-i50-s{s}-healthy" for s in (0, 1, 2)]
-    assert healthy_seed_references(manifest, by_name["g3-mx6-fp32-wsd-i200-s1-healthy"]) == [
-        "g3-mx6-fp32-wsd-i200-s0-healthy", "g3-mx6-fp32-wsd-i200-s2-healthy"]
+    assert healthy_seed_references(manifest, by_name["g3-ll6-bf16-cos-i200-s1-healthy"]) == [
+        "g3-ll6-bf16-cos-i200-s0-healthy", "g3-ll6-bf16-cos-i200-s2-healthy"]
 
 
 @pytest.fixture

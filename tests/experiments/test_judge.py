@@ -49,15 +49,18 @@ def test_several_reference_directories_make_a_band(corpus):
 
 
 def test_the_band_statistic_is_the_factor_at_which_the_band_stops_alerting(corpus):
-    """band_maxima's value m: with band_scale_factor just under m / alert_sigma
-    the band alerts on the run, just over it, it does not."""
+    """band_maxima's update-monitor value m (the run departs in Δ2 entropy):
+    with band_scale_factor just under m / alert_sigma the band alerts on the
+    run, just over it, it does not."""
     healthy, low = corpus
-    (m,) = band_maxima([(low, healthy[:2])])
-    t = Thresholds()
+    maxima = band_maxima([(low, healthy[:2])])
+    (m,) = maxima["band departure, update monitors"]
+    t = Thresholds(band_state_scale_factor=100.0)  # the state monitors kept out of it
     assert m / t.alert_sigma > 1
     under = judge_run(low, dataclasses.replace(t, band_scale_factor=0.99 * m / t.alert_sigma), None, healthy[:2])
     over = judge_run(low, dataclasses.replace(t, band_scale_factor=1.01 * m / t.alert_sigma), None, healthy[:2])
     assert reference_alerts(under) and not reference_alerts(over)
+    assert list(maxima) == ["band departure, update monitors", "band departure, state monitors"]
 
 
 def test_one_reference_statistic_is_the_scale_at_which_it_stops_alerting(corpus):
