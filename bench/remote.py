@@ -21,12 +21,20 @@ then measures side by side, each figure the minimum of --rounds:
   of the same ranges (the client we did not keep); and the local diff of
   the same files (the compute the remote diff overlaps its reads with).
 
-Four servers: `static` (bench/s3_static.py: sendfile from the files, so
+Then, on each profile but moto, `trend` of a run of --trend checkpoints
+(symlinks to the pair, alternating, so no more disk; each checkpoint is
+listed, opened and read as its own objects): its wall time, bytes fetched
+over its monitored bytes, and its own I/O floor (the same concurrent 8 MB
+parts over the monitored bytes of all its checkpoints).
+
+Five servers: `static` (bench/s3_static.py: sendfile from the files, so
 the client is what is timed), `s3like` (the same, with 20 ms to first byte
 and 100 MB/s per response, roughly one S3 GET from a machine in the same
 region: where concurrency matters), `link1g` (s3like behind a 1 Gbit/s link
 shared by all responses, a CI runner outside the cluster: the network, not
-the CPU, sets the pace, so the remote diff is judged against its I/O floor)
+the CPU, sets the pace, so the remote diff is judged against its I/O floor),
+`ttfb80` (s3like with 80 ms to first byte: a bucket in another region, where
+each dependent round trip of an open costs 80 ms)
 and `moto` (the server of the test suite, which
 copies the whole object on every ranged GET and serialises the reads of one
 object: its times measure moto, its bytes and request counts are still
@@ -39,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import socket
 import sys
 import time
@@ -62,7 +71,9 @@ PART = 8 << 20
 # The loopback fixtures: as fast as it can; one S3 GET's pace (20 ms to first
 # byte, 100 MB/s each, many in flight); the same behind a 1 Gbit/s link.
 SERVERS = {"static": {}, "s3like": {"latency_s": 0.02, "rate": 100e6},
-           "link1g": {"latency_s": 0.02, "rate": 100e6, "link_rate": 125e6}}
+           "link1g": {"latency_s": 0.02, "rate": 100e6, "link_rate": 125e6},
+           "ttfb80": {"latency_s": 0.08, "rate": 100e6}}
+TREND_STEP = 100  # steps between the trend run's checkpoints
 HEADS = [0, 1, 2, 3]
 
 
@@ -70,11 +81,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--root", type=Path, default=Path("/tmp/ckptscan-bench-remote"))
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--servers", default="static,s3like,link1g,moto")
+    parser.add_argument("--servers", default="static,s3like,link1g,ttfb80,moto")
+    parser.add_argument("--trend", type=int, default=20, help="checkpoints in the trend run (0: no trend row)")
     args = parser.parse_args()
 
     synthetic.SHARD_BYTES = 1 << 30  # sharded, as the issue asks (HF would write one 2.9 GB file)
     paths = ensure_run(LLAMA_32_1B, args.root / "run", STEPS)
+    # The trend run: --trend checkpoint folders, symlinks to the pair's two in turn.
+    trend_dir = args.root / "trend"
+    if trend_dir.exists():
+        shutil.rmtree(trend_dir)
+    trend_dir.mkdir()
+    for k in range(args.trend):
+        (trend_dir / f"step-{(k + 1) * TREND_STEP}").symlink_to(paths[k % 2])
     names = {f"model.layers.{i}.self_attn.{p}_proj.weight" for i in range(LLAMA_32_1B.layers) for p in "qk"}
     ranges = [r for path in paths for r in monitored_entries(path, names)]
     monitored = sum(hi - lo for _, lo, hi in ranges)
@@ -90,12 +109,20 @@ def main() -> None:
 
     local = best(args.rounds, lambda: scan_pair(paths[0], paths[1]))
     print(f"local diff (files on disk, warm): {local:.2f} s", flush=True)
+    local_trend = None
+    if args.trend:
+        from ckptscan import scan_run
+
+        local_trend = best(args.rounds, lambda: scan_run(trend_dir))
+        print(f"local trend of {args.trend} checkpoints (files on disk, warm): {local_trend:.2f} s", flush=True)
     for server in args.servers.split(","):
         if server in SERVERS:
-            static = StaticS3(args.root / "run", **SERVERS[server])
+            static = StaticS3(args.root, **SERVERS[server])
             os.environ["AWS_ENDPOINT_URL"] = static.url
-            measure_server(server, "s3://bucket", paths, ranges, head_ranges, monitored, head_monitored, local,
+            measure_server(server, "s3://bucket/run", paths, ranges, head_ranges, monitored, head_monitored, local,
                            args.rounds)
+            if args.trend:
+                measure_trend(server, "s3://bucket/trend", trend_dir, names, args.rounds, local_trend)
             static.close()
         elif server == "moto":
             from moto.server import ThreadedMotoServer
@@ -155,6 +182,27 @@ def measure_server(server, url, paths, ranges, head_ranges, monitored, head_moni
     print(f"[{server}] ratios: remote diff / I/O floor {diff_s / floor:.2f}; remote diff / max(I/O floor, local "
           f"diff) {diff_s / max(floor, local):.2f}; read path / I/O floor {reads_s / floor:.2f}; --heads 0-3 diff "
           f"/ its floor {heads_s / heads_floor:.2f}; sequential / concurrent reads {sequential / floor:.2f}")
+
+
+def measure_trend(server: str, url: str, run: Path, names: set[str], rounds: int, local: float) -> None:
+    """`trend` of the run at `url` (no cache), next to the I/O floor of its
+    monitored bytes and to the same trend of the files on disk (its compute)."""
+    from ckptscan import scan_run
+
+    checkpoints = sorted((p for p in run.iterdir()), key=lambda p: int(p.name.split("-")[1]))
+    ranges = [r for path in checkpoints for r in monitored_entries(path, names)]
+    monitored = sum(hi - lo for _, lo, hi in ranges)
+    before = dict(ranged.stats)
+    trend_s = best(rounds, lambda: scan_run(url), per_round=lambda: ranged.stats.update(
+        requests=before["requests"], bytes=before["bytes"]))
+    fetched, requests = ranged.stats["bytes"] - before["bytes"], ranged.stats["requests"] - before["requests"]
+    store = _obstore(url)
+    keys = {f: f"{run.name}/{f.parent.name}/{f.name}" for f, _, _ in ranges}
+    floor = best(rounds, lambda: _concurrent_parts(store, keys, ranges))
+    print(f"[{server}] remote trend of {len(checkpoints)} checkpoints: {trend_s:.2f} s, {requests} GETs, "
+          f"{fetched / 1e6:.1f} MB = {fetched / monitored:.4f} x monitored; its I/O floor {floor:.2f} s "
+          f"({monitored / 1e6:.0f} MB); trend / I/O floor {trend_s / floor:.2f}; trend / max(I/O floor, local "
+          f"trend) {trend_s / max(floor, local):.2f}", flush=True)
 
 
 def _ckptscan_reads(a: str, b: str, depth: int = readahead.DEPTH) -> None:

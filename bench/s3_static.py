@@ -4,7 +4,7 @@ moto's server (what the tests use) copies the whole object on every ranged
 GET and serialises reads of one object, so its time per request grows with
 the object: fine for correctness, useless for timing a 1 GB shard. This
 server answers the three calls a reader makes (ListObjectsV2 with a
-delimiter, HEAD, ranged GET) straight from the files with `os.sendfile`, on
+and without a delimiter, HEAD, ranged GET) straight from the files with `os.sendfile`, on
 one thread per connection, so what is timed is the client. It checks no
 credentials and accepts no writes: it is a benchmark fixture on loopback.
 Bucket `bucket` is the directory given.
@@ -116,11 +116,19 @@ class StaticS3:
                         time.sleep(max(0.0, due - time.perf_counter()))
 
     def listing(self, request: BaseHTTPRequestHandler, query: dict) -> None:
+        """ListObjectsV2: with delimiter "/", one level (objects and common
+        prefixes); without, every object under the prefix (symlinked folders
+        followed: a benchmark's run of symlinks is a run of objects)."""
         prefix = query.get("prefix", [""])[0]
         folder = self.root / prefix if prefix.endswith("/") or not prefix else self.root / prefix.rsplit("/", 1)[0]
         contents, prefixes = [], []
         if folder.is_dir():
-            for entry in sorted(folder.iterdir()):
+            if "delimiter" in query:
+                entries = sorted(folder.iterdir())
+            else:
+                entries = sorted(Path(top) / name for top, _, names in os.walk(folder, followlinks=True)
+                                 for name in names)
+            for entry in entries:
                 key = entry.relative_to(self.root).as_posix()
                 if not key.startswith(prefix):
                     continue

@@ -131,6 +131,10 @@ def discover_run(run_dir: str | Path) -> Run:
 def run_directory(run_dir: str | Path) -> Path | RemotePath:
     """`run_dir` as a path (`~` and `$VAR` expanded), checked to be a directory."""
     path = as_path(run_dir)
+    if isinstance(path, RemotePath):
+        # One listing of everything under the run prefix (beside its parent's), which every
+        # checkpoint's open then reads from: no listing per checkpoint.
+        path.list_with_parent()
     if not path.exists():
         raise CkptScanError("does not exist", path=path)
     if not path.is_dir():

@@ -18,7 +18,9 @@ a failed fetch's error (URL, tensor) at that point, as a plain read would.
 Bounds: at most `DEPTH` loads per worker are fetched ahead of the one it is
 on, so memory grows by at most that many layer-loads per worker (the scan
 already holds one or two per worker), and the requests in flight stay
-bounded by the shared GET pool (`stores.MAX_IN_FLIGHT`). Every load is
+bounded by the shared GET pool (`stores.MAX_IN_FLIGHT`). A Ray task runs
+on a worker with its own read-ahead over the task's layers
+(`reading_ahead`), bounded the same way. Every load is
 fetched once: a load already started (by either worker) or taken is never
 started again. `close()` abandons what was fetched ahead and not taken (an
 error elsewhere, Ctrl-C), cancelling the requests not yet sent.
@@ -27,7 +29,8 @@ error elsewhere, Ctrl-C), cancelling the requests not yet sent.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence
 
 # Layer-loads fetched ahead per worker: the next one hides its latency while
 # the current one is computed on, a second keeps requests in flight while a
@@ -51,6 +54,8 @@ class ReadAhead:
         # Loads fetched ahead and not yet taken -> (the worker that started them, their abandon function).
         self._ahead: dict[tuple[int, int], tuple[int, Callable[[], None] | None]] = {}
         self._closed = False
+        # The most loads one worker had fetched ahead at once (never above `depth`: the memory bound).
+        self.most_ahead = 0
 
     def reach(self, layer: int, checkpoint: int) -> None:
         """The calling worker is about to load `checkpoint`'s `layer`: start
@@ -73,6 +78,11 @@ class ReadAhead:
                 # only queues requests, so the lock is held for microseconds.
                 self._ahead[load] = (me, self._start(*load))
                 mine += 1
+            self.most_ahead = max(self.most_ahead, mine)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def close(self) -> None:
         """Abandon every load fetched ahead and not taken; later calls start nothing."""
@@ -93,3 +103,24 @@ class ReadAhead:
         for later in self._layers[self._first_unbegun:]:
             if later not in self._begun:
                 yield from ((later, i) for i in self._used)
+
+
+@contextmanager
+def reading_ahead(task: Any, layers: Sequence[int]) -> Iterator[ReadAhead | None]:
+    """Read-ahead for a task run where no scan driver set one up (a Ray
+    worker runs a `LayerTask` it re-opened, on `layers` only): while the
+    block runs, the task's next layer-loads are fetched ahead, with the same
+    bound per worker, and abandoned at its end (then left on the task,
+    closed: its `most_ahead` says how far it read). Nothing for checkpoints
+    on local disk, or a task whose driver reads ahead for it."""
+    from ckptscan.storage import RemotePath
+
+    driver = getattr(task, "readahead", None)
+    if (driver is not None and not driver.closed) or not any(isinstance(c.path, RemotePath) for c in task.checkpoints):
+        yield None
+        return
+    task.readahead = ahead = ReadAhead(layers, task.used, task.prefetch_load)
+    try:
+        yield ahead
+    finally:
+        ahead.close()

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from ckptscan.errors import CkptScanError
 from ckptscan.parallel import exact_float32, torch_threads
+from ckptscan.readahead import reading_ahead
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -139,9 +140,17 @@ class RayExecutor:
 
 
 def run_task(fn: Callable[[T, threading.Event], R], item: T) -> R:
-    """One task on a Ray worker: the worker holds one CPU, so one torch thread."""
+    """One task on a Ray worker: the worker holds one CPU, so one torch
+    thread. Checkpoints in object storage are read ahead, as in a local scan:
+    the task's next layer-loads are fetched while it computes on the current
+    one (`readahead.reading_ahead`, the same per-worker bound)."""
+    stop = threading.Event()
     with torch_threads(1), exact_float32():
-        return fn(item, threading.Event())
+        # A task sent by location opens its checkpoints on its first call: a call
+        # on no layers opens them (and computes nothing), so the read-ahead can see them.
+        fn([], stop)
+        with reading_ahead(getattr(fn, "task", fn), item):
+            return fn(item, stop)
 
 
 @functools.cache

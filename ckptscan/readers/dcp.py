@@ -22,8 +22,9 @@ import io
 import math
 import pathlib
 import pickle
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.distributed.checkpoint import FileSystemReader
@@ -119,8 +120,12 @@ class _RemoteReader:
     def __init__(self, directory: RemotePath, metadata: Metadata):
         self.directory = directory
         self.storage_data = metadata.storage_data
+        # Saved chunks `prefetch` started, (file, start, end) -> (fetch, position), taken by the read that needs them.
+        self._prefetched: dict[tuple[str, int, int], tuple[Any, int]] = {}
+        self._lock = threading.Lock()
 
-    def read(self, items: list[ReadItem], target: _IntoTensor, name: str) -> None:
+    def _spans(self, items: list[ReadItem], name: str) -> dict[str, list[tuple[int, int]]]:
+        """The byte ranges of the saved chunks `items` read, by file."""
         infos = [self.storage_data[item.storage_index] for item in items]
         if any(getattr(info, "transform_descriptors", None) for info in infos):
             raise CkptScanError("chunks saved with DCP storage transforms (compression) cannot be read from "
@@ -128,10 +133,51 @@ class _RemoteReader:
         spans: dict[str, list[tuple[int, int]]] = {}
         for info in infos:
             spans.setdefault(info.relative_path, []).append((info.offset, info.offset + info.length))
+        return spans
+
+    def prefetch(self, reads: list[tuple[list[ReadItem], str]]) -> Callable[[], None]:
+        """Start fetching the saved chunks of these reads (items, tensor), one
+        concurrent batch per file, for the `read` calls that follow (which
+        wait for them). Does not wait; a chunk already started and not yet
+        taken is not fetched again. Returns a function that abandons what no
+        read has taken (cancelling the requests not yet sent)."""
+        by_file: dict[str, dict[tuple[int, int], str]] = {}
+        with self._lock:
+            for items, name in reads:
+                for relative, ranges in self._spans(items, name).items():
+                    for span in ranges:
+                        if (relative, *span) not in self._prefetched:
+                            by_file.setdefault(relative, {}).setdefault(span, name)
+            started = []
+            for relative, spans in by_file.items():
+                fetch = (self.directory / relative).fetch_ranges(list(spans), list(spans.values()))
+                keys = [(relative, *span) for span in spans]
+                started.append((fetch, keys))
+                self._prefetched.update((key, (fetch, k)) for k, key in enumerate(keys))
+
+        def abandon() -> None:
+            with self._lock:
+                for fetch, keys in started:
+                    fetch.cancel()
+                    for key in keys:
+                        if self._prefetched.get(key, (None,))[0] is fetch:
+                            del self._prefetched[key]
+
+        return abandon
+
+    def read(self, items: list[ReadItem], target: _IntoTensor, name: str) -> None:
+        infos = [self.storage_data[item.storage_index] for item in items]
         chunks = {}
-        for relative, ranges in spans.items():
-            for span, data in zip(ranges, (self.directory / relative).read_ranges(ranges, name)):
+        for relative, ranges in self._spans(items, name).items():
+            with self._lock:
+                taken = {span: self._prefetched.pop((relative, *span), None) for span in ranges}
+            missing = [span for span, pending in taken.items() if pending is None]
+            fetched = (self.directory / relative).read_ranges(missing, name) if missing else []
+            for span, data in zip(missing, fetched):
                 chunks[(relative, *span)] = data
+            for span, pending in taken.items():
+                if pending is not None:  # waits for a prefetch still in flight; its error is raised here
+                    chunks[(relative, *span)] = pending[0].result()[pending[1]]
         for item, info in zip(items, infos):
             raw = io.BytesIO(chunks[(info.relative_path, info.offset, info.offset + info.length)])
             if item.type == LoadItemType.BYTE_IO:
@@ -197,14 +243,36 @@ class DcpSource:
         return dtype_name(self._entry(name)[1].properties.dtype)
 
     def get(self, name: str, rows: tuple[int, int] | None = None) -> torch.Tensor:
+        return self.read_box(name, *self._box(name, rows))
+
+    def _box(self, name: str, rows: tuple[int, int] | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(offsets, sizes) of the block `get(name, rows)` reads."""
         shape = self.shape(name)
         if rows is None:
-            return self.read_box(name, (0,) * len(shape), shape)
+            return (0,) * len(shape), shape
         lo, hi = rows
         if not shape or not 0 <= lo <= hi <= shape[0]:
             raise CkptScanError(f"rows {lo}:{hi} out of range for shape {list(shape)}", path=self.directory,
                                 tensor=name)
-        return self.read_box(name, (lo,) + (0,) * (len(shape) - 1), (hi - lo, *shape[1:]))
+        return (lo,) + (0,) * (len(shape) - 1), (hi - lo, *shape[1:])
+
+    def _items(self, name: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> list[ReadItem]:
+        key, entry = self._entry(name)
+        wanted = ChunkStorageMetadata(offsets=torch.Size(offsets), sizes=torch.Size(sizes))
+        return create_read_items_for_chunk_list(key, entry, [wanted])
+
+    def prefetch(self, wanted: list[tuple[str, tuple[int, int] | None]]) -> Callable[[], None] | None:
+        """In object storage: start fetching the saved chunks of these (tensor,
+        rows) reads, which `get` then takes (see `_RemoteReader.prefetch`).
+        None for a local directory, read by DCP's own reader when asked."""
+        if self._remote is None:
+            return None
+        reads = []
+        for name, rows in dict.fromkeys(wanted):
+            offsets, sizes = self._box(name, rows)
+            if math.prod(sizes):
+                reads.append((self._items(name, offsets, sizes), name))
+        return self._remote.prefetch(reads)
 
     def read_box(self, name: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> torch.Tensor:
         """The block `[offsets, offsets + sizes)` of a tensor, reading only the
@@ -213,8 +281,7 @@ class DcpSource:
         out = torch.empty(sizes, dtype=entry.properties.dtype)
         if out.numel() == 0:
             return out
-        wanted = ChunkStorageMetadata(offsets=torch.Size(offsets), sizes=torch.Size(sizes))
-        items = create_read_items_for_chunk_list(key, entry, [wanted])
+        items = self._items(name, offsets, sizes)
         target = _IntoTensor(out)
         self._read(items, target, name)
         if target.filled != out.numel():

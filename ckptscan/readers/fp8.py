@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -89,5 +89,22 @@ class BlockFp8Source:
         q = self.source.get(name, rows)
         if hi <= lo:
             return q.to(torch.float32)
-        scale = self.source.get(scale_name, (lo // br, math.ceil(hi / br)))
+        scale = self.source.get(scale_name, self._scale_rows(shape, rows))
         return dequantize_blocks(q, scale, self.block, first_row=lo)
+
+    def _scale_rows(self, shape: tuple[int, ...], rows: tuple[int, int] | None) -> tuple[int, int]:
+        """The rows of the scale tensor that cover `rows` of the weight."""
+        lo, hi = rows if rows is not None else (0, shape[0])
+        return lo // self.block[0], math.ceil(hi / self.block[0])
+
+    def prefetch(self, wanted: list[tuple[str, tuple[int, int] | None]]) -> Callable[[], None] | None:
+        """The wrapped source's prefetch (object storage) of these reads and
+        of the scale rows each FP8 weight's read will need, in the same
+        batch; None when the source reads only when asked (local files)."""
+        prefetch = getattr(self.source, "prefetch", None)
+        if prefetch is None:
+            return None
+        scales = [(name + SCALE_SUFFIX, self._scale_rows(self.source.shape(name), rows)) for name, rows in wanted
+                  if name + SCALE_SUFFIX in self._keys and self.source.dtype(name) in FP8_DTYPES
+                  and len(self.source.shape(name)) == 2 and (rows is None or rows[1] > rows[0])]
+        return prefetch([*wanted, *scales])

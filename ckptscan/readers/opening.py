@@ -6,21 +6,22 @@ they are URLs.
 
 from __future__ import annotations
 
+import fnmatch
 import threading
 from pathlib import Path
 
 import torch
 
 from ckptscan.errors import CkptScanError
-from ckptscan.readers import formats, fp8, torch_pickle
-from ckptscan.readers.base import Checkpoint
+from ckptscan.readers import bounded, formats, fp8, safetensors, torch_pickle
+from ckptscan.readers.base import DCP_METADATA_FILE, Checkpoint
 from ckptscan.readers.sidecars import read_config
 from ckptscan.readers.steps import step_from_name
 from ckptscan.storage import RemotePath, as_path
 
-# Remote checkpoints opened at once: each open is a chain of small requests
-# (listings, index, headers, config), so a few in flight hide the latency;
-# more only add threads and memory for downloaded pickles.
+# Remote checkpoints opened at once: each open is two round trips (listings,
+# then index, headers and config side by side: `_read_early`), so a few in
+# flight hide the latency; more only add threads and memory for downloaded pickles.
 OPEN_CONCURRENCY = 8
 
 
@@ -106,6 +107,8 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
     structure (memory-mapped), never tensor data. `path` may be a URL
     (s3://, gs://, …): the same files are then read by byte range."""
     path = as_path(path)
+    if isinstance(path, RemotePath):
+        _read_early(path)
     if not path.exists():
         raise CkptScanError("no such file or directory", path=path)
     if path.is_file():
@@ -131,6 +134,43 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
     if fp8.has_block_scaled_fp8(checkpoint.tensors):
         checkpoint.tensors = fp8.BlockFp8Source(checkpoint.tensors, fp8.block_size(checkpoint.config, path), path)
     return checkpoint
+
+
+# What opening a folder in object storage reads whole, when the folder has it:
+# a sharded checkpoint's index (`formats`: the first one by name), the
+# model's config, DCP's `.metadata`; and the header of every safetensors
+# file, read by its first GET (`safetensors.REMOTE_HEADER_GUESS`).
+EARLY_WHOLE = (("*.safetensors.index.json", bounded.MAX_INDEX_BYTES), ("config.json", bounded.MAX_CONFIG_BYTES),
+               (DCP_METADATA_FILE, bounded.MAX_DCP_METADATA_BYTES))
+
+
+def _read_early(path: RemotePath) -> None:
+    """A remote open in two round trips instead of a chain of five (list
+    the parent, list the folder, the index, the shard headers, the config,
+    each waiting for the one before). First the parent's listing and the
+    listing of everything under `path`, side by side (none when a run's
+    discovery listed the run already); then every read the readers will
+    make of what is there, started at once, each for exactly the range its
+    reader asks (`RangedReader.read_early`), so no byte is fetched that the
+    open would not read: the index, config.json, DCP's .metadata and each
+    safetensors header. Only a header longer than the guess costs one more."""
+    path.list_with_parent()
+    if path.is_file():
+        folder, names = path.parent, [path.name, "config.json"]
+    elif path.is_dir():
+        folder, names = path, [child.name for child in path.iterdir()]
+    else:
+        return
+    listing = folder._listing()
+    for pattern, limit in EARLY_WHOLE:
+        first = min(fnmatch.filter(names, pattern), default=None)
+        info = listing.files.get(first) if first is not None else None
+        if info is not None and 0 < info.size <= limit:
+            path.store.read_early((folder / first).key, 0, info.size)
+    for name in names:
+        info = listing.files.get(name)
+        if name.endswith(".safetensors") and info is not None and info.size >= 8:
+            path.store.read_early((folder / name).key, 0, min(info.size, 8 + safetensors.REMOTE_HEADER_GUESS))
 
 
 def _open_file(path: Path) -> Checkpoint:

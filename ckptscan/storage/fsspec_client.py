@@ -31,6 +31,7 @@ class FsspecStore(RangedReader):
         except (ImportError, ValueError):  # unknown protocol, or its implementation is not installed
             raise missing_extra(scheme, self.url) from None
         self._url_paths = scheme in ("http", "https")  # these filesystems take whole URLs as paths
+        self.lists_trees = not self._url_paths
         self._hub = scheme == "hf"
         self._urls: dict[str, str] = {}  # key -> resolve URL (hf://)
 
@@ -64,6 +65,22 @@ class FsspecStore(RangedReader):
                     entry = {**entry, **self._fs.info(entry["name"])}
                 files[name] = ObjectInfo(int(entry.get("size") or 0), _version(entry))
         return Listing(files, frozenset(dirs))
+
+    def _list_tree(self, prefix: str) -> list[tuple[str, ObjectInfo]]:
+        top = self._path(prefix.rstrip("/"))
+        try:
+            found = self._fs.find(top, detail=True, withdirs=False)
+        except Exception as e:
+            raise self._translate(e) from None
+        # Paths as fsspec names them (no protocol, or whole URLs): keys relative to the store's root.
+        base = len(self._path("")) + 1
+        objects = []
+        for name, entry in found.items():
+            if entry.get("size") is None:  # HTTP listings are links without sizes: ask each file (HEAD)
+                entry = {**entry, **self._fs.info(name)}
+            objects.append((name[base:] if name.startswith(self._path("")) else name,
+                            ObjectInfo(int(entry.get("size") or 0), _version(entry))))
+        return objects
 
     def _get(self, key: str, start: int, end: int) -> Any:
         try:

@@ -87,6 +87,14 @@ class ObstoreStore(RangedReader):
         dirs = frozenset(p.rstrip("/").rsplit("/", 1)[-1] for p in result["common_prefixes"])
         return Listing(files, dirs)
 
+    def _list_tree(self, prefix: str) -> list[tuple[str, ObjectInfo]]:
+        try:
+            return [(o["path"], ObjectInfo(o["size"], o.get("e_tag") or o.get("version")))
+                    for batch in self._obstore.list(self._store, prefix.rstrip("/") or None, chunk_size=1000)
+                    for o in batch]
+        except Exception as e:
+            raise self._translate(e) from None
+
     def _get(self, key: str, start: int, end: int) -> Any:
         try:
             return self._obstore.get_range(self._store, key, start=start, end=end)

@@ -22,7 +22,7 @@ from typing import Any
 
 from ckptscan.errors import CkptScanError
 from ckptscan.storage.errors import Denied, NotFound, reason
-from ckptscan.storage.remote_path import Listing
+from ckptscan.storage.remote_path import Listing, ObjectInfo, tree_listings
 
 
 def setting(name: str, default: float) -> float:
@@ -67,6 +67,8 @@ class RangedReader:
     worth retrying."""
 
     url: str
+    # False where a LIST without delimiter is not a cheap request (http(s):// crawls links).
+    lists_trees = True
     _pool: ThreadPoolExecutor | None = None
     _pool_lock = threading.Lock()
 
@@ -74,8 +76,21 @@ class RangedReader:
         # Prefix -> listing, taken once (see remote_path.py).
         self.listings: dict[str, Listing] = {}
         self.listings_lock = threading.Lock()
+        # Prefixes listed whole (every key under them): a prefix below one of
+        # them that has no listing is empty, and costs no request.
+        self.trees: set[str] = set()
+        # Listings in flight, ("dir" | "tree", prefix) -> future: threads asking
+        # for the same one wait for the one request.
+        self._listing: dict[tuple[str, str], Future] = {}
+        # Reads started before a reader asks for them (`read_early`), by
+        # (key, start, end); the reader's identical `read_ranges` takes them.
+        self._early: dict[tuple[str, int, int], Fetch] = {}
 
     def _list(self, prefix: str) -> Listing:
+        raise NotImplementedError
+
+    def _list_tree(self, prefix: str) -> list[tuple[str, ObjectInfo]]:
+        """Every object under `prefix` ("" or ending in "/"): (key, info)."""
         raise NotImplementedError
 
     def _get(self, key: str, start: int, end: int) -> Any:
@@ -84,9 +99,84 @@ class RangedReader:
     def list_dir(self, prefix: str) -> Listing:
         return self._call(lambda: self._list(prefix), prefix.rstrip("/"), None)
 
+    def listing(self, key: str) -> Listing:
+        """The listing of prefix `key` (no trailing "/"): one already taken (of
+        it, or of a tree above it) costs nothing; else one LIST."""
+        return self.start_listings([key], [])[0].result()
+
+    def start_listings(self, dirs: list[str], trees: list[str]) -> list[Future]:
+        """The listings of the prefixes `dirs` (one level) and of everything
+        under `trees`, started side by side (one round trip); a future per
+        prefix, in that order. Known ones are done futures; one in flight is
+        shared, not asked again."""
+        futures = []
+        with self.listings_lock:
+            for kind, key in [("dir", d) for d in dirs] + [("tree", t) for t in trees]:
+                if kind == "tree" and not self.lists_trees:
+                    kind = "dir"
+                known = self._known(key) if kind == "dir" else (True if self._under_tree(key) else None)
+                if known is not None:
+                    future: Future = Future()
+                    future.set_result(known)
+                else:
+                    future = self._listing.get((kind, key))
+                    if future is None:
+                        work = self._take_dir if kind == "dir" else self._take_tree
+                        future = self._listing[(kind, key)] = _shared_pool().submit(work, key)
+                futures.append(future)
+        return futures
+
+    def _known(self, key: str) -> Listing | None:
+        """Under `listings_lock`."""
+        found = self.listings.get(key)
+        if found is None and self._under_tree(key):
+            found = Listing({}, frozenset())
+        return found
+
+    def _under_tree(self, key: str) -> bool:
+        parts = key.split("/") if key else []
+        return any("/".join(parts[:n]) in self.trees for n in range(len(parts) + 1))
+
+    def _take_dir(self, key: str) -> Listing:
+        try:
+            found = self.list_dir(f"{key}/" if key else "")
+            with self.listings_lock:
+                self.listings[key] = found
+            return found
+        finally:
+            with self.listings_lock:
+                self._listing.pop(("dir", key), None)
+
+    def _take_tree(self, key: str) -> bool:
+        try:
+            objects = self._call(lambda: self._list_tree(f"{key}/" if key else ""), key, None)
+            with self.listings_lock:
+                # A prefix already listed keeps its listing: what a reader saw stays the snapshot it reads.
+                for prefix, found in tree_listings(key, objects).items():
+                    self.listings.setdefault(prefix, found)
+                self.trees.add(key)
+            return True
+        finally:
+            with self.listings_lock:
+                self._listing.pop(("tree", key), None)
+
+    def read_early(self, key: str, start: int, end: int) -> None:
+        """Start reading bytes [start, end) of `key` now, for a reader that will
+        ask for exactly that range (`read_ranges(key, [(start, end)])`): the
+        requests of an open go out side by side instead of one after another.
+        A failure is raised where the reader asks, as its own read would."""
+        with self.listings_lock:
+            if (key, start, end) not in self._early:
+                self._early[(key, start, end)] = self.fetch_ranges(key, [(start, end)])
+
     def read_ranges(self, key: str, ranges: list[tuple[int, int]],
                     what: str | list[str] | None = None) -> list[memoryview]:
         """`what`: the tensor read (or one name per range), for error messages."""
+        if len(ranges) == 1:
+            with self.listings_lock:
+                early = self._early.pop((key, *ranges[0]), None)
+            if early is not None:
+                return early.result()
         return self.fetch_ranges(key, ranges, what).result()
 
     def fetch_ranges(self, key: str, ranges: list[tuple[int, int]],

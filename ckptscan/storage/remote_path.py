@@ -10,7 +10,6 @@ wants: a checkpoint that appears mid-scan is seen by the next command.
 from __future__ import annotations
 
 import fnmatch
-import threading
 from dataclasses import dataclass
 from typing import Any, Iterator, Protocol
 
@@ -30,14 +29,42 @@ class Listing:
     dirs: frozenset[str]  # names of sub-prefixes
 
 
+def tree_listings(root: str, objects: list[tuple[str, ObjectInfo]]) -> dict[str, Listing]:
+    """The listing of `root` and of every prefix under it, from the keys of
+    every object under `root` (a LIST without delimiter)."""
+    files: dict[str, dict[str, ObjectInfo]] = {root: {}}
+    dirs: dict[str, set[str]] = {root: set()}
+    start = len(root) + 1 if root else 0
+    for key, info in objects:
+        parts = [p for p in key[start:].split("/") if p]
+        if not parts:
+            continue
+        prefix = root
+        for part in parts[:-1]:
+            dirs.setdefault(prefix, set()).add(part)
+            prefix = f"{prefix}/{part}" if prefix else part
+            files.setdefault(prefix, {})
+            dirs.setdefault(prefix, set())
+        if key.endswith("/"):  # a "folder" marker object: a prefix, not a file
+            dirs.setdefault(prefix, set()).add(parts[-1])
+            marker = f"{prefix}/{parts[-1]}" if prefix else parts[-1]
+            files.setdefault(marker, {})
+            dirs.setdefault(marker, set())
+        else:
+            files[prefix][parts[-1]] = info
+    return {prefix: Listing(files[prefix], frozenset(dirs[prefix])) for prefix in files}
+
+
 class Store(Protocol):
     """The few operations ckptscan needs from a store; every one only reads."""
 
     url: str  # scheme://bucket, without a trailing slash
-    listings: dict[str, Listing]  # prefix -> its listing, taken once
-    listings_lock: threading.Lock
 
-    def list_dir(self, prefix: str) -> Listing: ...
+    def listing(self, key: str) -> Listing: ...
+
+    def start_listings(self, dirs: list[str], trees: list[str]) -> list[Any]: ...
+
+    def read_early(self, key: str, start: int, end: int) -> None: ...
 
     def read_ranges(self, key: str, ranges: list[tuple[int, int]],
                     what: str | list[str] | None = None) -> list[memoryview]: ...
@@ -109,13 +136,15 @@ class RemotePath:
 
     # -- questions answered from the cached listing -----------------------------
     def _listing(self) -> Listing:
-        with self.store.listings_lock:
-            found = self.store.listings.get(self.key)
-        if found is None:
-            found = self.store.list_dir(f"{self.key}/" if self.key else "")
-            with self.store.listings_lock:
-                self.store.listings[self.key] = found
-        return found
+        return self.store.listing(self.key)
+
+    def list_with_parent(self) -> None:
+        """The parent's listing (is this a file, a folder?) and that of every
+        key under this prefix, taken side by side: one round trip, after
+        which every question about this folder and what is inside it costs
+        no request. Those already taken are not taken again."""
+        for future in self.store.start_listings([self.parent.key] if self.key else [], [self.key]):
+            future.result()
 
     def info(self) -> ObjectInfo | None:
         if not self.key:

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import boto3
@@ -72,6 +72,8 @@ class Store:
     server: str
     # What the store answers for throttling and refusal (FaultProxy's error bodies).
     codes = {"503": "SlowDown", "403": "AccessDenied"}
+    # Requests the store's client sends once per command before any of ckptscan's (paths).
+    client_setup: tuple[str, ...] = ()
 
     def upload(self, local: Path, prefix: str, skip: tuple[str, ...] = ()) -> str:
         """Every file under `local` to <url>/prefix/…; returns that URL."""
@@ -145,6 +147,8 @@ class HubRepo(Store):
         self.folder = hub.root / "ckptscan" / name
         self.folder.mkdir(parents=True)
         self.url = f"hf://ckptscan/{name}"
+        # huggingface_hub resolves the repo (and fetches its agent registry, at most daily) first.
+        self.client_setup = ("/api/agent-harnesses", f"/api/models/ckptscan/{name}")
 
     def put(self, key: str, body: bytes) -> None:
         (self.folder / key).parent.mkdir(parents=True, exist_ok=True)
@@ -193,7 +197,9 @@ class FaultProxy:
     connection closed) or "stall" (no answer until the client closes the
     connection, counted in `abandoned`; after `STALL_S`, the real answer).
     Error bodies carry the store's own codes. Records each request's method and path, and the body bytes
-    of the ranged GETs (object reads, not listings) it forwarded whole."""
+    of the ranged GETs (object reads, not listings) it forwarded whole; and in `timeline`, each request
+    forwarded with when it arrived and when its answer was sent, which `round_trips` reads. `latency_s`
+    holds every answer back that long (time to first byte), so that requests sent together overlap."""
 
     STALL_S = 20.0
 
@@ -202,6 +208,8 @@ class FaultProxy:
         self.codes = {"500": "InternalError", **codes}
         self.rules: list[list] = []
         self.seen: list[tuple[str, str]] = []
+        self.timeline: list[tuple[str, str, float, float]] = []  # method, path, arrived, answered
+        self.latency_s = 0.0
         self.faults_sent = 0
         self.bytes_sent = 0
         self.abandoned = 0
@@ -219,7 +227,7 @@ class FaultProxy:
 
             do_HEAD = do_PUT = do_POST = do_DELETE = do_GET
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = servers.Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -253,7 +261,9 @@ class FaultProxy:
         return False
 
     def handle(self, request: BaseHTTPRequestHandler) -> None:
+        arrived = time.monotonic()
         self.seen.append((request.command, request.path))
+        time.sleep(self.latency_s)
         body = request.rfile.read(int(request.headers.get("Content-Length") or 0))
         rule = self._rule(urllib.parse.unquote(request.path))
         if rule is not None and rule[1] == "stall" and self._abandoned(request):
@@ -296,7 +306,22 @@ class FaultProxy:
             if request.command == "GET" and request.headers.get("Range"):
                 with self.lock:
                     self.bytes_sent += len(data)
+        request.wfile.flush()
+        with self.lock:
+            self.timeline.append((request.command, request.path, arrived, time.monotonic()))
         connection.close()
+
+    def round_trips(self, leave_out: tuple[str, ...] = ()) -> int:
+        """The longest chain of requests each sent after the answer to the one
+        before it had arrived: how many dependent round trips the requests
+        cost. Requests sent before any answer of theirs is needed (one wave)
+        count once, however many there are. `leave_out`: paths (without
+        query) of requests not counted."""
+        chain: list[tuple[float, int]] = []  # (answered, chain length ending there)
+        timeline = [r for r in self.timeline if r[1].split("?")[0] not in leave_out]
+        for _, _, arrived, answered in sorted(timeline, key=lambda r: r[2]):
+            chain.append((answered, 1 + max((n for end, n in chain if end <= arrived), default=0)))
+        return max((n for _, n in chain), default=0)
 
     def close(self) -> None:
         self.server.shutdown()

@@ -43,6 +43,14 @@ AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1
 READY_TIMEOUT_S = 30.0
 
 
+class Server(ThreadingHTTPServer):
+    """A threaded HTTP server that accepts a wave of new connections at once,
+    as a store does (the default backlog of 5 drops the rest's first SYN,
+    which the client resends a second later)."""
+
+    request_queue_size = 128
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -196,7 +204,7 @@ class HubEmulation:
 
             do_HEAD = do_POST = do_GET
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)

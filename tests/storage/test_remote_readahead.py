@@ -9,13 +9,16 @@ import json
 import threading
 
 import pytest
+import torch
+from factories import llama_config, llama_tensors, updated
+from format_writers import write_dcp
 from remote_helpers import hf_run, same_numbers
 from typer.testing import CliRunner
 
 from ckptscan.cli import app
 from ckptscan.errors import CkptScanError
-from ckptscan.readahead import ReadAhead
-from ckptscan.readers import open_checkpoints
+from ckptscan.readahead import DEPTH, ReadAhead
+from ckptscan.readers import open_checkpoint, open_checkpoints
 from ckptscan.readers.safetensors import REMOTE_HEADER_GUESS
 from ckptscan.scan import LayerTask, ScanOptions
 from ckptscan.scan.reading import read_tensor
@@ -27,8 +30,6 @@ SHARD = "checkpoint-200/model-00001-of-00002.safetensors"
 
 def monitored_bytes(folders, layers) -> int:
     """q_proj and k_proj of every layer of every checkpoint (bf16), from the local files."""
-    from ckptscan.readers import open_checkpoint
-
     total = 0
     for folder in folders:
         source = open_checkpoint(folder).tensors
@@ -120,3 +121,91 @@ def test_a_diff_whose_read_ahead_fails_is_one_line_and_exit_2_with_no_thread_lef
     left = [t.name for t in set(threading.enumerate()) - threads
             if t.name.startswith("ckptscan") and not t.name.startswith("ckptscan-get")]
     assert left == [], left
+
+
+def dcp_run(root, steps=(10, 20), layers=3):
+    """step-N/ DCP folders (torchtitan-style, rows saved in two chunks) of a small Llama, each an update of the last."""
+    config = llama_config(layers=layers, hidden=64, heads=4, kv_heads=2)
+    tensors = llama_tensors(config, 3)
+    generator = torch.Generator().manual_seed(3)
+    folders = []
+    for step in steps:
+        state = {k: v.to(torch.bfloat16) for k, v in tensors.items()}
+        folders.append(write_dcp(root / f"step-{step}", state, {name: [(0, 2)] for name in state}))
+        (root / f"step-{step}" / "config.json").write_text(json.dumps(config))
+        tensors = updated(tensors, 0.003, generator)
+    return folders
+
+
+def saved_bytes(source, names) -> int:
+    """The bytes of the DCP chunks saved for these tensors."""
+    keys = {source.names[name] for name in names}
+    return sum(info.length for index, info in source.metadata.storage_data.items() if index.fqn in keys)
+
+
+def test_dcp_loads_are_read_ahead_within_the_bound_and_every_chunk_fetched_once(s3, tmp_path):
+    folders = dcp_run(tmp_path / "run")
+    url = s3.upload(tmp_path / "run", "run")
+    checkpoints = open_checkpoints([f"{url}/step-10", f"{url}/step-20"])
+    local = open_checkpoints([str(f) for f in folders])
+    task = LayerTask(checkpoints, [(0, 1)], ScanOptions())
+    ahead = ReadAhead([0, 1, 2], task.used, task.prefetch_load)
+    load = saved_bytes(checkpoints[0].tensors, task.layouts[0].layers[0].tensors)  # one layer-load's bytes
+
+    def pending() -> int:
+        return sum(end - start for c in checkpoints for _, start, end in c.tensors._remote._prefetched)
+
+    before = dict(ranged.stats)
+    ahead.reach(0, 0)
+    # The load needed now and DEPTH more: checkpoint 1's layer 0 and checkpoint 0's layer 1.
+    assert pending() == (1 + DEPTH) * load
+    for layer, c in ((0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)):
+        ahead.reach(layer, c)
+        assert pending() <= (1 + DEPTH) * load  # the memory bound: never more fetched ahead
+        plan = task.layouts[c].layers[layer]
+        for name in plan.tensors:
+            assert read_tensor(checkpoints[c], plan, name, None).equal(local[c].tensors.get(name))
+    ahead.close()
+    assert pending() == 0  # every chunk fetched ahead was taken by its read
+    assert ranged.stats["bytes"] - before["bytes"] == 6 * load
+
+
+def test_an_fp8_weight_is_fetched_ahead_with_the_rows_of_its_block_scales(s3, tmp_path):
+    from readers.test_fp8 import Q_A, write_deepseek_fp8
+
+    write_deepseek_fp8(tmp_path / "ckpt")  # a 300x200 F8_E4M3 weight, 128x128 blocks: 3x2 scales
+    url = s3.upload(tmp_path / "ckpt", "ckpt")
+    remote, local = open_checkpoint(url).tensors, open_checkpoint(tmp_path / "ckpt").tensors
+    for rows, scale_rows in ((None, (0, 3)), ((130, 260), (1, 3))):
+        before = dict(ranged.stats)
+        abandon = remote.prefetch([(Q_A, rows)])
+        # One batch: the weight's rows and the scale rows that dequantise them.
+        assert set(remote.source._prefetched) == {(Q_A, rows), (Q_A + "_scale_inv", scale_rows)}
+        assert remote.get(Q_A, rows).equal(local.get(Q_A, rows))
+        assert remote.source._prefetched == {}  # both taken by the read: nothing fetched twice
+        lo, hi = rows or (0, 300)
+        assert ranged.stats["bytes"] - before["bytes"] == (hi - lo) * 200 + (scale_rows[1] - scale_rows[0]) * 2 * 4
+        abandon()
+
+
+def test_a_ray_task_reads_ahead_on_its_worker_within_the_bound(s3, tmp_path):
+    """What a Ray worker runs (`run_task`, on the task as it arrives there,
+    by location): it re-opens the checkpoints and reads its layers ahead,
+    at most DEPTH loads, every byte once, with the driver's numbers."""
+    import pickle
+
+    from ckptscan.executors.ray import run_task
+
+    folders = hf_run(tmp_path / "run", layers=3)
+    url = s3.upload(tmp_path / "run", "run")
+    checkpoints = open_checkpoints([f"{url}/checkpoint-100", f"{url}/checkpoint-200"])
+    shipped = pickle.loads(pickle.dumps(LayerTask(checkpoints, [(0, 1)], ScanOptions())))
+    before = dict(ranged.stats)
+    results = run_task(shipped, [0, 1, 2])
+    assert shipped.task.readahead.most_ahead == DEPTH  # loads were fetched ahead, never more than the bound
+    headers = sum(min(f.stat().st_size, 8 + REMOTE_HEADER_GUESS) for f in (tmp_path / "run").rglob("*.safetensors"))
+    small_files = sum(f.stat().st_size for f in (tmp_path / "run").rglob("*.json"))
+    # The worker's open (headers, index, config) and the monitored tensors, each once.
+    assert ranged.stats["bytes"] - before["bytes"] == headers + small_files + monitored_bytes(folders, 3)
+    expected = run_task(LayerTask(open_checkpoints([str(f) for f in folders]), [(0, 1)], ScanOptions()), [0, 1, 2])
+    assert repr(results).replace(url, "") == repr(expected).replace(str(tmp_path / "run"), "")
