@@ -222,7 +222,8 @@ class FaultProxy:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # close() waits for the serving loop's next poll: 0.5 s by default, at the end of every test.
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     def fail(self, match: str, fault: str, times: int, after: int = 0) -> None:
         """`after`: let that many matching requests through first (a shard's header read)."""
@@ -306,11 +307,14 @@ class FaultProxy:
 @pytest.fixture
 def proxy(store, monkeypatch):
     """The store as ckptscan sees it, through a FaultProxy; a client request
-    timeout short enough for the "stall" fault."""
+    timeout short enough for the "stall" fault, and retries 100x closer
+    together than by default (`CKPTSCAN_RETRY_BACKOFF`): a fault that never
+    ends is given up on after the same tries, without waiting seconds."""
     from ckptscan.storage import fsspec_client, obstore_client
 
     fault_proxy = FaultProxy(store.server, store.codes)
     store.point_at(monkeypatch, fault_proxy.url)
+    monkeypatch.setenv("CKPTSCAN_RETRY_BACKOFF", "0.002")
     for client in (obstore_client, fsspec_client):
         monkeypatch.setattr(client, "TIMEOUT_S", 1.0)
     yield fault_proxy
