@@ -307,15 +307,20 @@ class FaultProxy:
 @pytest.fixture
 def proxy(store, monkeypatch):
     """The store as ckptscan sees it, through a FaultProxy; a client request
-    timeout short enough for the "stall" fault, and retries 100x closer
-    together than by default (`CKPTSCAN_RETRY_BACKOFF`): a fault that never
-    ends is given up on after the same tries, without waiting seconds."""
+    timeout short enough for the "stall" fault."""
     from ckptscan.storage import fsspec_client, obstore_client
 
     fault_proxy = FaultProxy(store.server, store.codes)
     store.point_at(monkeypatch, fault_proxy.url)
-    monkeypatch.setenv("CKPTSCAN_RETRY_BACKOFF", "0.002")
     for client in (obstore_client, fsspec_client):
         monkeypatch.setattr(client, "TIMEOUT_S", 1.0)
     yield fault_proxy
     fault_proxy.close()
+
+
+@pytest.fixture
+def short_backoff(monkeypatch):
+    """Retries 10x closer together than by default (`CKPTSCAN_RETRY_BACKOFF`),
+    for a fault that never ends: the same tries and the same error, without
+    waiting through seconds of backoff."""
+    monkeypatch.setenv("CKPTSCAN_RETRY_BACKOFF", "0.02")
