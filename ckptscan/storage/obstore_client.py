@@ -20,7 +20,7 @@ from typing import Any
 
 from ckptscan.errors import CkptScanError
 from ckptscan.storage.errors import Denied, NotFound, missing_extra, reason
-from ckptscan.storage.ranged import TIMEOUT_S, RangedReader
+from ckptscan.storage.ranged import TIMEOUT_S, RangedReader, retry_backoff_s
 from ckptscan.storage.remote_path import Listing, ObjectInfo
 
 # The schemes obstore serves, and the kind of store each names.
@@ -61,7 +61,8 @@ class ObstoreStore(RangedReader):
         # The client's own retries (5xx, throttling, connection errors) with
         # exponential backoff and jitter; RangedReader retries whole parts on top.
         retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=4 * TIMEOUT_S),
-                 "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=10),
+                 "backoff": {"init_backoff": timedelta(seconds=retry_backoff_s() / 2),
+                             "max_backoff": timedelta(seconds=10),
                              "base": 2}}
         try:
             self._store = from_url(f"{scheme}://{root}", client_options=client, retry_config=retry, **options)

@@ -54,6 +54,15 @@ TRIES = 4
 # Per request: a stuck connection fails and is retried instead of hanging the nightly job.
 TIMEOUT_S = setting("CKPTSCAN_REQUEST_TIMEOUT", 120.0)
 
+
+def retry_backoff_s() -> float:
+    """The longest wait before the first whole retry of a part (`CKPTSCAN_RETRY_BACKOFF`,
+    0.2 s); it doubles for each later one, up to 5 s, and the client's own retries start
+    at half of it. Read when used, so that a test that waits through every retry can set
+    it small."""
+    return setting("CKPTSCAN_RETRY_BACKOFF", 0.2)
+
+
 # Requests and bytes received by every store in this process (for bench/remote.py).
 stats = {"requests": 0, "bytes": 0}
 _stats_lock = threading.Lock()
@@ -223,7 +232,7 @@ class RangedReader:
                     raise CkptScanError(f"read failed after {TRIES} tries: {reason(e)}", path=where,
                                         tensor=what) from None
                 # Exponential backoff with full jitter (AWS architecture blog).
-                time.sleep(random.uniform(0, min(5.0, 0.2 * 2 ** attempt)))
+                time.sleep(random.uniform(0, min(5.0, retry_backoff_s() * 2 ** attempt)))
         raise AssertionError("unreachable")
 
 

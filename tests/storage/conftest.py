@@ -230,7 +230,8 @@ class FaultProxy:
         self.server = servers.Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # close() waits for the serving loop's next poll: 0.5 s by default, at the end of every test.
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     def fail(self, match: str, fault: str, times: int, after: int = 0) -> None:
         """`after`: let that many matching requests through first (a shard's header read)."""
@@ -340,3 +341,11 @@ def proxy(store, monkeypatch):
         monkeypatch.setattr(client, "TIMEOUT_S", 1.0)
     yield fault_proxy
     fault_proxy.close()
+
+
+@pytest.fixture
+def short_backoff(monkeypatch):
+    """Retries 10x closer together than by default (`CKPTSCAN_RETRY_BACKOFF`),
+    for a fault that never ends: the same tries and the same error, without
+    waiting through seconds of backoff."""
+    monkeypatch.setenv("CKPTSCAN_RETRY_BACKOFF", "0.02")

@@ -55,7 +55,7 @@ def test_a_request_that_fails_twice_then_succeeds_is_retried(proxy, uploaded, fa
     assert {method for method, _ in proxy.seen} <= {"GET", "HEAD"}  # nothing written to the store
 
 
-def test_a_response_cut_every_time_is_an_error_naming_url_and_tensor(proxy, uploaded):
+def test_a_response_cut_every_time_is_an_error_naming_url_and_tensor(proxy, uploaded, short_backoff):
     url, _ = uploaded
     proxy.fail(SHARD, "cut", times=10**6, after=1)  # the header arrives, the tensor data never does
     line = one_line_error(diff(url))
@@ -63,7 +63,7 @@ def test_a_response_cut_every_time_is_an_error_naming_url_and_tensor(proxy, uplo
     assert "read failed after 4 tries" in line
 
 
-def test_throttling_that_never_ends_gives_up_with_the_reason(store, proxy, uploaded):
+def test_throttling_that_never_ends_gives_up_with_the_reason(store, proxy, uploaded, short_backoff):
     url, _ = uploaded
     proxy.fail(SHARD, "503", times=10**6)
     line = one_line_error(diff(url))

@@ -78,7 +78,7 @@ def test_the_next_loads_are_in_flight_while_the_current_one_is_read(s3, tmp_path
     assert ranged.stats["bytes"] - before["bytes"] == monitored_bytes(folders, 3)
 
 
-def test_a_failed_read_ahead_fetch_is_raised_where_its_tensor_is_read(store, proxy, tmp_path):
+def test_a_failed_read_ahead_fetch_is_raised_where_its_tensor_is_read(store, proxy, tmp_path, short_backoff):
     """Checkpoint-200's layer 0 is fetched ahead while checkpoint-100's is read;
     its shard answers 503 for good: checkpoint-100 reads fine, and reading the
     tensor whose fetch failed raises the one error naming URL and tensor."""
@@ -102,7 +102,8 @@ def test_a_failed_read_ahead_fetch_is_raised_where_its_tensor_is_read(store, pro
     ahead.close()
 
 
-def test_a_diff_whose_read_ahead_fails_is_one_line_and_exit_2_with_no_thread_left(store, proxy, tmp_path):
+def test_a_diff_whose_read_ahead_fails_is_one_line_and_exit_2_with_no_thread_left(store, proxy, tmp_path,
+                                                                                   short_backoff):
     hf_run(tmp_path / "run", layers=3)
     url = store.upload(tmp_path / "run", "run")  # straight to the server; ckptscan reads through the proxy
     # checkpoint-200's layers are fetched ahead, while checkpoint-100's are read: its second
