@@ -24,7 +24,7 @@ row at ≥ `warn_sigma`, or one point at ≥ `alert_sigma`; an alert needs
 `consecutive` points in a row at ≥ `alert_sigma`. A point at ≥ `warn_sigma`
 is never accepted into the baseline: a fault must not teach the baseline.
 
-Sequential rule (`detection/changepoint.py`): the excesses also feed a
+Sequential rule (`detection/changepoint.py`): the trend excesses also feed a
 one-sided CUSUM, C_i = max(0, C_{i-1} + min(excess_i, cap) - drift), which
 accumulates a small persistent departure that never reaches `warn_sigma`
 on any single point. C ≥ `cusum_warn` is a warning and C ≥ `cusum_alert` an
@@ -97,7 +97,7 @@ class Point:
     alert_at: float | None = None
     onset: int | None = None  # index where the current run of departures began
     cusum: float | None = None  # the CUSUM statistic after this point (robust sigmas accumulated)
-    # The departure from the run's own history (trend, level): what the CUSUMs
+    # The departure from the run's recent trend: what the CUSUMs
     # accumulate. `excess` may come from a reference run; this never does.
     own_excess: float | None = None
 
@@ -216,11 +216,14 @@ class SeriesState:
         if external is not None:
             judgements.append(_judge(y, external.center, external.scale, "reference", spec.bad))
         worst = max(judgements, key=lambda j: j.excess)
-        # The CUSUM accumulates departures from the run's own history only: a
-        # reference run differs by a persistent offset (seed, data order),
-        # which a CUSUM would add up into an alarm; the reference is judged
-        # point by point.
-        own = max((j.excess for j in judgements if j.rule != "reference"), default=None)
+        # The CUSUM accumulates departures from the recent trend only. The
+        # frozen post-warm-up level and a reference run each differ from a
+        # healthy run by a persistent offset — the level because a healthy
+        # entropy settles slowly for thousands of steps (a wider model saved
+        # every 50 steps drifts 2-3 σ below its early level), a reference by
+        # seed and data order — which a CUSUM would add up into an alarm on
+        # every long enough run; both are judged point by point.
+        own = max((j.excess for j in judgements if j.rule == "trend"), default=None)
         cusum = Cusum(settings.cusum_drift, settings.cusum_cap)
         self.total = cusum.step(self.total, own) if own is not None else self.total
         change = self.excursion.push(i, self.total, label)

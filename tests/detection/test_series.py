@@ -181,18 +181,34 @@ CUSUM = SeriesSettings(warn_sigma=4.0, alert_sigma=6.0, consecutive=2, window=8,
                        cusum_drift=1.0, cusum_cap=6.0, cusum_warn=4.8, cusum_alert=5.7)
 
 
-def test_cusum_catches_a_persistent_shift_that_no_single_point_makes_a_warning():
+def test_cusum_catches_a_slow_decline_that_no_single_point_makes_a_warning():
     # Flat at 0.55 (noise below the resolution, so sigma is min_scale inflated for few points), then
-    # 0.03 lower for good: about 2.5 robust σ a point, under the 4 σ single-point warning.
-    values = [0.55] * 20 + [0.52] * 10
+    # falling 0.012 a pair for good: each point under the 4 σ single-point warning, but it keeps
+    # leaving the trailing median behind, and the CUSUM adds the departures up.
+    values = [0.55] * 20 + [0.55 - 0.012 * (i + 1) for i in range(10)]
     points = track(range(30), values, LOW, CUSUM)
-    assert all(p.excess is None or p.excess < CUSUM.warn_sigma for p in points)
     alert = first(points, "alert")
-    assert alert is not None and alert <= 24
+    assert alert == 24  # 5 pairs into the decline
+    warned = first(points, "warn")
+    assert warned == 23 and points[warned].rule == "cusum"
+    assert all(p.excess is None or p.excess < CUSUM.warn_sigma for p in points[:warned + 1])
     assert points[alert].rule == "cusum" and points[alert].cusum >= CUSUM.cusum_alert
-    assert points[alert].onset == 20  # the change-point estimate: where the shift began
-    # Without the sequential rule the same series is quiet.
-    assert set(states(track(range(30), values, LOW, SETTINGS))) <= {"warmup", "baseline", "ok"}
+    assert points[alert].onset == 21  # the change-point estimate: where the decline began to count
+    # Without the sequential rule the same points are quiet until the decline is 4 σ deep.
+    quiet = track(range(30), values, LOW, SETTINGS)
+    assert set(states(quiet[:warned + 1])) <= {"warmup", "baseline", "ok"}
+
+
+def test_a_small_step_that_then_holds_is_not_accumulated():
+    """A healthy entropy settles to a new level 2-3 σ off its early one (a
+    wider model saved every 50 steps does, for thousands of steps): the trend
+    follows it and the CUSUM, which adds up departures from the trend only,
+    stays under its alert; the frozen level still judges each point alone."""
+    values = [0.55] * 20 + [0.52] * 40
+    points = track(range(60), values, LOW, CUSUM)
+    assert first(points, "alert") is None
+    assert max(p.cusum for p in points if p.cusum is not None) < CUSUM.cusum_alert
+    assert any(p.rule == "level" and p.excess > 2 for p in points[40:])
 
 
 def test_cusum_stays_at_zero_on_a_noisy_healthy_series():
