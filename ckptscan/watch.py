@@ -21,8 +21,9 @@ waits behind an older one still being written, so each pair is formed once
 and its row never changes (the rules look only backward).
 
 Each look is resolve + compute + judge: the run spec of the checkpoints so far
-(`run_spec`, so the growing loss log is read again), its metrics with every
-pair computed once (`SeriesCache`), and the new pairs judged from the judge
+(`run_spec`, so the growing loss log is read again), the metrics of the
+previous look grown by the pairs this one forms (each resolved and computed
+once, `Watcher._grow`, `SeriesCache`), and the new pairs judged from the judge
 state the previous look left (`SeriesJudge`; with a disk cache, also kept
 there, so a restarted watch goes on without judging the run again), so the
 summary, the gate and the JSON report always cover the run so far.
