@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Collection
 
 from ckptscan.errors import CkptScanError
 from ckptscan.readers import Checkpoint, open_checkpoint, open_each, step_from_name
@@ -194,8 +195,10 @@ def checkpoint_folder(run_dir: Path) -> Path:
     return run_dir
 
 
-def newest_complete(folder: Path) -> int | None:
-    """The step the framework's pointer file names, if that checkpoint exists."""
+def newest_complete(folder: Path, steps: Collection[int] | None = None) -> int | None:
+    """The step the framework's pointer file names, if that checkpoint exists.
+    `steps`: the steps of the folder's entries, when the caller has listed it
+    (a watch looks often at a folder of thousands)."""
     for name, pattern in POINTERS.items():
         pointer = folder / name
         if not pointer.is_file():
@@ -206,7 +209,8 @@ def newest_complete(folder: Path) -> int | None:
             continue
         if match:
             step = int(match.group(1))
-            if any(step_from_name(e.name) == step for e in folder.iterdir()):
+            listed = steps if steps is not None else {step_from_name(e.name) for e in folder.iterdir()}
+            if step in listed:
                 return step
     return None
 

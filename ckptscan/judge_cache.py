@@ -52,6 +52,8 @@ class JudgeCache:
         self.directory = Path(directory)
         self.reused = 0  # judged pairs taken from the cache by the last `report`
         self.write_error: str | None = None
+        # The last chain (basis, pair keys, links): a watch's next look extends it by its new pairs.
+        self._chain: tuple[dict[str, Any], list[str], list[str]] | None = None
 
     def report(self, judging: SeriesJudge, metrics: Metrics) -> ScanReport:
         """`judging.report(metrics)`, going on from the cache's judged prefix
@@ -60,7 +62,7 @@ class JudgeCache:
             return judging.report(metrics)
         thresholds, _ = effective_thresholds(metrics.loss_log, judging.thresholds)
         basis = judging.basis(thresholds)
-        chain = _chain(basis, metrics.pair_keys)
+        chain = self.chain(basis, metrics.pair_keys)
         if judging.state is None or judging.state.basis != basis:
             self._resume(judging, metrics, thresholds, basis, chain)
         state, before = judging.state, len(judging.judged)
@@ -75,6 +77,19 @@ class JudgeCache:
             if before:
                 self._state(chain[before - 1]).unlink(missing_ok=True)
         return report
+
+    def chain(self, basis: dict[str, Any], pair_keys: list[str]) -> list[str]:
+        """The chain digests of `pair_keys` under `basis` (`_chain`), extending
+        the last one when these keys extend its keys under the same basis."""
+        if self._chain is not None:
+            known_basis, keys, links = self._chain
+            if known_basis == basis and pair_keys[:len(keys)] == keys:
+                links = links + _chain(basis, pair_keys[len(keys):], links[-1] if links else None)
+                self._chain = (basis, list(pair_keys), links)
+                return links
+        links = _chain(basis, pair_keys)
+        self._chain = (basis, list(pair_keys), links)
+        return links
 
     def _resume(self, judging: SeriesJudge, metrics: Metrics, thresholds: Thresholds, basis: dict[str, Any],
                 chain: list[str]) -> None:
@@ -106,8 +121,10 @@ class JudgeCache:
         return self.directory / "judge-state" / f"{link}.json"
 
 
-def _chain(basis: dict[str, Any], pair_keys: list[str]) -> list[str]:
-    link = digest({"format": JUDGE_FORMAT, "code": tool_fingerprint(_JUDGE_SOURCES), "basis": basis})
+def _chain(basis: dict[str, Any], pair_keys: list[str], link: str | None = None) -> list[str]:
+    """c_1 … c_k of `pair_keys` (see JudgeCache), going on from `link` when given."""
+    if link is None:
+        link = digest({"format": JUDGE_FORMAT, "code": tool_fingerprint(_JUDGE_SOURCES), "basis": basis})
     chain = []
     for key in pair_keys:
         link = hashlib.sha256(f"{link} {key}".encode()).hexdigest()

@@ -21,8 +21,9 @@ waits behind an older one still being written, so each pair is formed once
 and its row never changes (the rules look only backward).
 
 Each look is resolve + compute + judge: the run spec of the checkpoints so far
-(`run_spec`, so the growing loss log is read again), its metrics with every
-pair computed once (`SeriesCache`), and the new pairs judged from the judge
+(`run_spec`, so the growing loss log is read again), the metrics of the
+previous look grown by the pairs this one forms (each resolved and computed
+once, `Watcher._grow`, `SeriesCache`), and the new pairs judged from the judge
 state the previous look left (`SeriesJudge`; with a disk cache, also kept
 there, so a restarted watch goes on without judging the run again), so the
 summary, the gate and the JSON report always cover the run so far.
@@ -35,7 +36,10 @@ network filesystems send none).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
+import os
 import re
 import stat
 import threading
@@ -46,7 +50,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from ckptscan.cache import PairCache
 from ckptscan.judge_cache import JudgeCache
-from ckptscan.metrics import compute
+from ckptscan.metrics import Metrics, compute, pair_settings
 from ckptscan.detection.judge import SeriesJudge
 from ckptscan.detection.rules import Thresholds
 from ckptscan.discovery import checkpoint_folder, newest_complete, run_directory
@@ -54,13 +58,15 @@ from ckptscan.errors import CkptScanError
 from ckptscan.paths import expand_path
 from ckptscan.probe import Probe
 from ckptscan.readers import Checkpoint, open_checkpoint, step_from_name
-from ckptscan.results import LayerResult, ScanReport
+from ckptscan.results import CheckpointRef, LayerResult, ScanReport
 from ckptscan.run import AUTO, RunSpec, SideFile, plan_pairs, run_spec
 from ckptscan.scan import ScanOptions
 
 # Looks at most this often however many filesystem events arrive (a shard
 # being written sends one per write).
 MIN_LOOK_GAP_S = 0.05
+# A folder name's step (`step_from_name`), parsed once per name.
+_step = functools.lru_cache(maxsize=1 << 16)(step_from_name)
 # Filesystem events that mean a change. Not "opened" / "closed_no_write":
 # a look opens the files of a checkpoint still being written, and must not
 # wake itself.
@@ -160,6 +166,9 @@ class Watcher:
     series: list[Checkpoint] = field(default_factory=list)
     judged: int = 0  # pairs judged so far
     judging: SeriesJudge = field(default_factory=SeriesJudge)  # the judge state, carried from look to look
+    _metrics: Metrics | None = None  # the series' metrics so far, grown by each look's new pairs
+    _settings: dict[str, str] | None = None  # what decided their numbers (`pair_settings`)
+    _judge_cache: JudgeCache | None = None
     _seen: dict[Path, _Seen] = field(default_factory=dict)
     _waiting: dict[Path, str] = field(default_factory=dict)
     _notes: set[str] = field(default_factory=set)
@@ -168,19 +177,21 @@ class Watcher:
         """Add the checkpoints complete since the last look to the series; return them."""
         if not self.run_dir.is_dir():
             raise CkptScanError("not a run directory (or it was removed while watching)", path=self.run_dir)
+        last = self.series[-1].step if self.series else None
         try:
             folder = checkpoint_folder(self.run_dir)
-            pointer = newest_complete(folder)
-            entries = sorted((step, entry) for entry in folder.iterdir()
-                             if (step := step_from_name(entry.name)) is not None and entry.is_dir())
+            # Names only, each name's step parsed once per watch: a look at a folder of
+            # thousands of checkpoints stats and opens only those newer than the series.
+            steps = {name: step for name in os.listdir(folder) if (step := _step(name)) is not None}
+            pointer = newest_complete(folder, set(steps.values()))
+            # In the series already, or older than it: a pair is never formed twice.
+            entries = sorted((step, folder / name) for name, step in steps.items()
+                             if (last is None or step > last) and (folder / name).is_dir())
         except OSError as e:  # removed or unreadable between the check and the listing
             raise CkptScanError(f"cannot list the run directory: {e.strerror or e}", path=self.run_dir) from None
-        last = self.series[-1].step if self.series else None
         joined, examined, blocked = [], set(), False
         now = time.monotonic()  # one time per look: what opened in one look settles together
         for step, entry in entries:
-            if last is not None and step <= last:
-                continue  # in the series already, or older than it: a pair is never formed twice
             examined.add(entry)
             checkpoint = self._complete(entry, step, pointer, now)
             # Newer checkpoints wait behind an unfinished one (they still settle meanwhile).
@@ -204,15 +215,52 @@ class Watcher:
             if message not in self._notes:
                 self._notes.add(message)
                 self.notify(message)
-        metrics = compute(spec, self.options, cache=self.cache, progress=self.progress)
+        metrics = self._grow(spec)
         self.judging.use(self.thresholds or spec.config.thresholds, spec.reference, spec.reference_path)
         if self.cache.disk is not None:  # a restarted watch goes on from the judged pairs on disk
-            report = JudgeCache(self.cache.disk.directory).report(self.judging, metrics)
+            if self._judge_cache is None:
+                self._judge_cache = JudgeCache(self.cache.disk.directory)
+            report = self._judge_cache.report(self.judging, metrics)
         else:
             report = self.judging.report(metrics)
         event = WatchEvent(report, list(range(self.judged, len(pairs))), spec)
         self.judged = len(pairs)
         return event
+
+    def _grow(self, spec: RunSpec) -> Metrics:
+        """The metrics of `spec`: those of the previous look with the new
+        pairs added (computed from their two checkpoints alone), so a look
+        costs the same in a run of 20 checkpoints and of 2,000. Every pair is
+        computed again (from the cache where it has them) on the first look,
+        and when what decides a pair's numbers changed (the probe file).
+
+        A pair is resolved once, when it is formed: later looks keep its
+        numbers and cache identity even if one of its checkpoints is deleted
+        (`save_total_limit`) or rewritten in place; a checkpoint that joins
+        later is read as it is then."""
+        settings = pair_settings(self.options, spec)
+        kept = self._metrics
+        if kept is None or settings != self._settings or len(spec.pairs) < len(kept.pairs):
+            kept = compute(spec, self.options, cache=self.cache, progress=self.progress)
+        else:
+            new = spec.pairs[len(kept.pairs):]
+            needed = sorted({i for pair in new for i in pair})
+            position = {i: k for k, i in enumerate(needed)}
+            part = dataclasses.replace(spec, checkpoints=[spec.checkpoints[i] for i in needed],
+                                       pairs=[(position[a], position[b]) for a, b in new])
+            fresh = compute(part, self.options, cache=self.cache, progress=self.progress)
+            kept.checkpoints.extend(CheckpointRef(str(c.path), c.step)
+                                    for c in spec.checkpoints[len(kept.checkpoints):])
+            kept.pairs.extend(fresh.pairs)
+            kept.cached.extend(fresh.cached)
+            kept.pair_keys.extend(fresh.pair_keys)
+            if spec.loss_log is not None or kept.loss_log is not None:  # the log grows: as compute() reads it
+                for pair in kept.pairs[:-len(fresh.pairs) or None]:
+                    pair.loss = spec.loss_log.pair_loss(pair.from_step, pair.to_step) if spec.loss_log else None
+            kept = dataclasses.replace(kept, model=fresh.model, skipped=fresh.skipped, settings=fresh.settings,
+                                       probe=fresh.probe, loss_log=fresh.loss_log)
+        self._metrics, self._settings = kept, settings
+        return kept
 
     def awaiting_settle(self, now: float) -> float | None:
         """Seconds until the next checkpoint that opened may count as settled."""

@@ -48,6 +48,7 @@ class ReportOutputs:
     """diff's destinations (and the first of trend's), in their --help order."""
 
     json_path: Path | None
+    per_head: str
     junit: Path | None
     tensorboard: Path | None
     format: Format
@@ -56,6 +57,9 @@ class ReportOutputs:
     png: Path | None
 
     def check(self) -> None:
+        from ckptscan.report.json import check_per_head
+
+        check_per_head(self.per_head)
         check_figure_outputs(self.html, self.png)
         check_tensorboard_output(self.tensorboard)
 
@@ -67,7 +71,8 @@ class ReportOutputs:
 
     def write_destinations(self, report: ScanReport, fail_on: FailOn | str,
                            print_table: Callable[[Console, ScanReport], None], quiet: bool) -> None:
-        emit(report, self.format, self.json_path, self.markdown_summary, print_table, self.junit, fail_on)
+        emit(report, self.format, self.json_path, self.markdown_summary, print_table, self.junit, fail_on,
+             self.per_head)
         write_figure_outputs(report, self.html, self.png, quiet)
         write_tensorboard_output(report, self.tensorboard, quiet)
 
@@ -98,6 +103,7 @@ class WatchOutputs:
     """watch's destinations, in its --help order: they follow the run."""
 
     json_path: Path | None
+    per_head: str
     markdown_summary: Path | None
     tensorboard: Path | None
     wandb: str | None
@@ -109,6 +115,9 @@ class WatchOutputs:
     metrics_addr: str
 
     def check(self) -> None:
+        from ckptscan.report.json import check_per_head
+
+        check_per_head(self.per_head)
         check_tensorboard_output(self.tensorboard)
         check_service_outputs(self.wandb, self.mlflow, self.notify, self.notify_on)
         if self.metrics_port is not None:
@@ -137,7 +146,7 @@ class WatchOutputs:
         from ckptscan.report.watch_rows import markdown_rows
 
         if self.json_path is not None:
-            write_json(event.report, self.json_path)
+            write_json(event.report, self.json_path, self.per_head)
         summary_path = self.markdown_summary or os.environ.get("GITHUB_STEP_SUMMARY")
         if summary_path:
             try:
@@ -237,11 +246,12 @@ def gate(report: ScanReport, fail_on: FailOn | str, allow_corrupt: bool = False)
 
 def emit(report: ScanReport, output: Format | str, json_path: Path | None, markdown_path: Path | None,
          print_table: Callable[[Console, ScanReport], None], junit_path: Path | None = None,
-         fail_on: FailOn | str = FailOn.alert) -> None:
+         fail_on: FailOn | str = FailOn.alert, per_head: str = "all") -> None:
     """The report on stdout in the chosen format, the JSON and JUnit files, the
     Markdown summary (appended to --markdown-summary, else to $GITHUB_STEP_SUMMARY
     when set), and GitHub annotations on stderr when GITHUB_ACTIONS=true.
-    `fail_on` (the gate level) decides what a JUnit failure and an error annotation are.
+    `fail_on` (the gate level) decides what a JUnit failure and an error annotation are;
+    `per_head`, which layers keep their per-head results in the JSON (`report_dict`).
 
     `--json -` puts the JSON report on stdout, alone, for a pipe; the chosen
     format then goes to stderr (nothing more for --format json).
@@ -259,7 +269,7 @@ def emit(report: ScanReport, output: Format | str, json_path: Path | None, markd
     text_path = "/dev/stderr" if json_to_stdout else STDOUT
     try:
         if output is Format.json and not json_to_stdout:
-            write_output(STDOUT, report_json(report))
+            write_output(STDOUT, report_json(report, per_head))
         elif output is Format.markdown:
             write_output(text_path, markdown_report(report))
         elif output is Format.junit:
@@ -272,7 +282,7 @@ def emit(report: ScanReport, output: Format | str, json_path: Path | None, markd
         where = "stdout" if text_path == STDOUT else text_path
         raise CkptScanError(f"cannot write the report: {e.strerror or e}", path=where) from None
     if json_path is not None:
-        write_json(report, json_path)
+        write_json(report, json_path, per_head)
         if not json_to_stdout:
             wrote(json_path)
     if junit_path is not None:

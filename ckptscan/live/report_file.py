@@ -20,17 +20,21 @@ from typing import Any
 
 from ckptscan.atomic import write_atomic
 from ckptscan.errors import CkptScanError
-from ckptscan.report.json import report_dict, report_json
+from ckptscan.report.json import compact, report_dict, report_json
 from ckptscan.results import PairResult, ScanReport
 
-# report_json's layout: indent 2, pairs one level down.
+# report_json's layout: indent 2, pairs one level down (a long report: no indentation).
 INDENT = 2
 
 
 class ReportFile:
     def __init__(self, path: Path):
         self.path = path
-        self._pairs: list[tuple[Any, str]] = []  # (what judging wrote, the pair's JSON text)
+        # (the pair, what judging wrote in it, its JSON text). The same pair object is not
+        # compared again: a judged pair is never judged again in place (`SeriesJudge`), so
+        # a write costs nothing per old pair but joining its text.
+        self._pairs: list[tuple[PairResult, Any, str]] = []
+        self._compact = False  # report_json's layout of the texts kept (`report.json.compact`)
 
     def write(self, report: ScanReport) -> None:
         try:
@@ -39,20 +43,28 @@ class ReportFile:
             raise CkptScanError(f"cannot write the JSON report: {e.strerror or e}", path=self.path) from None
 
     def text(self, report: ScanReport) -> str:
+        if compact(report) != self._compact:
+            self._pairs, self._compact = [], compact(report)
         del self._pairs[len(report.pairs):]
         for i, pair in enumerate(report.pairs):
+            if i < len(self._pairs) and self._pairs[i][0] is pair:
+                continue
             judged = _judged(pair)
             if i == len(self._pairs):
-                self._pairs.append((judged, _pair_text(report, pair)))
-            elif self._pairs[i][0] != judged:
-                self._pairs[i] = (judged, _pair_text(report, pair))
-        head = json.dumps(report_dict(dataclasses.replace(report, pairs=[])), indent=INDENT, allow_nan=False)
-        empty = '"pairs": []'
+                self._pairs.append((pair, judged, _pair_text(report, pair, self._compact)))
+            elif self._pairs[i][1] != judged:
+                self._pairs[i] = (pair, judged, _pair_text(report, pair, self._compact))
+        head = report_dict(dataclasses.replace(report, pairs=[]))
+        if self._compact:
+            head, empty = json.dumps(head, separators=(",", ":"), allow_nan=False), '"pairs":[]'
+            pairs = "[" + ",".join(text for _, _, text in self._pairs) + "]"
+        else:
+            head, empty = json.dumps(head, indent=INDENT, allow_nan=False), '"pairs": []'
+            pad = "\n" + " " * (2 * INDENT)
+            pairs = "[" + pad + ("," + pad).join(text for _, _, text in self._pairs) + "\n" + " " * INDENT + "]"
         if not self._pairs or head.count(empty) != 1:  # nothing to splice, or nowhere unambiguous to
             return report_json(report)
-        pad = "\n" + " " * (2 * INDENT)
-        pairs = "[" + pad + ("," + pad).join(text for _, text in self._pairs) + "\n" + " " * INDENT + "]"
-        return head.replace(empty, '"pairs": ' + pairs) + "\n"
+        return head.replace(empty, '"pairs":' + ("" if self._compact else " ") + pairs) + "\n"
 
 
 def _judged(pair: PairResult) -> tuple:
@@ -62,8 +74,10 @@ def _judged(pair: PairResult) -> tuple:
                   for layer in pair.layers))
 
 
-def _pair_text(report: ScanReport, pair: PairResult) -> str:
+def _pair_text(report: ScanReport, pair: PairResult, compact: bool) -> str:
     """The pair as report_json writes it inside the pairs list (two levels deep)."""
     plain = report_dict(dataclasses.replace(report, pairs=[pair], checkpoints=[]))["pairs"][0]
+    if compact:
+        return json.dumps(plain, separators=(",", ":"), allow_nan=False)
     text = json.dumps(plain, indent=INDENT, allow_nan=False)
     return text.replace("\n", "\n" + " " * (2 * INDENT))

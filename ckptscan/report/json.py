@@ -9,6 +9,7 @@ a report, and straight through to a pipe, a device or stdout (`-`).
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import math
 import numbers
@@ -21,9 +22,31 @@ from ckptscan.output import write_output
 from ckptscan.results import SCHEMA_VERSION, ScanReport
 
 
-def report_dict(report: ScanReport) -> dict[str, Any]:
+# A report with more layer and per-head results than this (an 80-layer run
+# of a few hundred checkpoints) is written without indentation: the same
+# keys, 40 % fewer bytes (docs/json-schema.md).
+COMPACT_RESULTS = 100_000
+# --per-head: which layers keep their per-head results in the report; "all"
+# (the default) writes every one. The others leave `heads` empty elsewhere
+# and say so in settings.per_head.
+PER_HEAD = ("all", "flagged", "newest")
+
+
+def report_dict(report: ScanReport, per_head: str = "all") -> dict[str, Any]:
+    """The report as its JSON file holds it. `per_head` ("all", "flagged":
+    only layers at warn or alert, "newest": only the newest pair's): which
+    layers keep their per-head results, 86 % of a long report's bytes."""
+    check_per_head(per_head)
     body = _plain(dataclasses.asdict(report))
     command = body.pop("command")
+    if per_head != "all":
+        newest = len(body["pairs"]) - 1
+        for index, pair in enumerate(body["pairs"]):
+            for layer in pair["layers"]:
+                kept = index == newest if per_head == "newest" else layer["status"] in ("warn", "alert")
+                if layer.get("attention") and not kept:
+                    layer["attention"]["heads"] = []
+        body["settings"]["per_head"] = per_head
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "ckptscan", "version": __version__},
@@ -32,13 +55,35 @@ def report_dict(report: ScanReport) -> dict[str, Any]:
     }
 
 
-def report_json(report: ScanReport) -> str:
-    return json.dumps(report_dict(report), indent=2, allow_nan=False) + "\n"
+def check_per_head(per_head: str) -> None:
+    if per_head not in PER_HEAD:
+        raise CkptScanError(f"--per-head must be one of {', '.join(PER_HEAD)}, not {per_head!r}")
 
 
-def write_json(report: ScanReport, path: str | Path) -> None:
+def compact(report: ScanReport) -> bool:
+    """Whether the report is long enough to be written without indentation."""
+    results = 0
+    for pair in report.pairs:
+        for layer in pair.layers:
+            results += 1 + (len(layer.attention.heads) if layer.attention is not None else 0)
+        if results > COMPACT_RESULTS:
+            return True
+    return False
+
+
+def report_json(report: ScanReport, per_head: str = "all") -> str:
+    data = report_dict(report, per_head)
+    if compact(report):
+        return json.dumps(data, separators=(",", ":"), allow_nan=False) + "\n"
+    return json.dumps(data, indent=2, allow_nan=False) + "\n"
+
+
+def write_json(report: ScanReport, path: str | Path, per_head: str = "all") -> None:
+    """The report to `path` (see the module docstring); gzip-compressed when
+    the path ends in .gz (`load_report` reads either)."""
+    text = report_json(report, per_head)
     try:
-        write_output(path, report_json(report))
+        write_output(path, gzip.compress(text.encode(), 6, mtime=0) if str(path).endswith(".gz") else text)
     except OSError as e:
         raise CkptScanError(f"cannot write the JSON report: {e.strerror or e}", path=path) from None
 

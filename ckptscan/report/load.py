@@ -9,6 +9,7 @@ give the same bytes.
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -17,18 +18,21 @@ from ckptscan.errors import CkptScanError
 from ckptscan.paths import expand_path
 from ckptscan.results import SCHEMA_VERSION, ScanReport, from_dict
 
+GZIP_MAGIC = b"\x1f\x8b"
 REQUIRED = ("command", "model", "checkpoints", "pairs", "summary")
 
 
 def read_report(path: str | Path) -> dict[str, Any]:
-    """The dict of a ckptscan JSON report file (`--json` of diff or trend)."""
+    """The dict of a ckptscan JSON report file (`--json` of diff or trend),
+    gzip-compressed or not."""
     path = expand_path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+        data = json.loads(gzip.decompress(raw) if raw[:2] == GZIP_MAGIC else raw.decode("utf-8"))
+    except (gzip.BadGzipFile, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:  # EOFError: a cut .gz
+        raise CkptScanError(f"the report is not valid JSON ({e or 'truncated'})", path=path) from None
     except OSError as e:
         raise CkptScanError(f"cannot read the report: {e.strerror or e}", path=path) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CkptScanError(f"the report is not valid JSON ({e})", path=path) from None
     check_report(data, path)
     return data
 

@@ -276,3 +276,17 @@ def test_watch_a_port_in_use_is_exit_2(tmp_path):
         result = runner.invoke(app, ["watch", str(tmp_path), "--metrics-port", str(port), "--timeout", "5"])
     assert result.exit_code == 2
     assert result.stderr.startswith(f"error: --metrics-port {port}: cannot listen on 127.0.0.1:{port}")
+
+
+def test_per_head_limits_the_json_report_and_a_bad_value_is_refused_before_the_scan(tmp_path):
+    run = write_run(tmp_path / "run", count=4)
+    runner = CliRunner()
+    bad = runner.invoke(app, ["trend", str(run), "--json", str(tmp_path / "r.json"), "--per-head", "some"])
+    assert bad.exit_code == 2 and "--per-head must be one of" in bad.output
+    assert not (tmp_path / "r.json").exists()
+    good = runner.invoke(app, ["trend", str(run), "--json", str(tmp_path / "r.json.gz"), "--per-head", "newest"])
+    assert good.exit_code in (0, 1), good.output
+    report = load_report(tmp_path / "r.json.gz")
+    assert report.settings["per_head"] == "newest"
+    assert [bool(layer.attention.heads) for pair in report.pairs for layer in pair.layers] == \
+        [index == len(report.pairs) - 1 for index, pair in enumerate(report.pairs) for _ in pair.layers]

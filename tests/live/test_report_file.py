@@ -26,7 +26,7 @@ def test_the_file_is_report_json_at_every_step(tmp_path):
         monitor.step(step)
         if monitor.report is not None:
             assert (tmp_path / "report.json").read_text() == report_json(monitor.report), step
-            rewritten.append([text for _, text in monitor._file._pairs])
+            rewritten.append([text for _, _, text in monitor._file._pairs])
     # The lone first pair is written again once it becomes warm-up; the others are reused.
     assert rewritten[0][0] != rewritten[1][0]
     assert all(later[i] is earlier[i] for earlier, later in zip(rewritten[1:], rewritten[2:])
