@@ -39,3 +39,16 @@ def test_reference_scale_is_the_calibrated_spread_between_healthy_runs():
     assert t.reference_scale_factor == rounded_up(c["reference_scale_factor"])
     assert c["reference_scale_factor"] == round(c["thresholds"]["reference departure"]["alert"] / t.alert_sigma, 3)
     assert max(c["thresholds"]["reference departure"]["healthy_maxima"]) < t.alert_sigma * t.reference_scale_factor
+
+
+def test_band_scales_are_the_calibrated_spread_around_a_band_of_healthy_runs():
+    """Each healthy generation-3 calibration run against the band of the two
+    other healthy runs of its recipe: the defaults are the calibrated factors,
+    rounded up, and no such run reaches an alert."""
+    c = json.loads(CALIBRATION.read_text())
+    t = Thresholds()
+    assert t.band_scale_factor == rounded_up(c["band_scale_factor"])
+    assert t.band_state_scale_factor == rounded_up(c["band_state_scale_factor"])
+    for kind, factor in (("band departure, update monitors", t.band_scale_factor),
+                         ("band departure, state monitors", t.band_state_scale_factor)):
+        assert max(c["thresholds"][kind]["healthy_maxima"]) < t.alert_sigma * factor
