@@ -14,15 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from ckptscan.errors import CkptScanError
-from ckptscan.paths import expand_path
 from ckptscan.results import SCHEMA_VERSION, ScanReport, from_dict
+from ckptscan.storage import RemotePath, as_path
 
 REQUIRED = ("command", "model", "checkpoints", "pairs", "summary")
 
 
-def read_report(path: str | Path) -> dict[str, Any]:
-    """The dict of a ckptscan JSON report file (`--json` of diff or trend)."""
-    path = expand_path(path)
+def read_report(path: str | Path | RemotePath) -> dict[str, Any]:
+    """The dict of a ckptscan JSON report file (`--json` of diff or trend),
+    local or at a URL (s3://bucket/run/report.json)."""
+    path = as_path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
@@ -33,7 +34,7 @@ def read_report(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def load_report(path: str | Path) -> ScanReport:
+def load_report(path: str | Path | RemotePath) -> ScanReport:
     """A ckptscan JSON report file as result objects, its schema version checked:
     what `--reference` compares with and what `ckptscan report` renders."""
     return report_from_dict(read_report(path), path)
