@@ -36,6 +36,7 @@ from ckptscan.detection.reference import MODEL_FIELDS
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.errors import CkptScanError
 from ckptscan.executors import Executor
+from ckptscan.layouts import ModelInfo, resolve_layout
 from ckptscan.metrics import Metrics, compute
 from ckptscan.report.json import report_dict
 from ckptscan.report.load import as_json_values, report_from_dict
@@ -96,12 +97,15 @@ def compare_runs(
     if twice:
         raise CkptScanError("the same run given twice; each run is judged against the others", path=twice[0])
     specs = [resolve_run(d, stride=stride, base=base, config=config, settings=settings) for d in run_dirs]
+    options = options or ScanOptions()
+    # Before any scan: the model of each run is in its first checkpoint's header.
+    check_one_model(names, [resolve_layout(spec.checkpoints[0], options.overrides, options.tensor_map).info
+                            for spec in specs])
     metrics: list[Metrics] = []
     for name, spec in zip(names, specs):
         if scanning is not None:
             scanning(name)
         metrics.append(compute(spec, options, cache=cache, executor=executor))
-    check_one_model(names, metrics)
     limits = [thresholds or spec.config.thresholds for spec in specs]
     # Each run as a reference: what its `trend --json` report holds (a JSON round trip, NaN as None).
     own = [report_from_dict(as_json_values(report_dict(judge(m, t))), name)
@@ -121,16 +125,16 @@ def compare_runs(
     return SweepReport(runs, runs[-1].status, notes, specs[0].config.fail_on)
 
 
-def check_one_model(names: Sequence[str], metrics: Sequence[Metrics]) -> None:
+def check_one_model(names: Sequence[str], models: Sequence[ModelInfo]) -> None:
     """Refuse runs of different models: the first run whose model is not the
     one most runs share is named, with what differs."""
-    models = [tuple((k, getattr(m.model, k, None)) for k in MODEL_FIELDS) for m in metrics]
-    common, _ = Counter(models).most_common(1)[0]
+    shapes = [tuple((k, getattr(m, k, None)) for k in MODEL_FIELDS) for m in models]
+    common, _ = Counter(shapes).most_common(1)[0]
     model = dict(common)
-    for name, fields in zip(names, models):
-        if fields != common:
-            like = names[models.index(common)]
-            differs = "; ".join(f"{k}: {v} vs {model[k]}" for k, v in fields if model[k] != v)
+    for name, shape in zip(names, shapes):
+        if shape != common:
+            like = names[shapes.index(common)]
+            differs = "; ".join(f"{k}: {v} vs {model[k]}" for k, v in shape if model[k] != v)
             raise CkptScanError(f"is of a different model than the other runs ({differs}; against {like}): "
                                 "a sweep's runs are judged against each other", path=name)
 

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Iterator
+from typing import TYPE_CHECKING, Annotated, Any, Iterator
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -34,16 +33,16 @@ if TYPE_CHECKING:
 MANY_VALUED = ("--reference",)
 
 
-def spread_values(command: click.Command, args: list[str]) -> list[str]:
+def spread_values(command: Any, args: list[str]) -> list[str]:
     """`args` of `command` with each MANY_VALUED flag's values repeated as
     flags (`--reference A B` -> `--reference A --reference B`), as click
     parses them. A flag's values are the words after it up to the next
     option; the command's arguments keep theirs: `trend --reference A RUN`
     is one reference and the run, as before, `trend RUN --reference A B`
-    two references."""
-    takes_value = {name for p in command.params if isinstance(p, click.Option) and not p.is_flag and not p.count
+    two references. `command`: a click command (typer's own click's)."""
+    takes_value = {name for p in command.params if p.param_type_name == "option" and not p.is_flag and not p.count
                    for name in p.opts}
-    arguments = sum(1 for p in command.params if isinstance(p, click.Argument) and p.required)
+    arguments = sum(1 for p in command.params if p.param_type_name == "argument" and p.required)
     words: list[tuple[str, str | None]] = []  # (word, the many-valued flag it is a value of)
     positional, i = 0, 0
     while i < len(args):
@@ -82,8 +81,7 @@ def spread_values(command: click.Command, args: list[str]) -> list[str]:
 class Commands(TyperGroup):
     """The app's commands, their MANY_VALUED flags spread before parsing."""
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
-                                                                            list[str]]:
+    def resolve_command(self, ctx: typer.Context, args: list[str]) -> tuple[str | None, Any, list[str]]:
         name, found, rest = super().resolve_command(ctx, args)
         return name, found, spread_values(found, rest) if found is not None else rest
 
