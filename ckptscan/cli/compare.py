@@ -30,16 +30,16 @@ AllowCorrupt = Annotated[bool, typer.Option(
 def compare(
     # str, not Path: a URL prefix (s3://bucket/sweep/run1/) must keep its "//".
     run_dirs: Annotated[list[str], typer.Argument(
-        metavar="RUN_DIR...", help="Two or more runs of one model (directories or URL prefixes), e.g. the members of "
+        metavar="RUN_DIR", help="Two or more runs of one model (directories or URL prefixes), e.g. the members of "
         "a sweep or several seeds.")],
     *,  # the options, in --help order; a bare name is a shared option (cli.options)
     stride, base, json_path, fail_on, config, set_, cache_dir, no_cache, quiet, num_heads, num_kv_heads, head_dim,
     model_config, layers, precision, device, heads, full_spectrum, tensor_map,
     allow_corrupt: AllowCorrupt = False,
 ) -> None:
-    """Judge each run against the others (leave-one-out: a band of healthy runs, the other run alone when there are
-    two) and rank them, healthiest first; exit by the worst run.
+    """Judge each run of a sweep against the others and rank them, healthiest first; exit by the worst run.
 
+    Leave-one-out: each run against the band of all the others (against the other run alone when there are two).
     Each run is scanned once with its own probe and loss log (cached like trend's pairs); the ranking is by status
     (ok, warn, alert), then the later first alert. --json writes the ranking with every run's whole report.
     """
