@@ -16,9 +16,10 @@ onto these arguments, so the library and the command line see the same run:
   the current directory up (thresholds, the gate's `fail_on`);
 - reference: none. When given, one known-healthy run or several (a band):
   each a JSON report (`ckptscan trend --json`), a run directory or a URL
-  (s3://bucket/run/, or the URL of a report). A run is scanned as the
-  judged run is (`scan_reference`, by default `api.reference_scanner()`),
-  and judged against as its JSON report would be.
+  (s3://bucket/run/, or the URL of a report). A run is scanned by
+  `scan_reference` (`api.reference_scanner`: as the judged run is, which
+  `scan_run` and `ckptscan trend` pass), and judged against as its JSON
+  report would be.
 
 Each side file is `AUTO` (the default above), `None` (off) or a path. A file
 found by default that cannot be used is skipped with a note (it was not asked
@@ -31,8 +32,6 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence, Union
-
-from ckptscan.detection.judge import ReferencePaths, References
 
 from ckptscan.config import Config, load_config
 from ckptscan.discovery import discover_run, run_directory
@@ -75,8 +74,8 @@ class RunSpec:
     probe: Probe | None = None
     loss_log: LossLog | None = None
     # A known-healthy run's report, or a list of them when several were given (a band).
-    reference: References = None
-    reference_path: ReferencePaths = None  # the file or run directory each came from
+    reference: ScanReport | list[ScanReport] | None = None
+    reference_path: str | list[str | None] | None = None  # the file or run directory each came from
     config: Config = field(default_factory=Config)
     skipped: list[dict[str, str]] = field(default_factory=list)  # checkpoints that looked usable but were not
     pairing: dict[str, object] = field(default_factory=dict)  # how `pairs` were formed (stride, base, pending)
@@ -101,8 +100,8 @@ def resolve_run(
     `stride` s: every s-th checkpoint from the first (a stable chain, so a
     growing run keeps its cached pairs); `base="first"`: each against the
     first. `settings`: "KEY=VALUE" overrides of the config's thresholds.
-    `scan_reference`: how a reference given as a run is scanned (default:
-    `api.reference_scanner()`, default options and no cache).
+    `scan_reference`: how a reference given as a run is scanned
+    (`api.reference_scanner(options, ...)`; needed only for such a reference).
     """
     run_dir = run_directory(run_dir)
     run = discover_run(run_dir)
@@ -218,15 +217,12 @@ def _reference(spec: RunSpec, sources: ReferenceSources, scan_reference: ScanRef
     report (and one path), several make lists (a band)."""
     if sources is None:
         return
-    several = not isinstance(sources, (str, Path, RemotePath, ScanReport))
-    listed = list(sources) if several else [sources]  # type: ignore[arg-type]
+    listed = [sources] if isinstance(sources, (str, Path, RemotePath, ScanReport)) else list(sources)
     loaded = [load_reference(source, scan_reference) for source in listed]
-    if not loaded:
-        return
-    if several and len(loaded) > 1:
+    if len(loaded) == 1:
+        spec.reference, spec.reference_path = loaded[0]
+    elif loaded:
         spec.reference, spec.reference_path = [r for r, _ in loaded], [p for _, p in loaded]
-    else:
-        (spec.reference, spec.reference_path), = loaded
 
 
 def load_reference(source: ReferenceSource, scan_reference: ScanReference | None = None
@@ -239,9 +235,8 @@ def load_reference(source: ReferenceSource, scan_reference: ScanReference | None
     path = as_path(source)
     if path.is_dir():
         if scan_reference is None:
-            from ckptscan.api import reference_scanner  # api builds on this module
-
-            scan_reference = reference_scanner()
+            raise CkptScanError("is a run: a reference run is scanned by scan_reference "
+                                "(ckptscan.api.reference_scanner), or give its JSON report", path=path)
         return scan_reference(str(path)), str(path)
     return load_report(path), str(path)
 
