@@ -66,24 +66,20 @@ def trend(
                                full_spectrum, tensor_map, model_config)
         cache = None if no_cache else PairCache(cache_dir or default_cache_dir())
         runner = make_executor(ExecutorName(executor).value, ray_address)
-        if runs is not None:
-            try:
-                code = _sweep(runs, options, cache, runner, stride, base, reference, probe, loss_log, outputs,
-                              fail_on, config, set_, quiet, allow_corrupt)
-            finally:
-                runner.close()
-            raise typer.Exit(code)
-        spec = resolve_run(run_dir, **run_arguments(stride, base, probe, no_probe, loss_log, no_loss_log, reference,
-                                                    config, set_),
-                           scan_reference=reference_scanner(options, cache=cache, executor=runner, stride=stride,
-                                                            base=Base(base).value,
-                                                            config=config if config is not None else AUTO,
-                                                            settings=set_ or ()))
-        for message in spec.notes:
-            note(message, "yellow" if message.startswith("ignoring") else "dim", quiet)
-        for item in spec.skipped:  # before the scan, and so before the verdict
-            note(skipped_line(item), "yellow" if item.get("kind") == CORRUPT else "dim", quiet)
-        try:
+        try:  # the executor is closed however this ends (a reference run is scanned on it too)
+            if runs is not None:
+                raise typer.Exit(_sweep(runs, options, cache, runner, stride, base, reference, probe, loss_log,
+                                        outputs, fail_on, config, set_, quiet, allow_corrupt))
+            spec = resolve_run(run_dir, **run_arguments(stride, base, probe, no_probe, loss_log, no_loss_log,
+                                                        reference, config, set_),
+                               scan_reference=reference_scanner(options, cache=cache, executor=runner, stride=stride,
+                                                                base=Base(base).value,
+                                                                config=config if config is not None else AUTO,
+                                                                settings=set_ or ()))
+            for message in spec.notes:
+                note(message, "yellow" if message.startswith("ignoring") else "dim", quiet)
+            for item in spec.skipped:  # before the scan, and so before the verdict
+                note(skipped_line(item), "yellow" if item.get("kind") == CORRUPT else "dim", quiet)
             with _progress(quiet) as progress:
                 task = progress.add_task("scanning layers", total=None)
                 report = scan(spec, options, cache=cache, executor=runner,
