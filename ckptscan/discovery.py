@@ -143,7 +143,18 @@ def run_directory(run_dir: str | Path) -> Path | RemotePath:
     return path
 
 
-def looks_like_run(path: Path) -> bool:
+def sweep_runs(directory: str | Path | RemotePath) -> list[Path | RemotePath] | None:
+    """The runs of a sweep, in name order: a directory (or URL prefix) that
+    holds no checkpoint itself but at least two subdirectories that are runs
+    (`looks_like_run`); None for anything else (a run, or no run at all)."""
+    path = as_path(directory)
+    if not path.is_dir() or looks_like_run(path):
+        return None
+    runs = sorted(entry for entry in path.iterdir() if looks_like_run(entry))
+    return runs if len(runs) >= 2 else None
+
+
+def looks_like_run(path: Path | RemotePath) -> bool:
     """A directory holding checkpoints by any of the names `discover_run` knows."""
     if not path.is_dir():
         return False

@@ -14,7 +14,12 @@ onto these arguments, so the library and the command line see the same run:
   may be named as a local file or a URL;
 - config: the nearest `ckptscan.toml` / `pyproject.toml [tool.ckptscan]` from
   the current directory up (thresholds, the gate's `fail_on`);
-- reference: none (a known-healthy run's JSON report, only when given).
+- reference: none. When given, one known-healthy run or several (a band):
+  each a JSON report (`ckptscan trend --json`), a run directory or a URL
+  (s3://bucket/run/, or the URL of a report). A run is scanned by
+  `scan_reference` (`api.reference_scanner`: as the judged run is, which
+  `scan_run` and `ckptscan trend` pass), and judged against as its JSON
+  report would be.
 
 Each side file is `AUTO` (the default above), `None` (off) or a path. A file
 found by default that cannot be used is skipped with a note (it was not asked
@@ -32,7 +37,6 @@ from ckptscan.config import Config, load_config
 from ckptscan.discovery import discover_run, run_directory
 from ckptscan.errors import CkptScanError
 from ckptscan.loss_log import LossLog, read_loss_log
-from ckptscan.paths import expand_path
 from ckptscan.probe import Probe, load_probe
 from ckptscan.readers import Checkpoint, open_checkpoints
 from ckptscan.report.load import load_report
@@ -49,6 +53,11 @@ class _Auto:
 
 AUTO = _Auto()
 SideFile = Union[str, Path, _Auto, None]
+# What `--reference` names: a report file, a run directory, a URL of either,
+# or an already loaded report; one, or several for a band.
+ReferenceSource = Union[str, Path, RemotePath, ScanReport]
+ReferenceSources = Union[ReferenceSource, Sequence[ReferenceSource], None]
+ScanReference = Callable[[str], ScanReport]  # a reference run directory (or URL prefix) -> its report
 
 # Files a run directory may carry that a scan uses without being told.
 DEFAULT_PROBE = "probe.safetensors"
@@ -64,8 +73,9 @@ class RunSpec:
     pairs: list[tuple[int, int]]  # (older, newer) indices into `checkpoints`
     probe: Probe | None = None
     loss_log: LossLog | None = None
-    reference: ScanReport | None = None  # a known-healthy run's report
-    reference_path: str | None = None  # the file it was read from
+    # A known-healthy run's report, or a list of them when several were given (a band).
+    reference: ScanReport | list[ScanReport] | None = None
+    reference_path: str | list[str | None] | None = None  # the file or run directory each came from
     config: Config = field(default_factory=Config)
     skipped: list[dict[str, str]] = field(default_factory=list)  # checkpoints that looked usable but were not
     pairing: dict[str, object] = field(default_factory=dict)  # how `pairs` were formed (stride, base, pending)
@@ -80,15 +90,18 @@ def resolve_run(
     base: str = "previous",
     probe: SideFile | Probe = AUTO,
     loss_log: SideFile = AUTO,
-    reference: str | Path | None = None,
+    reference: ReferenceSources = None,
     config: SideFile = AUTO,
     settings: Sequence[str] = (),
+    scan_reference: ScanReference | None = None,
 ) -> RunSpec:
     """A run directory's checkpoints (step order), its pairs and side files.
 
     `stride` s: every s-th checkpoint from the first (a stable chain, so a
     growing run keeps its cached pairs); `base="first"`: each against the
     first. `settings`: "KEY=VALUE" overrides of the config's thresholds.
+    `scan_reference`: how a reference given as a run is scanned
+    (`api.reference_scanner(options, ...)`; needed only for such a reference).
     """
     run_dir = run_directory(run_dir)
     run = discover_run(run_dir)
@@ -100,7 +113,7 @@ def resolve_run(
                             path=run_dir)
     return run_spec(run_dir, run.checkpoints, stride=stride, base=base, probe=probe, loss_log=loss_log,
                     reference=reference, config=config, settings=settings, skipped=run.skipped,
-                    run_notes=run.notes)
+                    run_notes=run.notes, scan_reference=scan_reference)
 
 
 def run_spec(
@@ -111,11 +124,12 @@ def run_spec(
     base: str = "previous",
     probe: SideFile | Probe = AUTO,
     loss_log: SideFile = AUTO,
-    reference: str | Path | None = None,
+    reference: ReferenceSources = None,
     config: SideFile = AUTO,
     settings: Sequence[str] = (),
     skipped: Sequence[dict[str, str]] = (),
     run_notes: Sequence[str] = (),
+    scan_reference: ScanReference | None = None,
 ) -> RunSpec:
     """The spec of these checkpoints (step order) of `run_dir`, with the run's
     pairs and side files: `resolve_run` after discovery, and `ckptscan watch`
@@ -132,7 +146,7 @@ def run_spec(
     # the listing discovery took: no request when absent).
     spec.probe = _side_file(probe, run_dir / DEFAULT_PROBE, _probe, "probe", spec.notes)
     spec.loss_log = _side_file(loss_log, run_dir / DEFAULT_LOSS_LOG, read_loss_log, "loss log", spec.notes)
-    _reference(spec, reference)
+    _reference(spec, reference, scan_reference)
     return spec
 
 
@@ -141,9 +155,10 @@ def resolve_pair(
     newer: str | Path,
     *,
     probe: str | Path | Probe | None = None,
-    reference: str | Path | None = None,
+    reference: ReferenceSources = None,
     config: SideFile = AUTO,
     settings: Sequence[str] = (),
+    scan_reference: ScanReference | None = None,
 ) -> RunSpec:
     """Two checkpoints (older, newer) compared as one update. `probe`: a
     probe file (or an already loaded `Probe`) for routing entropy. The same
@@ -151,7 +166,7 @@ def resolve_pair(
     checkpoints = open_checkpoints([older, newer])
     check_pair(*checkpoints)
     spec = RunSpec("pair", str(newer), checkpoints, [(0, 1)], probe=_probe(probe), config=_config(config, settings))
-    _reference(spec, reference)
+    _reference(spec, reference, scan_reference)
     return spec
 
 
@@ -197,9 +212,33 @@ def _probe(probe: str | Path | Probe | None) -> Probe | None:
     return probe if probe is None or isinstance(probe, Probe) else load_probe(probe)
 
 
-def _reference(spec: RunSpec, path: str | Path | None) -> None:
-    if path is not None:
-        spec.reference, spec.reference_path = load_report(path), str(expand_path(path))
+def _reference(spec: RunSpec, sources: ReferenceSources, scan_reference: ScanReference | None) -> None:
+    """The references' reports and where each came from: one stays one
+    report (and one path), several make lists (a band)."""
+    if sources is None:
+        return
+    listed = [sources] if isinstance(sources, (str, Path, RemotePath, ScanReport)) else list(sources)
+    loaded = [load_reference(source, scan_reference) for source in listed]
+    if len(loaded) == 1:
+        spec.reference, spec.reference_path = loaded[0]
+    elif loaded:
+        spec.reference, spec.reference_path = [r for r, _ in loaded], [p for _, p in loaded]
+
+
+def load_reference(source: ReferenceSource, scan_reference: ScanReference | None = None
+                   ) -> tuple[ScanReport, str | None]:
+    """One reference's report and where it came from: a JSON report file
+    (local or a URL) is read; a run directory (or a URL prefix) is scanned by
+    `scan_reference`; a report object is taken as it is."""
+    if isinstance(source, ScanReport):
+        return source, None
+    path = as_path(source)
+    if path.is_dir():
+        if scan_reference is None:
+            raise CkptScanError("is a run: a reference run is scanned by scan_reference "
+                                "(ckptscan.api.reference_scanner), or give its JSON report", path=path)
+        return scan_reference(str(path)), str(path)
+    return load_report(path), str(path)
 
 
 def _config(config: SideFile, settings: Sequence[str]) -> Config:

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from ckptscan.api import reference_scanner
 from ckptscan.cache import PairCache
 from ckptscan.judge_cache import JudgeCache
 from ckptscan.metrics import Metrics, compute, pair_settings
@@ -59,7 +60,7 @@ from ckptscan.paths import expand_path
 from ckptscan.probe import Probe
 from ckptscan.readers import Checkpoint, open_checkpoint, step_from_name
 from ckptscan.results import CheckpointRef, LayerResult, ScanReport
-from ckptscan.run import AUTO, RunSpec, SideFile, plan_pairs, run_spec
+from ckptscan.run import AUTO, ReferenceSources, RunSpec, ScanReference, SideFile, plan_pairs, run_spec
 from ckptscan.scan import ScanOptions
 
 # Looks at most this often however many filesystem events arrive (a shard
@@ -154,10 +155,11 @@ class Watcher:
     base: str = "previous"
     probe: SideFile | Probe = AUTO
     loss_log: SideFile = AUTO
-    reference: str | Path | None = None
+    reference: ReferenceSources = None
     config: SideFile = AUTO
     settings: Sequence[str] = ()
     thresholds: Thresholds | None = None  # replaces the config's
+    scan_reference: ScanReference | None = None  # how a reference run is scanned (once: `api.reference_scanner`)
     cache: SeriesCache = field(default_factory=SeriesCache)
     interval: float = 2.0  # seconds between looks without events
     settle: float = 0.5  # seconds a checkpoint without pointer file must stay unchanged
@@ -210,7 +212,7 @@ class Watcher:
             return None
         spec = run_spec(self.run_dir, self.series, stride=self.stride, base=self.base, probe=self.probe,
                         loss_log=self.loss_log, reference=self.reference, config=self.config,
-                        settings=self.settings)
+                        settings=self.settings, scan_reference=self.scan_reference)
         for message in spec.notes:
             if message not in self._notes:
                 self._notes.add(message)
@@ -326,12 +328,16 @@ def watch_run(
     filesystem events (True: required, None: when watchdog is installed,
     False: poll). `on_start` is told how it waits ("inotify", "polling every
     2 s"). `resolve`: `run_spec`'s side files and pairing (stride, base,
-    probe, loss_log, reference, config, settings).
+    probe, loss_log, reference, config, settings, scan_reference); a
+    reference run is scanned once, with `options` and `cache`.
     """
     run_dir = expand_path(run_dir)  # a local directory: watching needs its filesystem events
     run_directory(run_dir)  # it exists, and is a directory
     if interval <= 0 or settle < 0:
         raise CkptScanError(f"--interval must be > 0 and --settle ≥ 0 (got {interval}, {settle})")
+    resolve.setdefault("scan_reference", reference_scanner(
+        options, cache=cache, stride=resolve.get("stride", 1), base=resolve.get("base", "previous"),
+        config=resolve.get("config", AUTO), settings=resolve.get("settings", ())))
     watcher = Watcher(run_dir, options or ScanOptions(), cache=SeriesCache(cache), interval=interval,
                       settle=settle, thresholds=thresholds, notify=notify or (lambda message: None),
                       progress=progress, **resolve)

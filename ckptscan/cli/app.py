@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Iterator
+from typing import TYPE_CHECKING, Annotated, Any, Iterator
 
 import typer
+from typer.core import TyperGroup
 
 from ckptscan import __version__
 from ckptscan.cli.options import Base, Command, Precision, shared_options
@@ -28,7 +29,65 @@ if TYPE_CHECKING:
     from ckptscan.layouts import HeadOverrides
     from ckptscan.scan import ScanOptions
 
+# Options that take several values after one flag (--reference A/ B/ C/).
+MANY_VALUED = ("--reference",)
+
+
+def spread_values(command: Any, args: list[str]) -> list[str]:
+    """`args` of `command` with each MANY_VALUED flag's values repeated as
+    flags (`--reference A B` -> `--reference A --reference B`), as click
+    parses them. A flag's values are the words after it up to the next
+    option; the command's arguments keep theirs: `trend --reference A RUN`
+    is one reference and the run, as before, `trend RUN --reference A B`
+    two references. `command`: a click command (typer's own click's)."""
+    takes_value = {name for p in command.params if p.param_type_name == "option" and not p.is_flag and not p.count
+                   for name in p.opts}
+    arguments = sum(1 for p in command.params if p.param_type_name == "argument" and p.required)
+    words: list[tuple[str, str | None]] = []  # (word, the many-valued flag it is a value of)
+    positional, i = 0, 0
+    while i < len(args):
+        word = args[i]
+        if word == "--":
+            words += [(w, None) for w in args[i:]]
+            positional += len(args) - i - 1
+            break
+        if word in MANY_VALUED:
+            i += 1
+            while i < len(args) and not args[i].startswith("-"):
+                words.append((args[i], word))
+                i += 1
+            continue
+        words.append((word, None))
+        if word in takes_value and i + 1 < len(args):
+            words.append((args[i + 1], None))
+            i += 1
+        elif not word.startswith("-"):
+            positional += 1
+        i += 1
+    # Too few arguments left for the command: the last values were its arguments.
+    for k in range(len(words) - 1, -1, -1):
+        if positional >= arguments:
+            break
+        word, flag = words[k]
+        if flag is not None and k > 0 and words[k - 1][1] == flag:  # a flag keeps its first value
+            words[k] = (word, None)
+            positional += 1
+    spread: list[str] = []
+    for word, flag in words:
+        spread += [flag, word] if flag is not None else [word]
+    return spread
+
+
+class Commands(TyperGroup):
+    """The app's commands, their MANY_VALUED flags spread before parsing."""
+
+    def resolve_command(self, ctx: typer.Context, args: list[str]) -> tuple[str | None, Any, list[str]]:
+        name, found, rest = super().resolve_command(ctx, args)
+        return name, found, spread_values(found, rest) if found is not None else rest
+
+
 app = typer.Typer(
+    cls=Commands,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     # Plain click formatting: help and usage errors without rich's panels
@@ -183,8 +242,8 @@ def head_overrides(num_heads: int | None, num_kv_heads: int | None, head_dim: in
 
 
 def run_arguments(stride: int, base: Base | str, probe: str | Path | None, no_probe: bool, loss_log: str | Path | None,
-                  no_loss_log: bool, reference: Path | None, config: Path | None, settings: list[str] | None
-                  ) -> dict[str, object]:
+                  no_loss_log: bool, reference: list[str] | None, config: Path | None,
+                  settings: list[str] | None) -> dict[str, object]:
     """The flags of a run command (trend, watch) as `resolve_run`'s arguments:
     a side file not given is the run's own (AUTO), --no-X switches it off."""
     from ckptscan.run import AUTO

@@ -33,14 +33,15 @@ def diff(
     """Per-layer health table of the update from CKPT_A to CKPT_B."""
     with user_errors():
         load_library()
-        from ckptscan.api import scan
+        from ckptscan.api import reference_scanner, scan
         from ckptscan.run import AUTO, resolve_pair
 
         outputs.check()
         options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, device, heads,
                                full_spectrum, tensor_map, model_config)
-        spec = resolve_pair(ckpt_a, ckpt_b, probe=probe, reference=reference,
-                            config=config if config is not None else AUTO, settings=set_ or ())
+        config = config if config is not None else AUTO
+        spec = resolve_pair(ckpt_a, ckpt_b, probe=probe, reference=reference, config=config, settings=set_ or (),
+                            scan_reference=reference_scanner(options, config=config, settings=set_ or ()))
         report = scan(spec, options)
         code = outputs.write(report, fail_on or spec.config.fail_on, _print_table, quiet)
     raise typer.Exit(code)

@@ -145,9 +145,14 @@ NoDiskCache = Annotated[bool, typer.Option("--no-cache", help="Read and write no
 CacheDir = Annotated[Optional[Path], typer.Option(
     "--cache-dir", metavar="DIR", help="Where per-pair results are cached (default: $XDG_CACHE_HOME/ckptscan or "
     "~/.cache/ckptscan).")]
-Reference = Annotated[Optional[Path], typer.Option(
-    "--reference", metavar="FILE", help="JSON report (ckptscan trend --json) of a known-healthy run of the same model "
-    "and schedule to compare with.")]
+# str, not Path: a URL (s3://bucket/run/) must keep its "//". Several values
+# after one flag are spread into repeated flags before click parses them
+# (`cli.app.spread_values`).
+Reference = Annotated[Optional[list[str]], typer.Option(
+    "--reference", metavar="RUN|REPORT", help="A known-healthy run of the same model and schedule to compare with: "
+    "its JSON report (ckptscan trend --json), its run directory (scanned like this one, cached) or a URL (s3://, "
+    "gs://, az://, hf://) of either. Several (--reference A/ B/ C/, or the flag repeated) make a band: the spread "
+    "of healthy runs at each step.")]
 
 # The services a run's health is followed in (cli.outputs: written after the
 # report files, each failure one line on stderr, never the exit code).

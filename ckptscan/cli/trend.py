@@ -8,12 +8,16 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from ckptscan.cli.app import command, err, note, run_arguments, scan_options, user_errors
-from ckptscan.cli.options import ExecutorName, RunDir
+from ckptscan.cli.options import Base, ExecutorName, FailOn, Format, RunDir
 from ckptscan.cli.outputs import TrendOutputs
 from ckptscan.cli.process import load_library
 
 if TYPE_CHECKING:
     from rich.progress import Progress
+
+    from ckptscan.cache import PairCache
+    from ckptscan.executors import Executor
+    from ckptscan.scan import ScanOptions
 
 
 @command
@@ -35,34 +39,47 @@ def trend(
         "--ray-address", metavar="ADDRESS", help="With --executor ray: 'auto' (the cluster this machine belongs to) or "
         "ray://host:port (default: a Ray already set up in this process, else a new local one).")] = None,
 ) -> None:
-    """When did each layer become abnormal, through which mechanism, and does the run pass the gate?"""
+    """When did each layer become abnormal, through which mechanism, and does the run pass the gate?
+
+    RUN_DIR may be a sweep: a directory whose subdirectories are runs. Each run is then judged against the others
+    and the runs ranked, as by ckptscan compare.
+    """
     with user_errors():
         load_library()
-        from ckptscan.api import scan
+        from ckptscan.api import reference_scanner, scan
         from ckptscan.cache import PairCache, default_cache_dir
         from ckptscan.errors import CkptScanError
         from ckptscan.executors import make_executor
-        from ckptscan.discovery import CORRUPT
+        from ckptscan.discovery import CORRUPT, sweep_runs
         from ckptscan.report.trend_table import print_trend, skipped_line
-        from ckptscan.run import resolve_run
+        from ckptscan.run import AUTO, resolve_run
 
         if baseline is not None:
             if reference is not None:
                 raise CkptScanError("give --reference only (--baseline is its deprecated alias)")
             note("--baseline is deprecated: use --reference (a known-healthy run's report)", "yellow", quiet)
-            reference = baseline
-        outputs.check()
+            reference = [str(baseline)]
+        runs = sweep_runs(run_dir)
+        if runs is None:
+            outputs.check()
         options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, device, heads,
                                full_spectrum, tensor_map, model_config)
-        spec = resolve_run(run_dir, **run_arguments(stride, base, probe, no_probe, loss_log, no_loss_log, reference,
-                                                    config, set_))
-        for message in spec.notes:
-            note(message, "yellow" if message.startswith("ignoring") else "dim", quiet)
-        for item in spec.skipped:  # before the scan, and so before the verdict
-            note(skipped_line(item), "yellow" if item.get("kind") == CORRUPT else "dim", quiet)
         cache = None if no_cache else PairCache(cache_dir or default_cache_dir())
         runner = make_executor(ExecutorName(executor).value, ray_address)
-        try:
+        try:  # the executor is closed however this ends (a reference run is scanned on it too)
+            if runs is not None:
+                raise typer.Exit(_sweep(runs, options, cache, runner, stride, base, reference, probe, loss_log,
+                                        outputs, fail_on, config, set_, quiet, allow_corrupt))
+            spec = resolve_run(run_dir, **run_arguments(stride, base, probe, no_probe, loss_log, no_loss_log,
+                                                        reference, config, set_),
+                               scan_reference=reference_scanner(options, cache=cache, executor=runner, stride=stride,
+                                                                base=Base(base).value,
+                                                                config=config if config is not None else AUTO,
+                                                                settings=set_ or ()))
+            for message in spec.notes:
+                note(message, "yellow" if message.startswith("ignoring") else "dim", quiet)
+            for item in spec.skipped:  # before the scan, and so before the verdict
+                note(skipped_line(item), "yellow" if item.get("kind") == CORRUPT else "dim", quiet)
             with _progress(quiet) as progress:
                 task = progress.add_task("scanning layers", total=None)
                 report = scan(spec, options, cache=cache, executor=runner,
@@ -75,6 +92,30 @@ def trend(
                 note(f"warning: cache not written: {cache.write_error}", "yellow")
         code = outputs.write(report, fail_on or spec.config.fail_on, print_trend, quiet, allow_corrupt)
     raise typer.Exit(code)
+
+
+def _sweep(runs: list, options: ScanOptions, cache: PairCache | None, runner: Executor, stride: int,
+           base: Base | str, reference: list[str] | None, probe: str | None, loss_log: str | None,
+           outputs: TrendOutputs, fail_on: FailOn | None, config: Path | None, settings: list[str] | None,
+           quiet: bool, allow_corrupt: bool) -> int:
+    """`trend SWEEP/`: the sweep's runs judged against each other (`cli.compare`).
+    What names one run's side files, or another reference, has no meaning here."""
+    from ckptscan.cli.compare import judge_sweep
+    from ckptscan.errors import CkptScanError
+
+    given = {"--reference": reference, "--probe": probe, "--loss-log": loss_log, "--junit": outputs.junit,
+             "--tensorboard": outputs.tensorboard, "--markdown-summary": outputs.markdown_summary,
+             "--html": outputs.html, "--png": outputs.png, "--wandb": outputs.wandb, "--mlflow": outputs.mlflow,
+             "--notify": outputs.notify}
+    unused = [flag for flag, value in given.items() if value]
+    if outputs.format not in (Format.table, Format.json):
+        unused.append(f"--format {outputs.format.value}")
+    if unused:
+        raise CkptScanError(f"{', '.join(unused)}: not for a sweep (each of its {len(runs)} runs is judged against "
+                            "the others with its own probe and loss log; --json writes the sweep report)")
+    return judge_sweep(runs, options, stride=stride, base=Base(base).value, config=config, settings=settings or (),
+                       cache=cache, json_path=outputs.json_path, fail_on=fail_on, quiet=quiet,
+                       allow_corrupt=allow_corrupt, as_json=outputs.format is Format.json, executor=runner)
 
 
 def _progress(quiet: bool) -> Progress:

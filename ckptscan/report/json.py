@@ -4,6 +4,10 @@ Non-finite floats never reach the file (JSON has no NaN): they become null,
 and the rule that saw them has already recorded a finding. Files are written
 through `ckptscan.output`: atomically to a file, so a reader never sees half
 a report, and straight through to a pipe, a device or stdout (`-`).
+
+`ckptscan compare` (and `trend SWEEP/`) writes a sweep report, versioned
+alike, whose `"command"` is `"compare"`: the worst status, then each run
+ranked healthiest first with its whole report (`sweep_dict`).
 """
 
 from __future__ import annotations
@@ -14,12 +18,15 @@ import json
 import math
 import numbers
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckptscan import __version__
 from ckptscan.errors import CkptScanError
 from ckptscan.output import write_output
 from ckptscan.results import SCHEMA_VERSION, ScanReport
+
+if TYPE_CHECKING:
+    from ckptscan.sweep import SweepReport
 
 
 # A report with more layer and per-head results than this (an 80-layer run
@@ -84,6 +91,43 @@ def write_json(report: ScanReport, path: str | Path, per_head: str = "all") -> N
     text = report_json(report, per_head)
     try:
         write_output(path, gzip.compress(text.encode(), 6, mtime=0) if str(path).endswith(".gz") else text)
+    except OSError as e:
+        raise CkptScanError(f"cannot write the JSON report: {e.strerror or e}", path=path) from None
+
+
+def sweep_dict(sweep: SweepReport) -> dict[str, Any]:
+    """The sweep report: {schema_version, tool, command: "compare",
+    summary: {status, runs, message}, notes, runs: [{rank, path, status,
+    first_alert_step, first_warn_step, family, references, report}]}, each
+    `report` the run's whole report judged against its `references`."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "ckptscan", "version": __version__},
+        "command": "compare",
+        "summary": {"status": sweep.status, "runs": len(sweep.runs), "message": sweep_message(sweep)},
+        "notes": list(sweep.notes),
+        "runs": [{"rank": run.rank, "path": run.path, "status": run.status,
+                  "first_alert_step": run.first_alert_step, "first_warn_step": run.first_warn_step,
+                  "family": run.family, "references": list(run.references), "report": report_dict(run.report)}
+                 for run in sweep.runs],
+    }
+
+
+def sweep_message(sweep: SweepReport) -> str:
+    """One line: how many runs reached each status, and the worst run."""
+    alerted, warned = (sum(run.status == status for run in sweep.runs) for status in ("alert", "warn"))
+    worst = sweep.runs[-1]
+    if not alerted and not warned:
+        return f"HEALTHY: none of the {len(sweep.runs)} runs departed from the others"
+    reached = ", ".join(([f"{alerted} alerted"] if alerted else []) + ([f"{warned} warned"] if warned else []))
+    when = f" at step {worst.first_step}" if worst.first_step is not None else ""
+    return (f"{sweep.status.upper()}: of {len(sweep.runs)} runs, {reached}; the worst: {worst.path} "
+            f"({worst.family or 'its'} {worst.status}{when})")
+
+
+def write_sweep_json(sweep: SweepReport, path: str | Path) -> None:
+    try:
+        write_output(path, json.dumps(sweep_dict(sweep), indent=2, allow_nan=False) + "\n")
     except OSError as e:
         raise CkptScanError(f"cannot write the JSON report: {e.strerror or e}", path=path) from None
 

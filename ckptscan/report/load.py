@@ -15,17 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from ckptscan.errors import CkptScanError
-from ckptscan.paths import expand_path
 from ckptscan.results import SCHEMA_VERSION, ScanReport, from_dict
+from ckptscan.storage import RemotePath, as_path
 
 GZIP_MAGIC = b"\x1f\x8b"
 REQUIRED = ("command", "model", "checkpoints", "pairs", "summary")
 
 
-def read_report(path: str | Path) -> dict[str, Any]:
+def read_report(path: str | Path | RemotePath) -> dict[str, Any]:
     """The dict of a ckptscan JSON report file (`--json` of diff or trend),
-    gzip-compressed or not."""
-    path = expand_path(path)
+    gzip-compressed or not, local or at a URL (s3://bucket/run/report.json)."""
+    path = as_path(path)
     try:
         raw = path.read_bytes()
         data = json.loads(gzip.decompress(raw) if raw[:2] == GZIP_MAGIC else raw.decode("utf-8"))
@@ -37,7 +37,7 @@ def read_report(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def load_report(path: str | Path) -> ScanReport:
+def load_report(path: str | Path | RemotePath) -> ScanReport:
     """A ckptscan JSON report file as result objects, its schema version checked:
     what `--reference` compares with and what `ckptscan report` renders."""
     return report_from_dict(read_report(path), path)

@@ -39,10 +39,11 @@ def shell(tmp_path_factory) -> dict:
     env |= {"PATH": f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
             "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(cache), "OMP_NUM_THREADS": "1",
             "PYTHONUNBUFFERED": "1"}  # stdout and stderr interleaved as a terminal shows them
-    # The two sample runs most examples use, computed once, side by side: the examples' trends reuse their pairs.
+    # The sample runs, computed once, side by side: the examples' trends (and the sweep of all five, which no
+    # single example should wait for) reuse their pairs.
     warming = [subprocess.Popen(["ckptscan", "trend", f"sample_checkpoints/{run}", "--quiet", "--json", "/dev/null"],
                                 cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-               for run in ("attention_fault", "healthy")]
+               for run in ("attention_fault", "healthy", "router_fault", "silent_fault", "both_faults")]
     for process in warming:
         process.wait(timeout=300)
     return {"cwd": work, "env": env, "paths": {str(cache): "~/.cache", f"{work}/": ""}}

@@ -86,3 +86,25 @@ def test_unusable_side_files_are_skipped_when_found_and_an_error_when_named(s3, 
         assert result.exit_code == 2, result.output
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"error: {url}/{name}"), result.stderr
+
+
+def test_a_reference_may_be_a_run_or_a_report_at_a_url(s3, tmp_path):
+    """`--reference s3://bucket/run/` is scanned like a local run and
+    `--reference s3://bucket/report.json` read like a local report: both
+    judge as the local run directory does."""
+    run = moe_run(tmp_path / "run")
+    reference = write_run(tmp_path / "reference", count=6, layers=2, seed=3)
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    runner.invoke(app, ["trend", str(reference), "--json", str(saved / "reference.json"), "--no-cache", "-q"])
+    run_url, saved_url = s3.upload(reference, "reference"), s3.upload(saved, "saved")
+    local = trend(str(run), "--reference", str(reference))
+    assert local.exit_code in (0, 1), local.output
+    local_report = json.loads(local.stdout)
+    del local_report["settings"]["reference"]
+    for url in (run_url + "/", f"{saved_url}/reference.json"):
+        remote = trend(str(run), "--reference", url)
+        assert remote.exit_code == local.exit_code, remote.output
+        remote_report = json.loads(remote.stdout)
+        assert remote_report["settings"].pop("reference") == url.rstrip("/")
+        same_numbers(local_report, remote_report)

@@ -1,0 +1,162 @@
+"""A sweep judged run by run: each run against the band of all the others.
+
+    sweep = ckptscan.sweep.compare_runs(["runs/lr1e-3", "runs/lr2e-3", "runs/lr3e-3"])
+    for run in sweep.runs:          # healthiest first
+        print(run.rank, run.path, run.status, run.first_alert_step, run.family)
+
+The members of a sweep are each other's references: a fault present from
+the first checkpoint, which a run judged only against its own past learns
+as normal, stands out against the other runs at the same step. Each run is
+scanned once (with the pair cache, once across invocations too), its own
+report is what `ckptscan trend RUN --json` holds, and each run is then
+judged against the reports of all the others (leave-one-out): against a
+band with three or more runs, against the other run alone with two
+(`detection/reference.py`). Runs of different lengths or checkpoint
+intervals are aligned by step; each judged report's
+`settings["reference_notes"]` says where a reference ended early or was
+saved at another interval. Runs of different models are refused, naming
+the odd one.
+
+Ranked healthiest first: by status (ok, warn, alert), and within a status
+the run whose first warning or alert came later first (it stayed healthy
+longer); ties keep the order given.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ckptscan.cache import PairCache
+from ckptscan.detection.judge import judge
+from ckptscan.detection.reference import MODEL_FIELDS
+from ckptscan.detection.thresholds import Thresholds
+from ckptscan.errors import CkptScanError
+from ckptscan.executors import Executor
+from ckptscan.layouts import ModelInfo, resolve_layout
+from ckptscan.metrics import Metrics, compute
+from ckptscan.report.json import report_dict
+from ckptscan.report.load import as_json_values, report_from_dict
+from ckptscan.results import SEVERITIES, ScanReport
+from ckptscan.run import AUTO, SideFile, resolve_run
+from ckptscan.scan import ScanOptions
+from ckptscan.storage import RemotePath
+
+
+@dataclass
+class SweepRun:
+    """One run of a sweep, judged against the others."""
+
+    path: str
+    rank: int  # 1: the healthiest
+    status: str  # the run's verdict against the others ("ok", "warn", "alert", ...)
+    first_alert_step: int | None  # the earliest step any family alerted at
+    first_warn_step: int | None  # the earliest step any family warned at
+    family: str | None  # the family that alerted (or warned) first: summary.primary_family, else first_family
+    references: list[str]  # the runs it was judged against
+    report: ScanReport  # its full report, judged against `references`
+
+    @property
+    def first_step(self) -> int | None:
+        """The first step at the run's status: its first alert, or first warning."""
+        return {"alert": self.first_alert_step, "warn": self.first_warn_step}.get(self.status)
+
+
+@dataclass
+class SweepReport:
+    runs: list[SweepRun]  # ranked, healthiest first
+    status: str  # the worst run's
+    notes: list[str] = field(default_factory=list)  # how the runs were aligned, where references fell short
+    fail_on: str = "alert"  # the config's gate level
+
+
+def compare_runs(
+    run_dirs: Sequence[str | Path | RemotePath],
+    options: ScanOptions | None = None,
+    *,
+    stride: int = 1,
+    base: str = "previous",
+    config: SideFile = AUTO,
+    settings: Sequence[str] = (),
+    thresholds: Thresholds | None = None,
+    cache: PairCache | None = None,
+    executor: Executor | None = None,
+    scanning: Callable[[str], None] | None = None,
+) -> SweepReport:
+    """Judge each of `run_dirs` (two or more runs of one model) against the
+    others and rank them. Each run uses its own probe and loss log, all the
+    same pairing, options and thresholds (`config`, `settings`; `thresholds`
+    replaces the config's). `scanning` is told each run as its scan starts."""
+    names = [str(d) for d in run_dirs]
+    if len(names) < 2:
+        raise CkptScanError(f"a comparison needs at least two runs, got {len(names)}")
+    twice = [name for name, count in Counter(names).items() if count > 1]
+    if twice:
+        raise CkptScanError("the same run given twice; each run is judged against the others", path=twice[0])
+    specs = [resolve_run(d, stride=stride, base=base, config=config, settings=settings) for d in run_dirs]
+    options = options or ScanOptions()
+    # Before any scan: the model of each run is in its first checkpoint's header.
+    check_one_model(names, [resolve_layout(spec.checkpoints[0], options.overrides, options.tensor_map).info
+                            for spec in specs])
+    metrics: list[Metrics] = []
+    for name, spec in zip(names, specs):
+        if scanning is not None:
+            scanning(name)
+        metrics.append(compute(spec, options, cache=cache, executor=executor))
+    limits = [thresholds or spec.config.thresholds for spec in specs]
+    # Each run as a reference: what its `trend --json` report holds (a JSON round trip, NaN as None).
+    own = [report_from_dict(as_json_values(report_dict(judge(m, t))), name)
+           for name, m, t in zip(names, metrics, limits)]
+    judged = []
+    for i, (name, m, t) in enumerate(zip(names, metrics, limits)):
+        others = [j for j in range(len(names)) if j != i]
+        references = [own[j] for j in others]
+        paths = [names[j] for j in others]
+        judged.append((name, judge(m, t, references if len(references) > 1 else references[0],
+                                   reference_path=paths if len(paths) > 1 else paths[0]), paths))
+    runs = [_run(name, report, paths) for name, report, paths in judged]
+    runs.sort(key=_health)
+    for rank, run in enumerate(runs, 1):
+        run.rank = rank
+    notes = sorted({note for run in runs for note in run.report.settings.get("reference_notes", [])})
+    return SweepReport(runs, runs[-1].status, notes, specs[0].config.fail_on)
+
+
+def check_one_model(names: Sequence[str], models: Sequence[ModelInfo]) -> None:
+    """Refuse runs of different models: the first run whose model is not the
+    one most runs share is named, with what differs."""
+    shapes = [tuple((k, getattr(m, k, None)) for k in MODEL_FIELDS) for m in models]
+    common, _ = Counter(shapes).most_common(1)[0]
+    model = dict(common)
+    for name, shape in zip(names, shapes):
+        if shape != common:
+            like = names[shapes.index(common)]
+            differs = "; ".join(f"{k}: {v} vs {model[k]}" for k, v in shape if model[k] != v)
+            raise CkptScanError(f"is of a different model than the other runs ({differs}; against {like}): "
+                                "a sweep's runs are judged against each other", path=name)
+
+
+def _first(steps: dict[str, int | None]) -> int | None:
+    known = [s for s in steps.values() if s is not None]
+    return min(known) if known else None
+
+
+def _run(path: str, report: ScanReport, references: list[str]) -> SweepRun:
+    summary = report.summary
+    warned = {family: step for family, step in summary.first_warn_step.items() if step is not None}
+    family = getattr(summary, "primary_family", None) or summary.first_family
+    if family is None and summary.status == "warn" and warned:
+        family = min(warned, key=lambda f: warned[f])
+    return SweepRun(path, 0, summary.status, _first(summary.first_alert_step), _first(summary.first_warn_step),
+                    family, references, report)
+
+
+def _health(run: SweepRun) -> tuple[int, float]:
+    """Sort key, healthiest first: the status, then the later first alert (or warning)."""
+    severity = SEVERITIES.index(run.status) if run.status in SEVERITIES else 0  # "unchanged": no alarm
+    if severity < SEVERITIES.index("warn"):
+        return severity, 0.0
+    return severity, -run.first_step if run.first_step is not None else math.inf

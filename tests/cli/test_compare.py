@@ -1,0 +1,144 @@
+"""`ckptscan compare RUN...` and `ckptscan trend SWEEP/`: each run judged
+against the others (leave-one-out), ranked healthiest first (ok, warn,
+alert; within a status the later first alert first), the exit code the worst
+run's, `--json` a versioned sweep report holding every run's whole report;
+runs of another model refused in one line naming the odd run."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ckptscan.cli import app
+from ckptscan.results import SCHEMA_VERSION, SEVERITIES
+
+from run_factory import write_run
+
+runner = CliRunner()
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_checkpoints"
+RUN_KEYS = {"rank", "path", "status", "first_alert_step", "first_warn_step", "family", "references", "report"}
+
+
+def invoke(*args):
+    return runner.invoke(app, [*map(str, args)])
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One pair cache for the module: each sample run is scanned once."""
+    return tmp_path_factory.mktemp("compare-cache")
+
+
+@pytest.fixture(scope="module")
+def samples_compared(cache, tmp_path_factory):
+    """`compare sample_checkpoints/*` (the shell's glob: the README too), with --json."""
+    path = tmp_path_factory.mktemp("compare") / "sweep.json"
+    result = invoke("compare", *sorted(SAMPLES.iterdir()), "--json", path, "--cache-dir", cache)
+    return result, json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def two_seeds(tmp_path_factory):
+    root = tmp_path_factory.mktemp("two-seeds")
+    return [write_run(root / f"seed{seed}", count=8, seed=seed) for seed in (0, 1)]
+
+
+def test_the_sample_runs_are_ranked_healthiest_first_and_exit_by_the_worst(samples_compared):
+    result, report = samples_compared
+    assert result.exit_code == 1, result.output  # four faulty runs alert: the gate fails
+    assert "ignoring" in result.stderr and "README.md: a file, not a run directory" in result.stderr
+    runs = report["runs"]
+    assert [run["rank"] for run in runs] == [1, 2, 3, 4, 5]
+    assert runs[0]["path"].endswith("healthy") and runs[0]["status"] == "ok" and runs[0]["first_alert_step"] is None
+    assert {Path(run["path"]).name for run in runs[1:]} == {"attention_fault", "router_fault", "silent_fault",
+                                                             "both_faults"}
+    assert all(run["status"] == "alert" and run["family"] in ("attention", "router") for run in runs[1:])
+    # Ranked by status, then the later first alert first.
+    keys = [(SEVERITIES.index(run["status"]), -(run["first_alert_step"] or 0)) for run in runs]
+    assert keys == sorted(keys)
+    table = result.stdout
+    assert "5 runs, each judged against the band of the other 4" in table
+    rows = [line.split() for line in table.splitlines() if "0–3000" in line]  # rank, run, steps, status, ...
+    assert [row[1] for row in rows] == [run["path"] for run in runs]
+    assert [row[3] for row in rows] == [run["status"] for run in runs]
+    assert f"the worst: {runs[-1]['path']}" in table
+    assert "gate failed (--fail-on alert)" in result.stderr
+
+
+def test_the_sweep_report_is_versioned_and_holds_each_run_judged_against_the_others(samples_compared):
+    _, report = samples_compared
+    assert report["schema_version"] == SCHEMA_VERSION and report["tool"]["name"] == "ckptscan"
+    assert report["command"] == "compare"
+    assert report["summary"]["status"] == "alert" and report["summary"]["runs"] == 5
+    assert report["summary"]["message"].startswith("ALERT: of 5 runs, 4 alerted; the worst:")
+    paths = [run["path"] for run in report["runs"]]
+    for run in report["runs"]:
+        assert set(run) == RUN_KEYS
+        others = sorted(p for p in paths if p != run["path"])
+        assert sorted(run["references"]) == others
+        whole = run["report"]
+        assert whole["command"] == "trend" and whole["schema_version"] == SCHEMA_VERSION
+        assert sorted(whole["settings"]["reference_runs"]) == others  # a band of the other four
+        assert whole["summary"]["status"] == run["status"]
+        first = [s for s in whole["summary"]["first_alert_step"].values() if s is not None]
+        assert run["first_alert_step"] == (min(first) if first else None)
+
+
+def test_trend_of_a_sweep_directory_is_compare_of_its_runs(samples_compared, cache, tmp_path):
+    _, compared = samples_compared
+    path = tmp_path / "trend.json"
+    result = invoke("trend", SAMPLES, "--json", path, "--cache-dir", cache)
+    assert result.exit_code == 1, result.output
+    assert json.loads(path.read_text()) == compared
+    assert "150 pair(s) reused, 0 computed" in result.stderr  # each run scanned once, by compare, ever
+
+
+def test_trend_of_a_sweep_refuses_what_names_one_run(cache):
+    result = invoke("trend", SAMPLES, "--reference", SAMPLES / "healthy", "--cache-dir", cache)
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "--reference: not for a sweep" in result.stderr
+
+
+def test_two_healthy_runs_each_judged_against_the_other_pass(two_seeds, tmp_path):
+    path = tmp_path / "sweep.json"
+    result = invoke("compare", *two_seeds, "--json", path)
+    assert result.exit_code == 0, result.output
+    assert "2 runs, each judged against the other run" in result.stdout
+    assert "HEALTHY: none of the 2 runs departed from the others" in result.stdout
+    assert "gate passed (--fail-on alert)" in result.stderr
+    runs = json.loads(path.read_text())["runs"]
+    assert [run["status"] for run in runs] == ["ok", "ok"]
+    assert [run["path"] for run in runs] == [str(d) for d in two_seeds]  # a tie keeps the order given
+    for run, other in zip(runs, reversed(two_seeds)):
+        settings = run["report"]["settings"]
+        assert settings["reference"] == str(other) and "reference_runs" not in settings  # one reference, no band
+
+
+def test_a_run_of_another_model_is_refused_in_one_line_naming_it(two_seeds, tmp_path):
+    odd = write_run(tmp_path / "three-layers", count=8, layers=3)
+    result = invoke("compare", two_seeds[0], odd, two_seeds[1])
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.output
+    assert f"error: {odd}: is of a different model than the other runs (num_layers: 3 vs 2" in result.stderr
+
+
+def test_fewer_than_two_runs_is_an_input_error(two_seeds):
+    result = invoke("compare", two_seeds[0])
+    assert result.exit_code == 2
+    assert "a comparison needs at least two runs, got 1" in result.stderr
+
+
+
+def test_runs_of_different_lengths_are_aligned_by_step_and_the_report_says_where_one_ended(two_seeds, tmp_path):
+    short = write_run(tmp_path / "short", count=5, seed=2)  # steps 0-400; the others run to 700
+    path = tmp_path / "sweep.json"
+    result = invoke("compare", *two_seeds, short, "--json", path)
+    assert result.exit_code in (0, 1), result.output
+    report = json.loads(path.read_text())
+    ended = f"reference {short} ends at step 400: later pairs are judged against the other references"
+    assert any(note.startswith(ended) for note in report["notes"])
+    assert f"note: {ended}" in result.stdout
+    for run in report["runs"]:
+        notes = run["report"]["settings"].get("reference_notes", [])
+        assert any(n.startswith(ended) for n in notes) == (run["path"] != str(short))
