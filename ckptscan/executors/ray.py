@@ -146,10 +146,11 @@ def run_task(fn: Callable[[T, threading.Event], R], item: T) -> R:
     one (`readahead.reading_ahead`, the same per-worker bound)."""
     stop = threading.Event()
     with torch_threads(1), exact_float32():
-        # A task sent by location opens its checkpoints on its first call: a call
-        # on no layers opens them (and computes nothing), so the read-ahead can see them.
-        fn([], stop)
-        with reading_ahead(getattr(fn, "task", fn), item):
+        open_task = getattr(fn, "open", None)
+        if open_task is None:  # not a layer task (e.g. a wrapper of one): nothing to read ahead for
+            return fn(item, stop)
+        # A task sent by location opens its checkpoints here, so the read-ahead can see them.
+        with reading_ahead(open_task(), item):
             return fn(item, stop)
 
 

@@ -117,6 +117,10 @@ class LayerTask:
         self.bases = {a for a, _ in self.pairs}  # checkpoints whose Grams a pair reuses
         self.readahead: ReadAhead | None = None  # set by `scan_layers` for remote checkpoints
 
+    def open(self) -> LayerTask:
+        """The task itself: its checkpoints are open (a shipped task opens them where it runs)."""
+        return self
+
     def __reduce__(self) -> tuple:
         return (_Located, ([str(c.path) for c in self.checkpoints], self.pairs, self.requested,
                            None if self.probe is None else str(self.probe.path)))
@@ -177,7 +181,8 @@ class _Located:
     def __reduce__(self) -> tuple:
         return (_Located, self.args)
 
-    def __call__(self, layers: Sequence[int], stop: threading.Event) -> list[list[LayerResult]]:
+    def open(self) -> LayerTask:
+        """The task, its checkpoints opened where it runs (once)."""
         if self.task is None:
             from ckptscan.probe import load_probe
             from ckptscan.readers import open_checkpoint
@@ -185,7 +190,10 @@ class _Located:
             locations, pairs, options, probe = self.args
             self.task = LayerTask([open_checkpoint(location) for location in locations], pairs, options,
                                   None if probe is None else load_probe(probe))
-        return self.task(layers, stop)
+        return self.task
+
+    def __call__(self, layers: Sequence[int], stop: threading.Event) -> list[list[LayerResult]]:
+        return self.open()(layers, stop)
 
     def describe(self, layers: Sequence[int]) -> str:
         locations, pairs, _, _ = self.args
