@@ -273,3 +273,30 @@ def _builder(hint: Any) -> Callable[[Any], Any]:
     if dataclasses.is_dataclass(hint):
         return lambda value: from_dict(hint, value)
     return lambda value: value
+
+
+@dataclass
+class SweepRun:
+    """One run of a sweep, judged against the others."""
+
+    path: str
+    rank: int  # 1: the healthiest
+    status: str  # the run's verdict against the others ("ok", "warn", "alert", ...)
+    first_alert_step: int | None  # the earliest step any family alerted at
+    first_warn_step: int | None  # the earliest step any family warned at
+    family: str | None  # the family that alerted (or warned) first: summary.primary_family, else first_family
+    references: list[str]  # the runs it was judged against
+    report: ScanReport  # its full report, judged against `references`
+
+    @property
+    def first_step(self) -> int | None:
+        """The first step at the run's status: its first alert, or first warning."""
+        return {"alert": self.first_alert_step, "warn": self.first_warn_step}.get(self.status)
+
+
+@dataclass
+class SweepReport:
+    runs: list[SweepRun]  # ranked, healthiest first
+    status: str  # the worst run's
+    notes: list[str] = field(default_factory=list)  # how the runs were aligned, where references fell short
+    fail_on: str = "alert"  # the config's gate level

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -40,37 +39,10 @@ from ckptscan.layouts import ModelInfo, resolve_layout
 from ckptscan.metrics import Metrics, compute
 from ckptscan.report.json import report_dict
 from ckptscan.report.load import as_json_values, report_from_dict
-from ckptscan.results import SEVERITIES, ScanReport
+from ckptscan.results import SEVERITIES, ScanReport, SweepReport, SweepRun
 from ckptscan.run import AUTO, SideFile, resolve_run
 from ckptscan.scan import ScanOptions
 from ckptscan.storage import RemotePath
-
-
-@dataclass
-class SweepRun:
-    """One run of a sweep, judged against the others."""
-
-    path: str
-    rank: int  # 1: the healthiest
-    status: str  # the run's verdict against the others ("ok", "warn", "alert", ...)
-    first_alert_step: int | None  # the earliest step any family alerted at
-    first_warn_step: int | None  # the earliest step any family warned at
-    family: str | None  # the family that alerted (or warned) first: summary.primary_family, else first_family
-    references: list[str]  # the runs it was judged against
-    report: ScanReport  # its full report, judged against `references`
-
-    @property
-    def first_step(self) -> int | None:
-        """The first step at the run's status: its first alert, or first warning."""
-        return {"alert": self.first_alert_step, "warn": self.first_warn_step}.get(self.status)
-
-
-@dataclass
-class SweepReport:
-    runs: list[SweepRun]  # ranked, healthiest first
-    status: str  # the worst run's
-    notes: list[str] = field(default_factory=list)  # how the runs were aligned, where references fell short
-    fail_on: str = "alert"  # the config's gate level
 
 
 def compare_runs(

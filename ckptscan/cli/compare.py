@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ckptscan.executors import Executor
     from ckptscan.scan import ScanOptions
     from ckptscan.storage import RemotePath
-    from ckptscan.sweep import SweepReport
+    from ckptscan.results import SweepReport
 
 AllowCorrupt = Annotated[bool, typer.Option(
     "--allow-corrupt", help="Judge the runs without their corrupt checkpoints (they fail the gate otherwise); they "

@@ -26,7 +26,7 @@ from ckptscan.output import write_output
 from ckptscan.results import SCHEMA_VERSION, ScanReport
 
 if TYPE_CHECKING:
-    from ckptscan.sweep import SweepReport
+    from ckptscan.results import SweepReport
 
 
 # A report with more layer and per-head results than this (an 80-layer run
