@@ -43,6 +43,7 @@ from ckptscan.readers.base import DCP_METADATA_FILE, dtype_name
 from ckptscan.readers.bounded import MAX_DCP_METADATA_BYTES, check_depth, open_limited
 from ckptscan.readers.torch_pickle import clean_key, load_pickle
 from ckptscan.storage import RemotePath
+from ckptscan.storage.ranged import abandoner
 
 
 # Top-level namespaces of training state that are not model weights
@@ -155,15 +156,7 @@ class _RemoteReader:
                 started.append((fetch, keys))
                 self._prefetched.update((key, (fetch, k)) for k, key in enumerate(keys))
 
-        def abandon() -> None:
-            with self._lock:
-                for fetch, keys in started:
-                    fetch.cancel()
-                    for key in keys:
-                        if self._prefetched.get(key, (None,))[0] is fetch:
-                            del self._prefetched[key]
-
-        return abandon
+        return abandoner(self._lock, self._prefetched, started)
 
     def read(self, items: list[ReadItem], target: _IntoTensor, name: str) -> None:
         infos = [self.storage_data[item.storage_index] for item in items]

@@ -32,7 +32,7 @@ from ckptscan.readers import sidecars
 from ckptscan.readers.base import DTYPES, Checkpoint, Format
 from ckptscan.readers.steps import step_from_name
 from ckptscan.storage import RemotePath
-from ckptscan.storage.ranged import Fetch
+from ckptscan.storage.ranged import Fetch, abandoner
 
 # A remote header is fetched with its first request: this covers the header
 # of a shard of several hundred tensors in one GET (a larger one costs a
@@ -356,15 +356,7 @@ class SafetensorsSource:
                 started.append((fetch, [key for key, _ in reads]))
                 self._prefetched.update((key, (fetch, k)) for k, (key, _) in enumerate(reads))
 
-        def abandon() -> None:
-            with self._lock:
-                for fetch, keys in started:
-                    fetch.cancel()
-                    for key in keys:
-                        if self._prefetched.get(key, (None,))[0] is fetch:
-                            del self._prefetched[key]
-
-        return abandon
+        return abandoner(self._lock, self._prefetched, started)
 
 
 def _read_headers(files: list[Path]) -> list[tuple[dict[str, TensorEntry], dict[str, str]]]:

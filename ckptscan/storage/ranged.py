@@ -18,7 +18,7 @@ import random
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable, Hashable, Sequence
 
 from ckptscan.errors import CkptScanError
 from ckptscan.storage.errors import Denied, NotFound, reason
@@ -270,6 +270,21 @@ class Fetch:
         """Drop the parts not yet sent (a request in flight ends by itself)."""
         for future in self.futures:
             future.cancel()
+
+
+def abandoner(lock: threading.Lock, prefetched: dict, started: Sequence[tuple[Fetch, Sequence[Hashable]]]
+              ) -> Callable[[], None]:
+    """What a reader's `prefetch` returns: a function that cancels the
+    fetches it `started` ((fetch, the keys it filed in `prefetched`)) and
+    forgets the bytes no read has taken yet, under the reader's `lock`."""
+    def abandon() -> None:
+        with lock:
+            for fetch, keys in started:
+                fetch.cancel()
+                for key in keys:
+                    if prefetched.get(key, (None,))[0] is fetch:
+                        del prefetched[key]
+    return abandon
 
 
 def _assemble(ranges: list[tuple[int, int]], parts: list[tuple[int, int]],
