@@ -248,11 +248,7 @@ class Monitor:
             self._write()
 
     def _write_due(self, alerts: list[Alert]) -> bool:
-        if self._written is None or alerts:
-            return True
-        written, verdict = self._written
-        return (verdict != self.report.summary.status
-                or len(self.report.pairs) - written >= max(1, written // REPORT_SPACING))
+        return report_due(self._written, len(self.report.pairs), self.report.summary.status, bool(alerts))
 
     def _write(self) -> None:
         try:
@@ -312,6 +308,17 @@ class Monitor:
         device = torch.device(self.options.device)
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             return capture_probe(self.model, _to(self._probe_batch, device), self.out / PROBE_FILE)
+
+
+def report_due(written: tuple[int, str] | None, pairs: int, verdict: str, alerted: bool) -> bool:
+    """Whether the report file is rewritten now (module docstring): `written`,
+    the (pairs, verdict) of the file as it is; `pairs` and `verdict`, the
+    report's now. Geometric spacing makes the rewrites of a run of N pairs
+    cost O(N · REPORT_SPACING) pair texts in all: a constant per pair."""
+    if written is None or alerted:
+        return True
+    in_file, verdict_in_file = written
+    return verdict != verdict_in_file or pairs - in_file >= max(1, in_file // REPORT_SPACING)
 
 
 def interval_metrics(pair: PairResult) -> dict[str, float]:
