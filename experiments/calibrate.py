@@ -24,13 +24,15 @@ healthy runs of one recipe differ.
 
 A band of several references (`--reference A B ...`) is calibrated the same
 way, leave-one-out: each healthy calibration run whose recipe has at least
-two other healthy calibration runs (generation 3: three seeds per recipe) is
+two other healthy calibration runs (generation 2: four seeds per recipe, generation 3: three) is
 judged against the band of the others; its largest departure in band sigmas
 (band factor 1) on two pairs in a row, over the judged pairs, layers and
 monitors compared across runs (update monitors only against references saved
 at a like interval), is one maximum; `band_scale_factor` is the Gumbel alert
-quantile of these maxima over `alert_sigma`, and at least 1 (a band is never
-narrower than its own spread).
+quantile of these maxima over `alert_sigma`. It may be below 1: the band's
+sigma is the spread between its runs, and how many of those sigmas a healthy
+run strays is what calibration measures, as for every other threshold. The
+band judges the warm-up pairs too (detection/reference.py), so they count.
 
 Only runs of the calibration split are read. `--partial` calibrates on the
 runs whose metrics.json exists (a corpus still being generated), saying how
@@ -52,7 +54,7 @@ from pathlib import Path
 from ckptscan.detection.reference import BAND_MIN_RUNS
 from ckptscan.detection.rules import Thresholds
 from experiments.baselines import BASELINES, read_log
-from experiments.corpus import DEFAULT_OUT, healthy_seed_references, load_manifest, reference_run, require_corpus
+from experiments.corpus import DEFAULT_OUT, healthy_seed_references, load_manifest, reference_run
 
 CALIBRATION = Path(__file__).with_name("calibration.json")
 EULER_GAMMA = 0.5772156649015329
@@ -134,7 +136,7 @@ def calibrate(corpora: list[Path], rate: float, warn_rate: float, partial: bool 
     for factor, kind in (("band_scale_factor", "band departure, update monitors"),
                          ("band_state_scale_factor", "band departure, state monitors")):
         if kind in result["thresholds"]:
-            result[factor] = round(max(1.0, result["thresholds"][kind]["alert"] / alert_sigma), 3)
+            result[factor] = round(result["thresholds"][kind]["alert"] / alert_sigma, 3)
     return result
 
 
@@ -152,9 +154,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.partial and args.write:
         p.error("--partial figures are provisional: not written")
     corpora = args.corpus or [Path(DEFAULT_OUT)]
-    if not args.partial:
+    if not args.partial:  # what calibration reads: the healthy calibration runs, every one of them
+        manifest = load_manifest()
         for corpus in corpora:
-            require_corpus(corpus)
+            missing = [run for run in healthy_runs(manifest, corpus) if not (run / "metrics.json").exists()]
+            if missing:
+                p.exit(2, f"{corpus}: {len(missing)} healthy calibration run(s) missing (e.g. {missing[0].name}); "
+                          f"generate them with `python -m experiments.corpus --out {corpus} --split calibration`\n")
     result = calibrate(corpora, args.rate, args.warn_rate, args.partial)
     if args.partial:
         manifest = load_manifest()
@@ -168,8 +174,9 @@ def main(argv: list[str] | None = None) -> None:
               f"healthy max {max(t['healthy_maxima']):8.3f}")
     print(f"  reference_scale_factor = reference departure alert / alert_sigma = "
           f"{result.get('reference_scale_factor', 'n/a (no pair of healthy runs)')}")
-    print(f"  band_scale_factor = band departure alert / alert_sigma (at least 1) = "
-          f"{result.get('band_scale_factor', 'n/a (no recipe with three healthy calibration runs)')}"
+    print(f"  band_scale_factor = band departure alert / alert_sigma = "
+          f"{result.get('band_scale_factor', 'n/a (no recipe with three healthy calibration runs)')}, "
+          f"band_state_scale_factor {result.get('band_state_scale_factor', 'n/a')}"
           f" ({len(result['band_runs'])} runs judged against the band of the others)")
     if args.write:
         CALIBRATION.write_text(json.dumps(result, indent=1) + "\n")

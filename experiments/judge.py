@@ -159,8 +159,9 @@ def departure_maximum(run: Path, reference_dirs: list[Path], base: Thresholds, s
             for index, (pair, layer) in enumerate(zip(report.pairs, layers)):
                 y = judged_value(monitor.read(layer), monitor.spec.log)
                 interval = pair.to_step - pair.from_step if pair.from_step is not None else None
-                e = None if index < start or math.isnan(y) else reference.expectation(
-                    layer.layer, monitor, float(pair.to_step), t.reference_pairs, single_factor, 1.0, interval)
+                e = None if math.isnan(y) else reference.expectation(
+                    layer.layer, monitor, float(pair.to_step), t.reference_pairs, single_factor, 1.0, interval,
+                    warmup=index < start)
                 zs.append(None if e is None else departure(y, e.center, e.scale, "reference", monitor.spec.bad).excess)
             best = max([best] + [min(a, b) for a, b in zip(zs, zs[1:]) if a is not None and b is not None])
     return best

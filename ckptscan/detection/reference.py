@@ -97,18 +97,24 @@ class Reference:
         return [self.expectation(layer, monitor, step, count, scale_factor, band_factor, interval) for step in steps]
 
     def expectation(self, layer: int, monitor: Monitor, step: float, count: int, scale_factor: float,
-                    band_factor: float = 1.0, interval: float | None = None) -> Expectation | None:
+                    band_factor: float = 1.0, interval: float | None = None, warmup: bool = False
+                    ) -> Expectation | None:
         """Expected value and sigma of `monitor` in `layer` at `step`, in the
         monitor's judged units; None where no reference has a value there.
         `interval`: the judged pair's steps between checkpoints (a reference
-        saved at another interval is not compared on update monitors)."""
+        saved at another interval is not compared on update monitors).
+        `warmup`: the judged pair is in the run's warm-up, which only a band
+        judges: the band's members have values there, at the same steps of
+        the same schedule, while one reference is known by its pairs after
+        its own warm-up only."""
         usable = [m for m, member in enumerate(self.members) if _comparable(member, monitor, interval)]
         if len(self.members) < BAND_MIN_RUNS:
-            return self._single(usable[0], layer, monitor, step, count, scale_factor) if usable else None
+            return self._single(usable[0], layer, monitor, step, count, scale_factor) if usable and not warmup \
+                else None
         covering = [m for m in usable if self._covers(m, layer, monitor, step)]
         if len(covering) >= BAND_MIN_RUNS:
             return self._band(covering, layer, monitor, step, count, band_factor)
-        if covering:  # one reference left here: judged like a single reference
+        if covering and not warmup:  # one reference left here: judged like a single reference
             return self._single(covering[0], layer, monitor, step, count, scale_factor)
         return None
 

@@ -22,7 +22,9 @@ expected value on the alarm side (one-sided; for "both", on the side it
 lies), the largest over the rules. A warning needs `consecutive` points in a
 row at ≥ `warn_sigma`, or one point at ≥ `alert_sigma`; an alert needs
 `consecutive` points in a row at ≥ `alert_sigma`. A point at ≥ `warn_sigma`
-is never accepted into the baseline: a fault must not teach the baseline.
+by the run's own rules (trend, level) is never accepted into the baseline: a
+fault must not teach the baseline. A reference only adds its judgement: the
+self-baseline is the same with references as without.
 
 Sequential rule (`detection/changepoint.py`): the trend excesses also feed a
 one-sided CUSUM, C_i = max(0, C_{i-1} + min(excess_i, cap) - drift), which
@@ -36,7 +38,6 @@ false-alarm rate (experiments/calibrate.py).
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -117,10 +118,18 @@ def _judge(y: float, center: float, scale: float, rule: str, bad: str) -> _Judge
     return _Judgement(side * (y - center) / scale, center, scale, rule, side)
 
 
+def median(values: Sequence[float]) -> float:
+    """statistics.median, without its generality: judging takes hundreds of
+    medians of a few dozen values per pair (the same value, bit for bit)."""
+    ordered = sorted(values)
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+
+
 def robust_center_scale(values: Sequence[float], min_scale: float) -> tuple[float, float]:
     """Median and MAD-based sigma, the sigma floored at `min_scale`."""
-    center = statistics.median(values)
-    mad = statistics.median(abs(v - center) for v in values)
+    center = median(values)
+    mad = median([abs(v - center) for v in values])
     return center, max(MAD_TO_SIGMA * mad, min_scale)
 
 
@@ -142,7 +151,7 @@ def theil_sen_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
         for j in range(i + 1, len(xs))
         if xs[j] != xs[i]
     ]
-    return statistics.median(slopes) if slopes else 0.0
+    return median(slopes) if slopes else 0.0
 
 
 def track(
@@ -171,6 +180,8 @@ class SeriesState:
         self.accepted = 0  # healthy points accepted so far
         self.level: list[float] = []  # judged values of the first `window` accepted points
         self.recent: list[list[float]] = []  # [step, judged value] of the last accepted points
+        self.recent_values: list[float] = []  # their judged values (the noise's, without unpacking `recent`)
+        self.level_center: float | None = None  # the frozen level's median, once it has its `window` points
         self.streak = 0  # length of the current run of points at ≥ warn_sigma
         self.streak_start: int | None = None
         self.streak_label: object = None
@@ -199,20 +210,22 @@ class SeriesState:
         if math.isnan(y):
             self.excursion.push(i, None, label)
             return Point("missing", raw)
-        if warmup:
+        if warmup and external is None:
             self.excursion.push(i, None, label)
             return Point("warmup", raw)
-        if self.accepted < settings.min_points and external is None:
+        if not warmup and self.accepted < settings.min_points and external is None:
             self._accept(step, y)
             self.excursion.push(i, None, label)
             return Point("baseline", raw)
+        # During warm-up only a band of other runs judges (they went through the
+        # same warm-up); the run's own baseline starts after it.
         judgements = []
-        if self.accepted >= settings.min_points:
-            noise = _noise([v for _, v in self.recent[-NOISE_WINDOWS * settings.window:]], spec.min_scale)
+        if not warmup and self.accepted >= settings.min_points:
+            noise = _noise(self.recent_values, spec.min_scale)
             window = self.recent[-settings.window:]
             judgements.append(_trend([x for x, _ in window], [v for _, v in window], step, y, noise, spec))
             if not spec.follow_trend:
-                judgements.append(_level(self.level, y, noise, spec))
+                judgements.append(_level(self.level, self.level_center, y, noise, spec))
         if external is not None:
             judgements.append(_judge(y, external.center, external.scale, "reference", spec.bad))
         worst = max(judgements, key=lambda j: j.excess)
@@ -234,6 +247,13 @@ class SeriesState:
             self.streak_tail = (self.streak_tail + [worst.excess])[-settings.consecutive:]
         else:
             self.streak, self.streak_start, self.streak_label, self.streak_tail = 0, None, None, []
+        # What the run's own rules saw decides whether the point joins its own
+        # baseline: a reference only adds judgements, so the self-baseline (and
+        # its CUSUM) is the same with references as without. Were a point that a
+        # tight band warns on kept out, the baseline would go stale on a healthy
+        # run and its trend departures would add up to a false alarm.
+        own_worst = max((j.excess for j in judgements if j.rule != "reference"), default=-math.inf)
+        if not warmup and own_worst < settings.warn_sigma:
             self._accept(step, y)
         state = "ok"
         if self.streak >= settings.consecutive:
@@ -267,8 +287,12 @@ class SeriesState:
         self.accepted += 1
         if len(self.level) < self.settings.window:
             self.level.append(y)
+            if len(self.level) == self.settings.window:
+                self.level_center = median(self.level)
         self.recent.append([step, y])
-        del self.recent[:-NOISE_WINDOWS * self.settings.window]
+        self.recent_values.append(y)
+        kept = NOISE_WINDOWS * self.settings.window
+        del self.recent[:-kept], self.recent_values[:-kept]
 
     def live_labels(self) -> list[object]:
         """Labels a later point's onset may still name: the start of the
@@ -290,6 +314,9 @@ class SeriesState:
         for name in ("count", "accepted", "level", "recent", "streak", "streak_start", "streak_label",
                      "streak_tail", "total"):
             setattr(state, name, data[name])
+        state.recent_values = [y for _, y in state.recent]
+        if len(state.level) >= settings.window:
+            state.level_center = median(state.level)
         state.excursion = Excursion(**data["excursion"])
         state.newest = tuple(data["newest"]) if data["newest"] is not None else None
         return state
@@ -312,10 +339,10 @@ def _trend(xs: list[float], ys: list[float], x: float, y: float, noise: float, s
     if spec.bad == "low" and slope > 0 or spec.bad == "high" and slope < 0:
         slope = 0.0
     if slope == 0:
-        center = statistics.median(ys)
+        center = median(ys)
         widen = math.sqrt(1 + MEDIAN_VARIANCE / n)
     else:
-        intercept = statistics.median(yj - slope * xj for xj, yj in zip(xs, ys))
+        intercept = median([yj - slope * xj for xj, yj in zip(xs, ys)])
         center = intercept + slope * x
         # Prediction interval of a fitted line: extrapolating further is less certain.
         mean_x = sum(xs) / n
@@ -324,9 +351,10 @@ def _trend(xs: list[float], ys: list[float], x: float, y: float, noise: float, s
     return _judge(y, center, noise * widen, "trend", spec.bad)
 
 
-def _level(ys: list[float], y: float, noise: float, spec: SeriesSpec) -> _Judgement:
-    """Departure from the frozen level of the first healthy points after warm-up."""
-    return _judge(y, statistics.median(ys), noise * math.sqrt(1 + MEDIAN_VARIANCE / len(ys)), "level", spec.bad)
+def _level(ys: list[float], center: float | None, y: float, noise: float, spec: SeriesSpec) -> _Judgement:
+    """Departure from the frozen level of the first healthy points after
+    warm-up (`center`: their median, once they are all there)."""
+    return _judge(y, median(ys) if center is None else center, noise * math.sqrt(1 + MEDIAN_VARIANCE / len(ys)), "level", spec.bad)
 
 
 def judged_value(raw: float | None, log: bool) -> float:

@@ -1,6 +1,12 @@
-"""The CUSUM defaults are the calibrated values (experiments/calibration.json,
+"""The defaults are the calibrated values (experiments/calibration.json,
 written by `python -m experiments.calibrate --write` from the healthy
-calibration runs), rounded up to one decimal: a hand edit of either shows here."""
+calibration runs), rounded up to one decimal: a hand edit of either shows here.
+
+The CUSUM levels and the single-reference factor may stay above the newest
+fit, never below it: the 30-run fit (generation 2's four seeds per recipe and
+generation 3) pools 30-pair and 80-pair runs, and its CUSUM quantile (4.38)
+is below what a held-out 80-pair healthy run reached (5.0), so the 18-run
+levels were kept (docs/calibration.md)."""
 
 import json
 import math
@@ -18,12 +24,12 @@ def rounded_up(x: float) -> float:
 def test_cusum_defaults_are_the_calibrated_thresholds():
     c = json.loads(CALIBRATION.read_text())["thresholds"]
     t = Thresholds()
-    assert t.cusum_alert == rounded_up(c["cusum specific"]["alert"])  # monitors that may alert alone, 1 %
+    assert t.cusum_alert >= rounded_up(c["cusum specific"]["alert"])  # monitors that may alert alone, 1 %
     # Warnings: at least the specific monitors' 10 % quantile, at most the alert level (the warn-only
     # monitors' own 10 % quantile lies above it: their CUSUM past cusum_alert warns, capped, anyway).
     assert rounded_up(c["cusum specific"]["warn"]) <= t.cusum_warn <= t.cusum_alert
-    assert t.pooled_cusum_alert == rounded_up(c["pooled_cusum specific"]["alert"])
-    assert t.pooled_cusum_warn == rounded_up(c["pooled_cusum specific"]["warn"])
+    assert t.pooled_cusum_alert >= rounded_up(c["pooled_cusum specific"]["alert"])
+    assert rounded_up(c["pooled_cusum specific"]["warn"]) <= t.pooled_cusum_warn <= t.pooled_cusum_alert
 
 
 def test_no_healthy_calibration_run_reaches_an_alert():
@@ -38,15 +44,15 @@ def test_reference_scale_is_the_calibrated_spread_between_healthy_runs():
     run's sigmas at the calibrated 1 % rate; the default is it, rounded up."""
     c = json.loads(CALIBRATION.read_text())
     t = Thresholds()
-    assert t.reference_scale_factor == rounded_up(c["reference_scale_factor"])
+    assert t.reference_scale_factor >= rounded_up(c["reference_scale_factor"])
     assert c["reference_scale_factor"] == round(c["thresholds"]["reference departure"]["alert"] / t.alert_sigma, 3)
     assert max(c["thresholds"]["reference departure"]["healthy_maxima"]) < t.alert_sigma * t.reference_scale_factor
 
 
 def test_band_scales_are_the_calibrated_spread_around_a_band_of_healthy_runs():
-    """Each healthy generation-3 calibration run against the band of the two
-    other healthy runs of its recipe: the defaults are the calibrated factors,
-    rounded up, and no such run reaches an alert."""
+    """Each healthy calibration run against the band of the other healthy runs
+    of its recipe, warm-up pairs included: the defaults are the calibrated
+    factors, rounded up, and no such run reaches an alert."""
     c = json.loads(CALIBRATION.read_text())
     t = Thresholds()
     assert t.band_scale_factor == rounded_up(c["band_scale_factor"])

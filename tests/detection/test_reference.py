@@ -134,3 +134,20 @@ def test_a_fault_from_the_first_pair_alerts_against_a_band_of_healthy_runs():
     assert banded.summary.status == "alert"
     assert banded.summary.first_alert_step["attention"] <= 500
     assert banded.settings["reference_runs"] == ["h1.json", "h2.json"]
+
+
+def test_a_band_judges_the_warm_up_pairs_and_one_reference_does_not():
+    """The band's members went through the same warm-up at the same steps, so
+    a fault from step 0 is judged from the first pair: its alert needs two
+    pairs in a row, so it comes at the second (step 200), not after the
+    two warm-up pairs (step 400). One reference is known by its pairs after
+    its own warm-up only, so against it the warm-up stays unjudged."""
+    healthy = [run_report(20, seed=s, d2n=lambda i, n: 0.55) for s in (1, 2)]
+    faulty = run_report(20, seed=3, d2n=lambda i, n: 0.40)
+    metrics = Metrics("run", MODEL, [], faulty.pairs)
+    banded = judge(metrics, Thresholds(), healthy)
+    assert banded.summary.first_alert_step["attention"] == 200
+    assert banded.pairs[0].layers[0].judgements["delta2_entropy_norm"].rule == "reference"
+    single = judge(metrics, Thresholds(), healthy[0])
+    assert all(not layer.findings for pair in single.pairs[:2] for layer in pair.layers)
+    assert (single.summary.first_alert_step.get("attention") or math.inf) >= 400

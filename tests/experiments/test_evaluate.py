@@ -154,8 +154,9 @@ def test_healthy_seed_references_are_the_other_calibration_seeds():
     manifest = load_manifest()
     by_name = {r["name"]: r for r in manifest["runs"]}
     assert healthy_seed_references(manifest, by_name["mx2-fp32-const-s2-attn0-b2"]) == [
-        "mx2-fp32-const-s0-healthy", "mx2-fp32-const-s1-healthy"]
-    assert healthy_seed_references(manifest, by_name["mx2-fp32-const-s0-healthy"]) == ["mx2-fp32-const-s1-healthy"]
+        f"mx2-fp32-const-s{s}-healthy" for s in (0, 1, 3, 4)]
+    assert healthy_seed_references(manifest, by_name["mx2-fp32-const-s0-healthy"]) == [
+        f"mx2-fp32-const-s{s}-healthy" for s in (1, 3, 4)]
     assert healthy_seed_references(manifest, by_name["g3-ll6-bf16-cos-i50-s3-attn0-b2"]) == [
         f"g3-ll6-bf16-cos-i50-s{s}-healthy" for s in (0, 1, 2)]
     assert healthy_seed_references(manifest, by_name["g3-ll6-bf16-cos-i200-s1-healthy"]) == [
