@@ -33,7 +33,8 @@ class Finding:
     baseline: float | None = None
     threshold: float | None = None
     # Which rule produced it, e.g. "nonfinite", "floor", "cross_layer", "trend", "level", "reference",
-    # "cusum" or "pooled_cusum" (for these two, score and threshold are the CUSUM statistic's).
+    # "cusum", "pooled_cusum" (for these two, score and threshold are the CUSUM statistic's) or
+    # "layer_band" (a layer's mean departure from a band of references, in band sigmas).
     rule: str | None = None
     # Series rules: robust sigmas beyond the baseline on the alarm side, and
     # the step of the first pair of the consecutive run that raised the finding.

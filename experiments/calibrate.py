@@ -33,6 +33,10 @@ quantile of these maxima over `alert_sigma`. It may be below 1: the band's
 sigma is the spread between its runs, and how many of those sigmas a healthy
 run strays is what calibration measures, as for every other threshold. The
 band judges the warm-up pairs too (detection/reference.py), so they count.
+The same bands calibrate the layer-band rule (detection/layer_band.py): the
+largest mean departure of a layer's attention update monitors on two pairs
+in a row is one maximum, and `layer_band_warn` / `layer_band_alert` are the
+Gumbel quantiles themselves (band sigmas).
 
 Only runs of the calibration split are read. `--partial` calibrates on the
 runs whose metrics.json exists (a corpus still being generated), saying how
@@ -133,6 +137,9 @@ def calibrate(corpora: list[Path], rate: float, warn_rate: float, partial: bool 
     alert_sigma = Thresholds().alert_sigma
     if "reference departure" in result["thresholds"]:
         result["reference_scale_factor"] = round(result["thresholds"]["reference departure"]["alert"] / alert_sigma, 3)
+    layer = result["thresholds"].get("band departure, layer mean")
+    if layer is not None:  # the layer-band rule's own levels, in band sigmas
+        result["layer_band_alert"], result["layer_band_warn"] = layer["alert"], layer["warn"]
     for factor, kind in (("band_scale_factor", "band departure, update monitors"),
                          ("band_state_scale_factor", "band departure, state monitors")):
         if kind in result["thresholds"]:
@@ -177,7 +184,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  band_scale_factor = band departure alert / alert_sigma = "
           f"{result.get('band_scale_factor', 'n/a (no recipe with three healthy calibration runs)')}, "
           f"band_state_scale_factor {result.get('band_state_scale_factor', 'n/a')}"
-          f" ({len(result['band_runs'])} runs judged against the band of the others)")
+          f" ({len(result['band_runs'])} runs judged against the band of the others); layer band: warn "
+          f"{result.get('layer_band_warn', 'n/a')}, alert {result.get('layer_band_alert', 'n/a')}")
     if args.write:
         CALIBRATION.write_text(json.dumps(result, indent=1) + "\n")
         print(f"written: {CALIBRATION}")

@@ -20,6 +20,7 @@ from typing import Sequence, Union
 
 from ckptscan.detection.catalog import MONITORS
 from ckptscan.detection.changepoint import Cusum
+from ckptscan.detection.layer_band import LAYER_BAND, MIN_MONITORS
 from ckptscan.detection.reference import Reference, reference_from_reports
 from ckptscan.detection.rules import Thresholds, assess_report, first_judged_pair, pooled_departures
 from ckptscan.detection.series import _judge as departure  # the reference rule's own one-sided departure
@@ -133,8 +134,42 @@ def band_maxima(runs: list[tuple[Path, list[Path]]], thresholds: Thresholds | No
     ends early), the step is judged as the rule would: against the one left,
     at `reference_scale_factor`."""
     base = thresholds or Thresholds()
-    return {kind: [departure_maximum(run, band, base, base.reference_scale_factor, per_update)
-                   for run, band in runs] for kind, per_update in BAND_KINDS.items()}
+    maxima = {kind: [departure_maximum(run, band, base, base.reference_scale_factor, per_update)
+                     for run, band in runs] for kind, per_update in BAND_KINDS.items()}
+    maxima[LAYER_BAND_KIND] = [layer_band_maximum(run, band, base) for run, band in runs]
+    return maxima
+
+
+# The layer-band rule's statistic (Thresholds.layer_band_warn / layer_band_alert).
+LAYER_BAND_KIND = "band departure, layer mean"
+
+
+def layer_band_maximum(run: Path, reference_dirs: list[Path], base: Thresholds) -> float:
+    """The largest mean departure of a layer's attention update monitors from
+    the band of `reference_dirs` (band sigmas, factor 1) that could alert: the
+    smaller of two consecutive pairs' means, over every pair (the band judges
+    the warm-up too) and layer, as `detection/layer_band.py` computes it."""
+    report = load_report(run)
+    t = effective_thresholds(report, base)
+    reference = reference_of(reference_dirs, t)
+    start = first_judged_pair(report.pairs, t)
+    best = -math.inf
+    for position in range(len(report.pairs[0].layers)):
+        means: list[float | None] = []
+        for index, pair in enumerate(report.pairs):
+            layer = pair.layers[position]
+            interval = pair.to_step - pair.from_step if pair.from_step is not None else None
+            departures = []
+            for monitor in LAYER_BAND:
+                y = judged_value(monitor.read(layer), monitor.spec.log)
+                e = None if math.isnan(y) else reference.expectation(
+                    layer.layer, monitor, float(pair.to_step), t.reference_pairs, 1.0, 1.0, interval,
+                    warmup=index < start)
+                if e is not None and e.band_factor is not None:
+                    departures.append(departure(y, e.center, e.scale, "reference", monitor.spec.bad).excess)
+            means.append(sum(departures) / len(departures) if len(departures) >= MIN_MONITORS else None)
+        best = max([best] + [min(a, b) for a, b in zip(means, means[1:]) if a is not None and b is not None])
+    return best
 
 
 def departure_maximum(run: Path, reference_dirs: list[Path], base: Thresholds, single_factor: float,

@@ -151,7 +151,7 @@ class Reference:
             difference_scale([y for _, y in sorted(_nearest(known, True, step, 2 * count))], monitor.spec.min_scale)
             ** 2 for known in series)
         scale = max(math.sqrt(between ** 2 + jitter), monitor.spec.min_scale)
-        return Expectation(center, scale * math.sqrt(1 + 1 / len(members)) * band_factor)
+        return Expectation(center, scale * math.sqrt(1 + 1 / len(members)) * band_factor, band_factor)
 
     def _covers(self, m: int, layer: int, monitor: Monitor, step: float) -> bool:
         known = self._known(m, layer, monitor, True)[0]

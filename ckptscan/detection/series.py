@@ -79,10 +79,13 @@ class SeriesSettings:
 
 @dataclass(frozen=True)
 class Expectation:
-    """An externally given expected value and robust sigma, in judged units."""
+    """An externally given expected value and robust sigma, in judged units.
+    `band_factor`: set when a band of references gave it, the factor its
+    sigma was scaled by (so a departure in the band's own sigmas is known)."""
 
     center: float
     scale: float
+    band_factor: float | None = None
 
 
 @dataclass
@@ -101,6 +104,9 @@ class Point:
     # The departure from the run's recent trend: what the CUSUMs
     # accumulate. `excess` may come from a reference run; this never does.
     own_excess: float | None = None
+    # The departure from a band of references in the band's own sigmas
+    # (band factor 1; detection/layer_band.py), where a band judged the point.
+    band_departure: float | None = None
 
 
 @dataclass
@@ -237,6 +243,9 @@ class SeriesState:
         # seed and data order — which a CUSUM would add up into an alarm on
         # every long enough run; both are judged point by point.
         own = max((j.excess for j in judgements if j.rule == "trend"), default=None)
+        band = None
+        if external is not None and external.band_factor is not None:
+            band = judgements[-1].excess * external.band_factor  # the reference's judgement is the last
         cusum = Cusum(settings.cusum_drift, settings.cusum_cap)
         self.total = cusum.step(self.total, own) if own is not None else self.total
         change = self.excursion.push(i, self.total, label)
@@ -281,6 +290,7 @@ class SeriesState:
             onset=onset,
             cusum=self.total if spec.sequential else None,
             own_excess=own,
+            band_departure=band,
         )
 
     def _accept(self, step: float, y: float) -> None:

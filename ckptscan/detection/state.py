@@ -12,6 +12,8 @@ cannot differ. What is kept:
   frozen level, noise window, run of departures, CUSUM and its onset, the
   newest value and baseline for the summary);
 - per pooled monitor: its `PooledCusum`;
+- per layer position, with a band of references: its `LayerBand` (the
+  mean departure of its attention update monitors on the previous pair);
 - the running summary (`SummaryState`), and, until the first alert, the
   newest pair of each step that an alarm under way may still name as its
   onset (a restarted run repeats steps).
@@ -41,6 +43,7 @@ from ckptscan.detection.findings import (
     numeric_findings,
     point_findings,
 )
+from ckptscan.detection.layer_band import LayerBand
 from ckptscan.detection.numerics import precision_findings
 from ckptscan.detection.provenance import unrelated_findings
 from ckptscan.detection.pooled import POOLED, PooledCusum
@@ -52,7 +55,8 @@ from ckptscan.errors import CkptScanError
 from ckptscan.results import PairResult
 from ckptscan.vocabulary import worst
 
-STATE_VERSION = 2  # 2: the summary keeps the families alerting with the first (primary family)
+# 2: the summary keeps the families alerting with the first (primary family); 3: each layer's LayerBand
+STATE_VERSION = 3
 
 
 def band_factor(t: Thresholds, monitor: Monitor) -> float:
@@ -74,6 +78,7 @@ class JudgeState:
         self.layers: list[int] | None = None  # layer number at each position, from the first pair
         self.series: list[dict[str, SeriesState]] = []
         self.pooled = {m.name: PooledCusum(m) for m in POOLED if m.name not in thresholds.disabled_monitors}
+        self.layer_bands: list[LayerBand] = []
         self.summary = SummaryState(thresholds)
         self.onsets: dict[int, Onset] = {}  # newer step -> the newest pair with it (until the first alert)
         self.monitors: list[Monitor] = [m for m in MONITORS if m.name not in thresholds.disabled_monitors]
@@ -98,6 +103,7 @@ class JudgeState:
             self.layers = [layer.layer for layer in pair.layers]
             settings = t.series_settings(0)
             self.series = [{m.name: SeriesState(m.spec, settings) for m in self.monitors} for _ in self.layers]
+            self.layer_bands = [LayerBand() for _ in self.layers]
         verdicts = self._series(index, pair, judged)
         if len(self.layers) >= 2:  # one layer: its own CUSUM already is the pooled one
             for name, pooled in self.pooled.items():
@@ -113,6 +119,11 @@ class JudgeState:
         pair.status = worst([layer.status for layer in pair.layers])
         self._summarise(index, pair)
         return pair
+
+    @property
+    def _band(self) -> bool:
+        """Whether the references make a band (the layer-band rule's only input)."""
+        return self.reference is not None and len(self.reference.members) >= 2
 
     def _series(self, index: int, pair: PairResult, judged: bool) -> list[dict[str, Point]]:
         """The next point of every (layer, monitor) series: findings and judgements of the pair's layers."""
@@ -136,8 +147,11 @@ class JudgeState:
                 state = series[monitor.name]
                 points[monitor.name] = state.update(step, raw, expected, warmup=not judged, label=pair.to_step)
                 onsets[monitor.name] = state.onset_label
+            band = self.layer_bands[position].update(points, pair.to_step, t) if self._band else None
             if layer is not None:
                 layer.findings.extend(point_findings(points, onsets, t))
+                if band is not None:
+                    layer.findings.append(band)
                 layer.judgements = {name: judgement(point, onsets[name])
                                     for name, point in points.items() if point.state != "missing"}
             verdicts.append(points)
@@ -154,6 +168,7 @@ class JudgeState:
         # Keep only the steps an alarm under way may still name as its onset.
         live = {label for series in self.series for s in series.values() for label in s.live_labels()}
         live.update(label for pooled in self.pooled.values() for label in pooled.live_labels())
+        live.update(label for band in self.layer_bands for label in band.live_labels())
         self.onsets = {step: onset for step, onset in self.onsets.items() if step in live}
 
     def baselines(self) -> Baselines:
@@ -168,6 +183,7 @@ class JudgeState:
                 "warmup_end": self.warmup_end, "layers": self.layers,
                 "series": [{name: s.to_dict() for name, s in series.items()} for series in self.series],
                 "pooled": {name: p.to_dict() for name, p in self.pooled.items()},
+                "layer_bands": [band.to_dict() for band in self.layer_bands],
                 "summary": self.summary.to_dict(), "onsets": [list(onset) for onset in self.onsets.values()]}
 
     @classmethod
@@ -188,6 +204,7 @@ class JudgeState:
         for name, pooled in data["pooled"].items():
             state.pooled[name] = PooledCusum(state.pooled[name].monitor, pooled["total"],
                                              Excursion(**pooled["excursion"]))
+        state.layer_bands = [LayerBand(**band) for band in data["layer_bands"]]
         state.summary = SummaryState.from_dict(data["summary"], thresholds)
         state.onsets = {onset[1]: tuple(onset) for onset in data["onsets"]}
         return state

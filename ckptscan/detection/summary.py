@@ -152,7 +152,7 @@ class SummaryState:
             return math.inf  # non-finite values and floors carry no score: they are absolute
         t = self.thresholds
         level = {"trend": t.alert_sigma, "level": t.alert_sigma, "reference": t.alert_sigma,
-                 "cusum": t.cusum_alert, "pooled_cusum": t.pooled_cusum_alert,
+                 "cusum": t.cusum_alert, "pooled_cusum": t.pooled_cusum_alert, "layer_band": t.layer_band_alert,
                  "cross_layer": t.cross_layer_z_alert}[finding.rule]
         return finding.score / level
 

@@ -59,6 +59,12 @@ class Thresholds:
     # 8.6 band sigmas (logit bound; 9.26 / 6 → 1.55) on two pairs in a row.
     band_scale_factor: float = 0.7
     band_state_scale_factor: float = 1.6
+    # A layer's attention update monitors together against a band (rule
+    # "layer_band", detection/layer_band.py): their mean departure in band
+    # sigmas on two pairs in a row. Calibrated on the same 30 leave-one-out
+    # bands: healthy maxima at most 2.2, Gumbel 10 % / 1 % quantiles.
+    layer_band_warn: float = 2.2
+    layer_band_alert: float = 2.9
     # Hard floors (alerts whatever the history): a normalised Δ2 entropy this
     # low means the update of every head concentrates on ~1 direction.
     delta2_entropy_norm_floor: float = 0.2
@@ -101,6 +107,9 @@ class Thresholds:
                             "band_scale_factor > 0 and band_state_scale_factor > 0 "
                             f"(got {self.reference_scale_factor}, {self.band_scale_factor}, "
                             f"{self.band_state_scale_factor})")
+        if not 0 < self.layer_band_warn <= self.layer_band_alert:
+            problems.append(f"need 0 < layer_band_warn ≤ layer_band_alert (got {self.layer_band_warn}, "
+                            f"{self.layer_band_alert})")
         unknown = sorted(set(self.disabled_monitors) - set(BY_NAME))
         if unknown:
             problems.append(f"disabled_monitors: unknown monitor(s) {unknown}; known: {sorted(BY_NAME)}")

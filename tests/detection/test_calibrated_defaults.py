@@ -60,3 +60,17 @@ def test_band_scales_are_the_calibrated_spread_around_a_band_of_healthy_runs():
     for kind, factor in (("band departure, update monitors", t.band_scale_factor),
                          ("band departure, state monitors", t.band_state_scale_factor)):
         assert max(c["thresholds"][kind]["healthy_maxima"]) < t.alert_sigma * factor
+
+
+def test_layer_band_levels_are_the_calibrated_quantiles_of_the_layer_mean():
+    """The same leave-one-out bands: the largest mean departure of a layer's
+    attention update monitors on two pairs in a row, per healthy run; the
+    defaults are its Gumbel 10 % and 1 % quantiles, rounded up, and no
+    healthy calibration run reaches the alert."""
+    c = json.loads(CALIBRATION.read_text())
+    t = Thresholds()
+    assert t.layer_band_warn == rounded_up(c["layer_band_warn"])
+    assert t.layer_band_alert == rounded_up(c["layer_band_alert"])
+    assert (c["layer_band_warn"], c["layer_band_alert"]) == (
+        c["thresholds"]["band departure, layer mean"]["warn"], c["thresholds"]["band departure, layer mean"]["alert"])
+    assert max(c["thresholds"]["band departure, layer mean"]["healthy_maxima"]) < t.layer_band_alert

@@ -60,7 +60,30 @@ def test_the_band_statistic_is_the_factor_at_which_the_band_stops_alerting(corpu
     under = judge_run(low, dataclasses.replace(t, band_scale_factor=0.99 * m / t.alert_sigma), None, healthy[:2])
     over = judge_run(low, dataclasses.replace(t, band_scale_factor=1.01 * m / t.alert_sigma), None, healthy[:2])
     assert reference_alerts(under) and not reference_alerts(over)
-    assert list(maxima) == ["band departure, update monitors", "band departure, state monitors"]
+    assert list(maxima) == ["band departure, update monitors", "band departure, state monitors",
+                            "band departure, layer mean"]
+
+
+def layer_band_alerts(report):
+    return [(p.to_step, layer.layer) for p in report.pairs for layer in p.layers for f in layer.findings
+            if f.severity == "alert" and f.rule == "layer_band"]
+
+
+def test_the_layer_band_statistic_is_the_level_at_which_the_rule_stops_alerting(corpus):
+    """band_maxima's layer-mean value m: with layer_band_alert just under m
+    the layer-band rule alerts on the run's faulty layer, just over it, it
+    does not; the healthy runs' statistic is below the run's."""
+    healthy, low = corpus
+    (m,) = band_maxima([(low, healthy[:2])])["band departure, layer mean"]
+    (h,) = band_maxima([(healthy[2], healthy[:2])])["band departure, layer mean"]
+    assert m > h
+    t = Thresholds()
+    under = judge_run(low, dataclasses.replace(t, layer_band_warn=0.99 * m, layer_band_alert=0.99 * m), None,
+                      healthy[:2])
+    over = judge_run(low, dataclasses.replace(t, layer_band_warn=1.01 * m, layer_band_alert=1.01 * m), None,
+                     healthy[:2])
+    assert {layer for _, layer in layer_band_alerts(under)} == {1}
+    assert layer_band_alerts(over) == []
 
 
 def test_one_reference_statistic_is_the_scale_at_which_it_stops_alerting(corpus):
