@@ -449,6 +449,9 @@ def main() -> None:
                    help="training step of the 1B shape (README, bench/live_overhead.py on this machine's CPU)")
     p.add_argument("--monitor-fixed-s", type=float, default=11.3,
                    help="monitored step of the 1B shape without judging and the report (snapshot + scan)")
+    p.add_argument("--parts", default="judge,live,report,run",
+                   help="which measurements: judge (synthetic metrics), live, report (JSON size), run (the "
+                        "generated long run: trend and watch)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -463,98 +466,104 @@ def main() -> None:
     budget = 2.0 if quick else args.budget_s
     print(f"machine: {machine()}; load average {load_average()}", flush=True)
     rows: list[Row] = []
+    parts = set(args.parts.split(","))
+    called = "not measured (--parts)"
 
-    print("judging a new pair (synthetic metrics):", flush=True)
-    judged = {}
-    for shape in SHAPES:
-        def measure(n: int, shape=shape) -> dict:
-            r = child(["judge", shape, str(n), str(rounds)])
-            print(f"  {shape} {n:,} pairs: {r['seconds'] * 1e3:,.1f} ms, peak RSS {_mib(r)} ({r['called']})",
-                  flush=True)
+    if "judge" in parts:
+        print("judging a new pair (synthetic metrics):", flush=True)
+        judged = {}
+        for shape in SHAPES:
+            def measure(n: int, shape=shape) -> dict:
+                r = child(["judge", shape, str(n), str(rounds)])
+                print(f"  {shape} {n:,} pairs: {r['seconds'] * 1e3:,.1f} ms, peak RSS {_mib(r)} ({r['called']})",
+                      flush=True)
+                return r
+            judged[shape] = measured_or_projected({}, judge_sizes, budget, measure)
+        called = next(r["called"] for r in judged["1B"].values() if "called" in r)
+        rows += judge_rows(judged, judge_sizes)
+
+    if "live" in parts:
+        print("live mode, 1B shape: judging, and rewriting the report file, at a monitored step:", flush=True)
+
+        def live(n: int) -> dict:
+            r = child(["live", str(n), str(rounds)])
+            print(f"  {n:,} pairs: judge {r['judge_s'] * 1e3:,.1f} ms, report file {r['write_s'] * 1e3:,.1f} ms, "
+                  f"peak RSS {_mib(r)}", flush=True)
             return r
-        judged[shape] = measured_or_projected({}, judge_sizes, budget, measure)
-    called = next(r["called"] for r in judged["1B"].values() if "called" in r)
-    rows += judge_rows(judged, judge_sizes)
+        grows = measured_or_projected({}, judge_sizes, budget, live)
+        judge_part = {n: {"seconds": r["judge_s"]} for n, r in grows.items()}
+        write_part = {n: {"seconds": r["write_s"]} for n, r in grows.items()}
+        last = judge_sizes[-1]
+        total_monitor, rewrites = live_monitor_seconds(judge_part, write_part, last, args.monitor_fixed_s)
+        overhead = total_monitor / (last * 50 * args.train_step_s)
+        every_pair = sum(args.monitor_fixed_s + _interpolate(grows, n) for n in range(1, last + 1)) / (
+            last * 50 * args.train_step_s)
+        first_overhead = (args.monitor_fixed_s + grows[judge_sizes[0]]["seconds"]) / (50 * args.train_step_s)
+        rows.append(Row(f"live every=50, 1B, over {last:,} pairs (judge {_ms(judge_part[judge_sizes[0]])} → "
+                        f"{_ms(judge_part[last])} ms; report file rewritten {rewrites} times, "
+                        f"{_ms(write_part[judge_sizes[0]])} → {_ms(write_part[last])} ms; first pairs {first_overhead:.2%}; "
+                        f"rewritten at every pair: {every_pair:.2%})",
+                        f"{_approx(grows[last])}{overhead:.2%}, peak RSS {_mib(grows[last])}",
+                        "≤ 0.5%", _verdict(overhead <= 0.005 and not grows[last].get("extrapolated"))))
 
-    print("live mode, 1B shape: judging, and rewriting the report file, at a monitored step:", flush=True)
+    if "report" in parts:
+        print("JSON report, 80 layers × 64 heads:", flush=True)
+        sized = {}
+        args.root.mkdir(parents=True, exist_ok=True)
+        for n in report_sizes:
+            path = args.root / f"report-{n}.json"
+            sized[n] = child(["report", "80", "64", str(n), str(path)])
+            sized[n].update(child(["load", str(path)]))  # its peak RSS: loading alone
+            path.unlink()
+            print(f"  {n} pairs: {sized[n]['bytes'] / 1e6:.1f} MB (compact {sized[n]['compact_bytes'] / 1e6:.1f} MB, "
+                  f"compact without per-head results {sized[n]['compact_without_heads_bytes'] / 1e6:.1f} MB, "
+                  f"gzip {sized[n]['gzip_bytes'] / 1e6:.1f} MB), "
+                  f"json.load {sized[n]['json_load_s']:.1f} s, load_report {sized[n]['load_report_s']:.1f} s, "
+                  f"peak RSS {_mib(sized[n])}; one layer's JSON (compact): {sized[n]['layer_parts']}", flush=True)
+        a, b = report_sizes[0], report_sizes[-1]
+        def at_2000(read) -> float:
+            """Linear in the pairs: the larger size plus the slope between the two sizes."""
+            return read(sized[b]) + (read(sized[b]) - read(sized[a])) / (b - a) * (2_000 - b)
 
-    def live(n: int) -> dict:
-        r = child(["live", str(n), str(rounds)])
-        print(f"  {n:,} pairs: judge {r['judge_s'] * 1e3:,.1f} ms, report file {r['write_s'] * 1e3:,.1f} ms, "
-              f"peak RSS {_mib(r)}", flush=True)
-        return r
-    grows = measured_or_projected({}, judge_sizes, budget, live)
-    judge_part = {n: {"seconds": r["judge_s"]} for n, r in grows.items()}
-    write_part = {n: {"seconds": r["write_s"]} for n, r in grows.items()}
-    last = judge_sizes[-1]
-    total_monitor, rewrites = live_monitor_seconds(judge_part, write_part, last, args.monitor_fixed_s)
-    overhead = total_monitor / (last * 50 * args.train_step_s)
-    every_pair = sum(args.monitor_fixed_s + _interpolate(grows, n) for n in range(1, last + 1)) / (
-        last * 50 * args.train_step_s)
-    first_overhead = (args.monitor_fixed_s + grows[judge_sizes[0]]["seconds"]) / (50 * args.train_step_s)
-    rows.append(Row(f"live every=50, 1B, over {last:,} pairs (judge {_ms(judge_part[judge_sizes[0]])} → "
-                    f"{_ms(judge_part[last])} ms; report file rewritten {rewrites} times, "
-                    f"{_ms(write_part[judge_sizes[0]])} → {_ms(write_part[last])} ms; first pairs {first_overhead:.2%}; "
-                    f"rewritten at every pair: {every_pair:.2%})",
-                    f"{_approx(grows[last])}{overhead:.2%}, peak RSS {_mib(grows[last])}",
-                    "≤ 0.5%", _verdict(overhead <= 0.005 and not grows[last].get("extrapolated"))))
+        per_pair = (sized[b]["bytes"] - sized[a]["bytes"]) / (b - a)
+        size_2000 = at_2000(lambda r: r["bytes"])
+        load_2000 = at_2000(lambda r: r["json_load_s"] + r["load_report_s"])
+        rss_2000 = at_2000(lambda r: r["peak_rss"])
+        rows.append(Row("JSON report 2,000 checkpoints × 80 layers × 64 heads (projected, linear)",
+                        f"~{size_2000 / 1e9:.1f} GB ({per_pair / 1e6:.2f} MB/pair); load ~{load_2000:.0f} s, "
+                        f"~{rss_2000 / 2**30:.0f} GiB RSS"))
+        share = {key: sized[b][key] / sized[b]["bytes"] for key in ("compact_bytes", "compact_without_heads_bytes",
+                                                                    "gzip_bytes")}
+        rows.append(Row("  the same without indentation / also without per-head results / gzip",
+                        f"{share['compact_bytes']:.0%} / {share['compact_without_heads_bytes']:.0%} / "
+                        f"{share['gzip_bytes']:.0%} of it"))
 
-    print("JSON report, 80 layers × 64 heads:", flush=True)
-    sized = {}
-    args.root.mkdir(parents=True, exist_ok=True)
-    for n in report_sizes:
-        path = args.root / f"report-{n}.json"
-        sized[n] = child(["report", "80", "64", str(n), str(path)])
-        sized[n].update(child(["load", str(path)]))  # its peak RSS: loading alone
-        path.unlink()
-        print(f"  {n} pairs: {sized[n]['bytes'] / 1e6:.1f} MB (compact {sized[n]['compact_bytes'] / 1e6:.1f} MB, "
-              f"compact without per-head results {sized[n]['compact_without_heads_bytes'] / 1e6:.1f} MB, "
-              f"gzip {sized[n]['gzip_bytes'] / 1e6:.1f} MB), "
-              f"json.load {sized[n]['json_load_s']:.1f} s, load_report {sized[n]['load_report_s']:.1f} s, "
-              f"peak RSS {_mib(sized[n])}; one layer's JSON (compact): {sized[n]['layer_parts']}", flush=True)
-    a, b = report_sizes[0], report_sizes[-1]
-    def at_2000(read) -> float:
-        """Linear in the pairs: the larger size plus the slope between the two sizes."""
-        return read(sized[b]) + (read(sized[b]) - read(sized[a])) / (b - a) * (2_000 - b)
-
-    per_pair = (sized[b]["bytes"] - sized[a]["bytes"]) / (b - a)
-    size_2000 = at_2000(lambda r: r["bytes"])
-    load_2000 = at_2000(lambda r: r["json_load_s"] + r["load_report_s"])
-    rss_2000 = at_2000(lambda r: r["peak_rss"])
-    rows.append(Row("JSON report 2,000 checkpoints × 80 layers × 64 heads (projected, linear)",
-                    f"~{size_2000 / 1e9:.1f} GB ({per_pair / 1e6:.2f} MB/pair); load ~{load_2000:.0f} s, "
-                    f"~{rss_2000 / 2**30:.0f} GiB RSS"))
-    share = {key: sized[b][key] / sized[b]["bytes"] for key in ("compact_bytes", "compact_without_heads_bytes",
-                                                                "gzip_bytes")}
-    rows.append(Row("  the same without indentation / also without per-head results / gzip",
-                    f"{share['compact_bytes']:.0%} / {share['compact_without_heads_bytes']:.0%} / "
-                    f"{share['gzip_bytes']:.0%} of it"))
-
-    print(f"generated long run: {trend_sizes[-1] + 3} checkpoints of {TINY.name} under {args.root}", flush=True)
-    start = time.perf_counter()
-    # trend: the first N, then one more; watch: the first N + 1, then two more (never in a cache).
-    steps = [INTERVAL * k for k in range(trend_sizes[-1] + 3)]
-    checkpoints = ensure_run(TINY, args.root / "source", steps)
-    print(f"  ready in {time.perf_counter() - start:.0f} s, {TINY.total_bytes() / 1e3:.0f} KB each", flush=True)
-    trends = trend_figures(checkpoints, args.root, trend_sizes)
-    small, large = trends[trend_sizes[0]], trends[trend_sizes[-1]]
-    ratio = large["again"]["seconds"] / large["diff"]["seconds"]
-    rows.append(Row(f"trend {trend_sizes[-1] + 1:,} checkpoints: first run / after one new (cached)",
-                    f"{large['first']['seconds']:.1f} s / {large['again']['seconds']:.1f} s"))
-    rows.append(Row(f"  trend re-run / diff of the new pair ({large['diff']['seconds']:.1f} s)", f"{ratio:.1f}×",
-                    "≤ 2×", _verdict(ratio <= 2)))
-    rss_ratio = large["again"]["peak_rss"] / small["again"]["peak_rss"]
-    rows.append(Row(f"  trend peak RSS at {trend_sizes[-1]:,} / at {trend_sizes[0]:,} checkpoints "
-                    f"({_mib(large['again'])} / {_mib(small['again'])})", f"{rss_ratio:.2f}×", "≤ 1.5×",
-                    _verdict(rss_ratio <= 1.5)))
-    # The largest trend's cache holds exactly the pairs of its first trend_sizes[-1] + 1 checkpoints.
-    watched = {n: watch_latency(checkpoints, args.root, n,
-                                args.root / f"cache-{n - 1}" if n - 1 == trend_sizes[-1] else None)
-               for n in watch_sizes}
-    w_ratio = watched[watch_sizes[-1]]["seconds"] / watched[watch_sizes[0]]["seconds"]
-    rows.append(Row(f"watch: new checkpoint → row, {watch_sizes[-1]:,} vs {watch_sizes[0]} in the directory "
-                    f"({watched[watch_sizes[-1]]['seconds']:.2f} s / {watched[watch_sizes[0]]['seconds']:.2f} s)",
-                    f"{w_ratio:.2f}×", "≤ 1.2×", _verdict(w_ratio <= 1.2)))
+    if "run" in parts:
+        print(f"generated long run: {trend_sizes[-1] + 3} checkpoints of {TINY.name} under {args.root}", flush=True)
+        start = time.perf_counter()
+        # trend: the first N, then one more; watch: the first N + 1, then two more (never in a cache).
+        steps = [INTERVAL * k for k in range(trend_sizes[-1] + 3)]
+        checkpoints = ensure_run(TINY, args.root / "source", steps)
+        print(f"  ready in {time.perf_counter() - start:.0f} s, {TINY.total_bytes() / 1e3:.0f} KB each", flush=True)
+        trends = trend_figures(checkpoints, args.root, trend_sizes)
+        small, large = trends[trend_sizes[0]], trends[trend_sizes[-1]]
+        ratio = large["again"]["seconds"] / large["diff"]["seconds"]
+        rows.append(Row(f"trend {trend_sizes[-1] + 1:,} checkpoints: first run / after one new (cached)",
+                        f"{large['first']['seconds']:.1f} s / {large['again']['seconds']:.1f} s"))
+        rows.append(Row(f"  trend re-run / diff of the new pair ({large['diff']['seconds']:.1f} s)", f"{ratio:.1f}×",
+                        "≤ 2×", _verdict(ratio <= 2)))
+        rss_ratio = large["again"]["peak_rss"] / small["again"]["peak_rss"]
+        rows.append(Row(f"  trend peak RSS at {trend_sizes[-1]:,} / at {trend_sizes[0]:,} checkpoints "
+                        f"({_mib(large['again'])} / {_mib(small['again'])})", f"{rss_ratio:.2f}×", "≤ 1.5×",
+                        _verdict(rss_ratio <= 1.5)))
+        # The largest trend's cache holds exactly the pairs of its first trend_sizes[-1] + 1 checkpoints.
+        watched = {n: watch_latency(checkpoints, args.root, n,
+                                    args.root / f"cache-{n - 1}" if n - 1 == trend_sizes[-1] else None)
+                   for n in watch_sizes}
+        w_ratio = watched[watch_sizes[-1]]["seconds"] / watched[watch_sizes[0]]["seconds"]
+        rows.append(Row(f"watch: new checkpoint → row, {watch_sizes[-1]:,} vs {watch_sizes[0]} in the directory "
+                        f"({watched[watch_sizes[-1]]['seconds']:.2f} s / {watched[watch_sizes[0]]['seconds']:.2f} s)",
+                        f"{w_ratio:.2f}×", "≤ 1.2×", _verdict(w_ratio <= 1.2)))
 
     print(f"\nload average after: {load_average()}; judging called: {called}")
     if quick:

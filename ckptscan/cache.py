@@ -35,7 +35,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -70,8 +70,20 @@ class PairCache:
 
     def key(self, older: Checkpoint, newer: Checkpoint, settings: dict[str, str]) -> dict[str, Any]:
         """`settings`: what else decides the pair's numbers (`compute.pair_settings`)."""
-        return {"format": CACHE_FORMAT, "tool": tool_fingerprint(), "settings": settings,
-                "older": checkpoint_identity(older), "newer": checkpoint_identity(newer)}
+        return _key(checkpoint_identity(older), checkpoint_identity(newer), settings)
+
+    def keys(self, checkpoints: Sequence[Checkpoint], pairs: Sequence[tuple[int, int]], settings: dict[str, str]
+             ) -> list[dict[str, Any]]:
+        """`key` of each pair (indices into `checkpoints`), each checkpoint's
+        identity worked out once: a run's checkpoints are each in two pairs,
+        and at 2,000 checkpoints their stats were half a re-run's listing."""
+        identities: dict[int, dict[str, Any]] = {}
+
+        def identity(i: int) -> dict[str, Any]:
+            if i not in identities:
+                identities[i] = checkpoint_identity(checkpoints[i])
+            return identities[i]
+        return [_key(identity(a), identity(b), settings) for a, b in pairs]
 
     def identity(self, key: dict[str, Any]) -> str:
         """The name of a pair's entry (its key's digest)."""
@@ -142,6 +154,10 @@ def metrics_dict(layer: LayerResult) -> dict[str, Any]:
     data.pop("findings")
     data.pop("status")
     return data
+
+
+def _key(older: dict[str, Any], newer: dict[str, Any], settings: dict[str, str]) -> dict[str, Any]:
+    return {"format": CACHE_FORMAT, "tool": tool_fingerprint(), "settings": settings, "older": older, "newer": newer}
 
 
 def checkpoint_identity(ckpt: Checkpoint) -> dict[str, Any]:

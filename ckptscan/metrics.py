@@ -57,7 +57,7 @@ def compute(
     options = options or ScanOptions()
     ckpts, pairs = spec.checkpoints, spec.pairs
     settings = pair_settings(options, spec)
-    keys = [cache.key(ckpts[a], ckpts[b], settings) for a, b in pairs] if cache is not None else []
+    keys = cache.keys(ckpts, pairs, settings) if cache is not None else []
     layers: list[list[LayerResult] | None] = [cache.get(k) for k in keys] if cache is not None else [None] * len(pairs)
     cached = [found is not None for found in layers]
     missing = [k for k, found in enumerate(layers) if found is None]

@@ -110,6 +110,10 @@ class SeriesCache:
         return {"older": older, "newer": newer, "settings": settings,
                 "id": json.dumps([str(older.path), str(newer.path), settings], sort_keys=True)}
 
+    def keys(self, checkpoints: Sequence[Checkpoint], pairs: Sequence[tuple[int, int]], settings: dict[str, str]
+             ) -> list[dict[str, Any]]:
+        return [self.key(checkpoints[a], checkpoints[b], settings) for a, b in pairs]
+
     def identity(self, key: dict[str, Any]) -> str:
         """The pair's name in the disk cache (where judged pairs are kept beside it), else in this session."""
         return self.disk.identity(self._disk_key(key)) if self.disk is not None else key["id"]
@@ -171,6 +175,7 @@ class Watcher:
     _metrics: Metrics | None = None  # the series' metrics so far, grown by each look's new pairs
     _settings: dict[str, str] | None = None  # what decided their numbers (`pair_settings`)
     _judge_cache: JudgeCache | None = None
+    _folder: Path | None = None  # the folder of the series' checkpoints (`checkpoint_folder`)
     _seen: dict[Path, _Seen] = field(default_factory=dict)
     _waiting: dict[Path, str] = field(default_factory=dict)
     _notes: set[str] = field(default_factory=set)
@@ -181,7 +186,10 @@ class Watcher:
             raise CkptScanError("not a run directory (or it was removed while watching)", path=self.run_dir)
         last = self.series[-1].step if self.series else None
         try:
-            folder = checkpoint_folder(self.run_dir)
+            # Where the checkpoints are is settled once one joined the series (a
+            # listing of its own at every look, at thousands of checkpoints).
+            folder = self._folder if self.series and self._folder is not None else checkpoint_folder(self.run_dir)
+            self._folder = folder
             # Names only, each name's step parsed once per watch: a look at a folder of
             # thousands of checkpoints stats and opens only those newer than the series.
             steps = {name: step for name in os.listdir(folder) if (step := _step(name)) is not None}
