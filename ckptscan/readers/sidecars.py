@@ -42,9 +42,13 @@ def weight_map(index_path: Path) -> dict[str, str]:
     shards = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(shards, dict) or not shards:
         raise CkptScanError("index has no 'weight_map'", path=index_path)
+    checked: set[str] = set()  # an index names a few shards for many tensors: each shard checked once
     for name, shard in shards.items():
+        if isinstance(shard, str) and shard in checked:
+            continue
         parts = Path(str(shard)).parts
         if not isinstance(shard, str) or not parts or Path(shard).is_absolute() or ".." in parts:
             raise CkptScanError(f"the index names shard {shard!r}, which is not a file in the index's directory",
                                 path=index_path, tensor=str(name))
+        checked.add(shard)
     return {str(k): v for k, v in shards.items()}

@@ -22,13 +22,19 @@ from ckptscan.readers.safetensors import REMOTE_HEADER_GUESS
 from ckptscan.storage import ranged
 
 # Long enough that requests sent together overlap on a busy machine, and one
-# sent after an answer clearly starts after it.
-LATENCY_S = 0.4
+# sent after an answer clearly starts after it. 0.4 s was not: with the suite
+# on two workers and the emulators beside them, a wave's last request reached
+# the server after its first answer about once in eight runs.
+LATENCY_S = 1.0
 
 
 @pytest.fixture
-def slow(proxy):
+def slow(proxy, monkeypatch):
+    from ckptscan.storage import fsspec_client, obstore_client
+
     proxy.latency_s = LATENCY_S
+    for client in (obstore_client, fsspec_client):  # the proxy's short timeout is for its stall fault
+        monkeypatch.setattr(client, "TIMEOUT_S", 10 * LATENCY_S)
     return proxy
 
 
