@@ -93,7 +93,11 @@ def check_depth(value: Any, path: Path, what: str) -> None:
         seen.add(id(node))
         if depth >= MAX_DEPTH:
             raise CkptScanError(f"{what} nests more than {MAX_DEPTH} levels deep (corrupt or hostile?)", path=path)
-        stack.extend((child, depth + 1) for child in children)
+        # Leaves (most of a JSON document: its keys and numbers) have no children: not pushed.
+        stack.extend((child, depth + 1) for child in children if not isinstance(child, _LEAVES) and child is not None)
+
+
+_LEAVES = (str, bytes, int, float, bool)
 
 
 def _children(node: Any) -> Iterable[Any] | None:
