@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Sequence, Union
 
-from ckptscan.detection.catalog import MONITORS
+from ckptscan.detection.catalog import BY_NAME, MONITORS
 from ckptscan.detection.changepoint import Cusum
 from ckptscan.detection.layer_band import LAYER_BAND, MIN_MONITORS
 from ckptscan.detection.reference import Reference, reference_from_reports
@@ -122,6 +122,8 @@ def reference_maxima(pairs: list[tuple[Path, Path]], thresholds: Thresholds | No
 # The band's two calibrated widenings (Thresholds.band_scale_factor, band_state_scale_factor):
 # monitors of an update (Δ2 and ΔW entropies) and of one checkpoint's state (the logit bound).
 BAND_KINDS = {"band departure, update monitors": True, "band departure, state monitors": False}
+# The layer-band rule's statistic (Thresholds.layer_band_warn / layer_band_alert).
+LAYER_BAND_KIND = "band departure, layer mean"
 
 
 def band_maxima(runs: list[tuple[Path, list[Path]]], thresholds: Thresholds | None = None) -> dict[str, list[float]]:
@@ -132,71 +134,80 @@ def band_maxima(runs: list[tuple[Path, list[Path]]], thresholds: Thresholds | No
     that keeps healthy runs from alerting is the calibrated maximum over
     `alert_sigma`. Where fewer than two references cover a step (a band member
     ends early), the step is judged as the rule would: against the one left,
-    at `reference_scale_factor`."""
+    at `reference_scale_factor`. And the layer-band rule's statistic
+    (`largest_layer_mean`), from the same departures."""
     base = thresholds or Thresholds()
-    maxima = {kind: [departure_maximum(run, band, base, base.reference_scale_factor, per_update)
-                     for run, band in runs] for kind, per_update in BAND_KINDS.items()}
-    maxima[LAYER_BAND_KIND] = [layer_band_maximum(run, band, base) for run, band in runs]
+    maxima: dict[str, list[float]] = {kind: [] for kind in (*BAND_KINDS, LAYER_BAND_KIND)}
+    for run, band in runs:
+        found = departures(run, band, base, base.reference_scale_factor)
+        for kind, per_update in BAND_KINDS.items():
+            maxima[kind].append(largest_departure(found, per_update))
+        maxima[LAYER_BAND_KIND].append(largest_layer_mean(found))
     return maxima
 
 
-# The layer-band rule's statistic (Thresholds.layer_band_warn / layer_band_alert).
-LAYER_BAND_KIND = "band departure, layer mean"
+# Per layer position, per monitor name, per pair: (one-sided departure, whether a band gave it), None where
+# the references give no expectation (or the run no value).
+Departures = list[dict[str, list[tuple[float, bool] | None]]]
 
 
-def layer_band_maximum(run: Path, reference_dirs: list[Path], base: Thresholds) -> float:
-    """The largest mean departure of a layer's attention update monitors from
-    the band of `reference_dirs` (band sigmas, factor 1) that could alert: the
-    smaller of two consecutive pairs' means, over every pair (the band judges
-    the warm-up too) and layer, as `detection/layer_band.py` computes it."""
+def departures(run: Path, reference_dirs: list[Path], base: Thresholds, single_factor: float) -> Departures:
+    """Each departure of `run` from its references, as the reference rule sees
+    it: in band sigmas (factor 1) where a band covers the step, in one
+    reference's sigmas widened by `single_factor` where only one does; over
+    every pair (a band judges the warm-up too; one reference only the judged
+    pairs), layer and monitor compared across runs (update monitors only
+    against references saved at a like interval)."""
     report = load_report(run)
     t = effective_thresholds(report, base)
     reference = reference_of(reference_dirs, t)
     start = first_judged_pair(report.pairs, t)
-    best = -math.inf
+    found: Departures = []
     for position in range(len(report.pairs[0].layers)):
-        means: list[float | None] = []
-        for index, pair in enumerate(report.pairs):
-            layer = pair.layers[position]
-            interval = pair.to_step - pair.from_step if pair.from_step is not None else None
-            departures = []
-            for monitor in LAYER_BAND:
-                y = judged_value(monitor.read(layer), monitor.spec.log)
-                e = None if math.isnan(y) else reference.expectation(
-                    layer.layer, monitor, float(pair.to_step), t.reference_pairs, 1.0, 1.0, interval,
-                    warmup=index < start)
-                if e is not None and e.band_factor is not None:
-                    departures.append(departure(y, e.center, e.scale, "reference", monitor.spec.bad).excess)
-            means.append(sum(departures) / len(departures) if len(departures) >= MIN_MONITORS else None)
-        best = max([best] + [min(a, b) for a, b in zip(means, means[1:]) if a is not None and b is not None])
-    return best
-
-
-def departure_maximum(run: Path, reference_dirs: list[Path], base: Thresholds, single_factor: float,
-                      per_update: bool | None = None) -> float:
-    """The largest departure of `run` from its references (factor 1 for a
-    band, `single_factor` for one reference) that could alert: the smaller of
-    two consecutive one-sided departures, over the judged pairs, layers and
-    monitors compared across runs (update monitors only against references
-    saved at a like interval, as the rule does); `per_update`: only update
-    (True) or state (False) monitors."""
-    report = load_report(run)
-    t = effective_thresholds(report, base)
-    reference = reference_of(reference_dirs, t)
-    start = first_judged_pair(report.pairs, t)
-    best = -math.inf
-    for position in range(len(report.pairs[0].layers)):
-        layers = [pair.layers[position] for pair in report.pairs]
-        for monitor in MONITORS:
-            if not monitor.across_runs or per_update is not None and monitor.per_update != per_update:
-                continue
-            zs: list[float | None] = []
-            for index, (pair, layer) in enumerate(zip(report.pairs, layers)):
+        series: dict[str, list[tuple[float, bool] | None]] = {}
+        for monitor in (m for m in MONITORS if m.across_runs):
+            values = series[monitor.name] = []
+            for index, pair in enumerate(report.pairs):
+                layer = pair.layers[position]
                 y = judged_value(monitor.read(layer), monitor.spec.log)
                 interval = pair.to_step - pair.from_step if pair.from_step is not None else None
                 e = None if math.isnan(y) else reference.expectation(
                     layer.layer, monitor, float(pair.to_step), t.reference_pairs, single_factor, 1.0, interval,
                     warmup=index < start)
-                zs.append(None if e is None else departure(y, e.center, e.scale, "reference", monitor.spec.bad).excess)
-            best = max([best] + [min(a, b) for a, b in zip(zs, zs[1:]) if a is not None and b is not None])
+                values.append(None if e is None else (
+                    departure(y, e.center, e.scale, "reference", monitor.spec.bad).excess, e.band_factor is not None))
+        found.append(series)
+    return found
+
+
+def _two_in_a_row(values: list[float | None]) -> float:
+    """The largest smaller-of-two-consecutive value: what a rule needing two pairs in a row could alert on."""
+    return max((min(a, b) for a, b in zip(values, values[1:]) if a is not None and b is not None), default=-math.inf)
+
+
+def largest_departure(found: Departures, per_update: bool | None = None) -> float:
+    """The largest departure that could alert, over layers and monitors
+    (`per_update`: only update (True) or state (False) monitors)."""
+    return max((_two_in_a_row([d[0] if d is not None else None for d in values])
+                for series in found for name, values in series.items()
+                if per_update is None or BY_NAME[name].per_update == per_update), default=-math.inf)
+
+
+def largest_layer_mean(found: Departures) -> float:
+    """The largest mean band departure of a layer's attention update monitors
+    that could alert, as `detection/layer_band.py` computes it: the mean of
+    those a band judged on a pair (at least MIN_MONITORS), two pairs in a row."""
+    best = -math.inf
+    for series in found:
+        pairs = zip(*(series[m.name] for m in LAYER_BAND))
+        banded = [[d[0] for d in here if d is not None and d[1]] for here in pairs]
+        best = max(best, _two_in_a_row([sum(d) / len(d) if len(d) >= MIN_MONITORS else None for d in banded]))
     return best
+
+
+def departure_maximum(run: Path, reference_dirs: list[Path], base: Thresholds, single_factor: float,
+                      per_update: bool | None = None) -> float:
+    """The largest departure of `run` from its references (`departures`) that
+    could alert: the smaller of two consecutive one-sided departures;
+    `per_update`: only update (True) or state (False) monitors."""
+    return largest_departure(departures(run, reference_dirs, base, single_factor), per_update)
