@@ -57,6 +57,8 @@ def scan_run(run_dir: str | Path, options: ScanOptions | None = None, *, thresho
     resolve.setdefault("scan_reference", reference_scanner(
         options, cache=cache, executor=executor, stride=resolve.get("stride", 1),
         base=resolve.get("base", "previous"), config=resolve.get("config", AUTO), settings=resolve.get("settings", ())))
+    if cache is not None:
+        resolve.setdefault("cache_dir", cache.directory)
     return scan(resolve_run(run_dir, **resolve), options, thresholds=thresholds, cache=cache, progress=progress,
                 executor=executor)
 

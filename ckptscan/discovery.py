@@ -27,12 +27,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Collection
+from typing import TYPE_CHECKING, Collection
 
 from ckptscan.errors import CkptScanError
 from ckptscan.readers import Checkpoint, open_checkpoint, open_each, step_from_name
 from ckptscan.readers.orbax import CHECKPOINT_METADATA
 from ckptscan.storage import RemotePath, as_path
+
+if TYPE_CHECKING:
+    from ckptscan.opened import OpenedRecord
 
 # Pointer files naming the newest complete checkpoint: DeepSpeed writes `latest`
 # (`global_stepN`) and Megatron `latest_checkpointed_iteration.txt` (N or
@@ -69,8 +72,11 @@ class Run:
     notes: list[str] = field(default_factory=list)
 
 
-def discover_run(run_dir: str | Path) -> Run:
-    """Every usable checkpoint under `run_dir` (a directory or a URL prefix), ordered by step."""
+def discover_run(run_dir: str | Path, opened: OpenedRecord | None = None) -> Run:
+    """Every usable checkpoint under `run_dir` (a directory or a URL prefix), ordered by step.
+
+    `opened`: the checkpoints found whole last time (`ckptscan.opened`); those
+    unchanged since are not opened again, the others are and are recorded."""
     run_dir = run_directory(run_dir)
     folder = checkpoint_folder(run_dir)
     run = Run(run_dir, [])
@@ -99,8 +105,8 @@ def discover_run(run_dir: str | Path) -> Run:
         _refuse_single_checkpoint(folder)
         candidates = [(e, _file_step(e.name), None) for e in entries
                       if e.is_file() and e.suffix in CHECKPOINT_FILE_SUFFIXES]
-    opened: list[tuple[int, int, str, Checkpoint]] = []
-    for (entry, name_step, index), checkpoint in zip(candidates, open_each([c[0] for c in candidates])):
+    found: list[tuple[int, int, str, Checkpoint]] = []
+    for (entry, name_step, index), checkpoint in zip(candidates, _open_candidates([c[0] for c in candidates], opened)):
         if isinstance(checkpoint, CkptScanError):
             run.skipped.append({"path": str(entry), "reason": str(checkpoint), "kind": CORRUPT})
             continue
@@ -110,9 +116,9 @@ def discover_run(run_dir: str | Path) -> Run:
                                 "kind": NO_STEP})
             continue
         checkpoint.step = step
-        opened.append((step, bool(LAST.match(entry.stem)), entry.name, checkpoint))
-    opened.sort(key=lambda o: (o[0], o[1] or o[2] == LITGPT_FINAL, o[2]))
-    for step, _, name, checkpoint in opened:
+        found.append((step, bool(LAST.match(entry.stem)), entry.name, checkpoint))
+    found.sort(key=lambda o: (o[0], o[1] or o[2] == LITGPT_FINAL, o[2]))
+    for step, _, name, checkpoint in found:
         if run.checkpoints and run.checkpoints[-1].step == step:
             run.skipped.append({"path": str(checkpoint.path), "reason": f"same step {step} as "
                                 f"{run.checkpoints[-1].path.name} (a copy, e.g. Lightning's last.ckpt or litgpt's "
@@ -127,6 +133,25 @@ def discover_run(run_dir: str | Path) -> Run:
         raise CkptScanError(f"{what} in this run directory" + (f" (skipped {skipped})" if skipped else ""),
                             path=run_dir)
     return run
+
+
+def _open_candidates(entries: list[Path], opened: OpenedRecord | None) -> list[Checkpoint | CkptScanError]:
+    """`open_each` of the entries the record does not know unchanged."""
+    if opened is None:
+        return open_each(entries)
+    known = [opened.lookup(entry) for entry in entries]
+    unknown = [entry for entry, checkpoint in zip(entries, known) if checkpoint is None]
+    fresh = iter(open_each(unknown))
+    outcomes: list[Checkpoint | CkptScanError] = []
+    for entry, checkpoint in zip(entries, known):
+        if checkpoint is None:
+            checkpoint = next(fresh)
+            if not isinstance(checkpoint, CkptScanError):
+                opened.remember(entry, checkpoint)
+        outcomes.append(checkpoint)
+    opened.forget_others(entries)
+    opened.save()
+    return outcomes
 
 
 def run_directory(run_dir: str | Path) -> Path | RemotePath:

@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence, Union
 
 from ckptscan.config import Config, load_config
 from ckptscan.discovery import discover_run, run_directory
+from ckptscan.opened import OpenedRecord
 from ckptscan.errors import CkptScanError
 from ckptscan.loss_log import LossLog, read_loss_log
 from ckptscan.probe import Probe, load_probe
@@ -94,6 +95,7 @@ def resolve_run(
     config: SideFile = AUTO,
     settings: Sequence[str] = (),
     scan_reference: ScanReference | None = None,
+    cache_dir: str | Path | None = None,
 ) -> RunSpec:
     """A run directory's checkpoints (step order), its pairs and side files.
 
@@ -102,9 +104,11 @@ def resolve_run(
     first. `settings`: "KEY=VALUE" overrides of the config's thresholds.
     `scan_reference`: how a reference given as a run is scanned
     (`api.reference_scanner(options, ...)`; needed only for such a reference).
+    `cache_dir`: where to keep the record of the checkpoints found whole
+    (`ckptscan.opened`), so a re-run opens only new or changed ones.
     """
     run_dir = run_directory(run_dir)
-    run = discover_run(run_dir)
+    run = discover_run(run_dir, OpenedRecord(cache_dir, run_dir) if cache_dir is not None else None)
     if len(run.checkpoints) < 2:
         raise CkptScanError(f"found {len(run.checkpoints)} usable checkpoint(s); a trend needs at least two",
                             path=run_dir)

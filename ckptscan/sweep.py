@@ -68,7 +68,8 @@ def compare_runs(
     twice = [name for name, count in Counter(names).items() if count > 1]
     if twice:
         raise CkptScanError("the same run given twice; each run is judged against the others", path=twice[0])
-    specs = [resolve_run(d, stride=stride, base=base, config=config, settings=settings) for d in run_dirs]
+    specs = [resolve_run(d, stride=stride, base=base, config=config, settings=settings,
+                         cache_dir=cache.directory if cache is not None else None) for d in run_dirs]
     options = options or ScanOptions()
     # Before any scan: the model of each run is in its first checkpoint's header.
     check_one_model(names, [resolve_layout(spec.checkpoints[0], options.overrides, options.tensor_map).info

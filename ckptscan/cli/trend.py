@@ -72,6 +72,7 @@ def trend(
                                         outputs, fail_on, config, set_, quiet, allow_corrupt))
             spec = resolve_run(run_dir, **run_arguments(stride, base, probe, no_probe, loss_log, no_loss_log,
                                                         reference, config, set_),
+                               cache_dir=cache.directory if cache is not None else None,
                                scan_reference=reference_scanner(options, cache=cache, executor=runner, stride=stride,
                                                                 base=Base(base).value,
                                                                 config=config if config is not None else AUTO,
