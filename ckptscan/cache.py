@@ -161,6 +161,8 @@ def _key(older: dict[str, Any], newer: dict[str, Any], settings: dict[str, str])
 
 
 def checkpoint_identity(ckpt: Checkpoint) -> dict[str, Any]:
+    if ckpt.identity is not None:
+        return ckpt.identity
     files = sorted({*ckpt.files, *([ckpt.path / "config.json"] if ckpt.path.is_dir() else [])})
     if isinstance(ckpt.path, RemotePath):
         # An object's ETag (S3, Azure) or generation (GCS) changes whenever

@@ -8,8 +8,9 @@ and of every file it read: size, modification and change times (ns), inode.
 A write, a rename over, a truncation or a file added to the folder changes
 one of them (the change time cannot be set back by a user), so a checkpoint
 whose stats all match opens as it did: it comes back with its recorded
-path, format, step, files, meta and config, and a `DeferredSource` for its
-tensors, read only if a pair of it is computed. Any other
+path, format, step, files, meta, config and pair-cache identity (its files'
+header hashes: not read again), and a `DeferredSource` for its tensors,
+read only if a pair of it is computed. Any other
 checkpoint is opened and validated as always, and a corrupt one is never
 recorded. Only local safetensors checkpoints are recorded (their files are
 all the open reads); any other format is opened every time.
@@ -23,13 +24,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ckptscan.cache import tool_fingerprint
+from ckptscan.cache import checkpoint_identity, tool_fingerprint
 from ckptscan.output import write_output
 from ckptscan.readers import Checkpoint
 from ckptscan.readers.deferred import DeferredSource
 from ckptscan.storage import RemotePath
 
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2
 # The formats whose open reads only `Checkpoint.files` and the folder's config.json.
 RECORDED_FORMATS = ("safetensors", "safetensors-sharded")
 # The code that decides what opening finds: a record from other code is not used.
@@ -61,11 +62,11 @@ class OpenedRecord:
         if found is None or isinstance(entry, RemotePath):
             return None
         try:
-            if _signature(Path(found["path"]), [Path(f) for f in found["files"]]) != found["signature"]:
+            if _signature(found["path"], found["files"]) != found["signature"]:
                 return None
             path = Path(found["path"])
             return Checkpoint(path, found["format"], found["step"], DeferredSource(path), found["config"],
-                              [Path(f) for f in found["files"]], found["meta"])
+                              [Path(f) for f in found["files"]], found["meta"], found["identity"])
         except (OSError, KeyError, TypeError, ValueError):
             return None
 
@@ -84,13 +85,17 @@ class OpenedRecord:
         folder = Path(checkpoint.path)
         if folder != Path(entry) or not folder.is_dir():
             return
+        files = [str(f) for f in checkpoint.files]
         try:
-            signature = _signature(folder, [Path(f) for f in checkpoint.files])
+            signature = _signature(str(folder), files)
+            identity = checkpoint_identity(checkpoint)
+            if _signature(str(folder), files) != signature:
+                return  # written to while it was hashed
         except OSError:
             return
         self.entries[str(entry)] = {"path": str(folder), "format": checkpoint.format, "step": checkpoint.step,
-                                    "files": [str(f) for f in checkpoint.files], "meta": checkpoint.meta,
-                                    "config": checkpoint.config, "signature": signature}
+                                    "files": files, "meta": checkpoint.meta, "config": checkpoint.config,
+                                    "identity": identity, "signature": signature}
         self._changed = True
 
     def forget_others(self, entries: list[Path | RemotePath]) -> None:
@@ -112,15 +117,15 @@ class OpenedRecord:
             pass
         self._changed = False
 
-def _signature(folder: Path, files: list[Path]) -> list[list[Any]]:
+def _signature(folder: str, files: list[str]) -> list[list[Any]]:
     """The stat of a checkpoint folder, of every file directly in it (config.json,
     the shards, what a framework registered) and of the files its open read."""
     made_of = {folder: os.stat(folder)}
     with os.scandir(folder) as listing:
         for item in listing:
             if item.is_file():
-                made_of[Path(item.path)] = item.stat()
+                made_of[item.path] = item.stat()
     for file in files:
         if file not in made_of:
             made_of[file] = os.stat(file)
-    return sorted([str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino] for path, st in made_of.items())
+    return sorted([path, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino] for path, st in made_of.items())

@@ -34,7 +34,8 @@ class Finding:
     threshold: float | None = None
     # Which rule produced it, e.g. "nonfinite", "floor", "cross_layer", "trend", "level", "reference",
     # "cusum", "pooled_cusum" (for these two, score and threshold are the CUSUM statistic's) or
-    # "layer_band" (a layer's mean departure from a band of references, in band sigmas).
+    # "layer_band" (a layer's mean departure from a band of references, in band sigmas) or "run_band"
+    # (that mean over every layer).
     rule: str | None = None
     # Series rules: robust sigmas beyond the baseline on the alarm side, and
     # the step of the first pair of the consecutive run that raised the finding.

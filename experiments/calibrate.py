@@ -36,7 +36,8 @@ band judges the warm-up pairs too (detection/reference.py), so they count.
 The same bands calibrate the layer-band rule (detection/layer_band.py): the
 largest mean departure of a layer's attention update monitors on two pairs
 in a row is one maximum, and `layer_band_warn` / `layer_band_alert` are the
-Gumbel quantiles themselves (band sigmas).
+Gumbel quantiles themselves (band sigmas). So is the run-band rule: the mean
+of those layer means over the layers, `run_band_warn` / `run_band_alert`.
 
 Only runs of the calibration split are read. `--partial` calibrates on the
 runs whose metrics.json exists (a corpus still being generated), saying how
@@ -140,6 +141,9 @@ def calibrate(corpora: list[Path], rate: float, warn_rate: float, partial: bool 
     layer = result["thresholds"].get("band departure, layer mean")
     if layer is not None:  # the layer-band rule's own levels, in band sigmas
         result["layer_band_alert"], result["layer_band_warn"] = layer["alert"], layer["warn"]
+    run = result["thresholds"].get("band departure, run mean")
+    if run is not None:  # and the run-band rule's
+        result["run_band_alert"], result["run_band_warn"] = run["alert"], run["warn"]
     for factor, kind in (("band_scale_factor", "band departure, update monitors"),
                          ("band_state_scale_factor", "band departure, state monitors")):
         if kind in result["thresholds"]:
@@ -185,7 +189,8 @@ def main(argv: list[str] | None = None) -> None:
           f"{result.get('band_scale_factor', 'n/a (no recipe with three healthy calibration runs)')}, "
           f"band_state_scale_factor {result.get('band_state_scale_factor', 'n/a')}"
           f" ({len(result['band_runs'])} runs judged against the band of the others); layer band: warn "
-          f"{result.get('layer_band_warn', 'n/a')}, alert {result.get('layer_band_alert', 'n/a')}")
+          f"{result.get('layer_band_warn', 'n/a')}, alert {result.get('layer_band_alert', 'n/a')}; run band: warn "
+          f"{result.get('run_band_warn', 'n/a')}, alert {result.get('run_band_alert', 'n/a')}")
     if args.write:
         CALIBRATION.write_text(json.dumps(result, indent=1) + "\n")
         print(f"written: {CALIBRATION}")

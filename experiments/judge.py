@@ -20,7 +20,7 @@ from typing import Sequence, Union
 
 from ckptscan.detection.catalog import BY_NAME, MONITORS
 from ckptscan.detection.changepoint import Cusum
-from ckptscan.detection.layer_band import LAYER_BAND, MIN_MONITORS
+from ckptscan.detection.layer_band import LAYER_BAND, MIN_LAYERS, MIN_MONITORS
 from ckptscan.detection.reference import Reference, reference_from_reports
 from ckptscan.detection.rules import Thresholds, assess_report, first_judged_pair, pooled_departures
 from ckptscan.detection.series import _judge as departure  # the reference rule's own one-sided departure
@@ -122,8 +122,10 @@ def reference_maxima(pairs: list[tuple[Path, Path]], thresholds: Thresholds | No
 # The band's two calibrated widenings (Thresholds.band_scale_factor, band_state_scale_factor):
 # monitors of an update (Δ2 and ΔW entropies) and of one checkpoint's state (the logit bound).
 BAND_KINDS = {"band departure, update monitors": True, "band departure, state monitors": False}
-# The layer-band rule's statistic (Thresholds.layer_band_warn / layer_band_alert).
+# The layer-band rule's statistic (Thresholds.layer_band_warn / layer_band_alert), and the run-band rule's
+# (Thresholds.run_band_warn / run_band_alert).
 LAYER_BAND_KIND = "band departure, layer mean"
+RUN_BAND_KIND = "band departure, run mean"
 
 
 def band_maxima(runs: list[tuple[Path, list[Path]]], thresholds: Thresholds | None = None) -> dict[str, list[float]]:
@@ -135,14 +137,16 @@ def band_maxima(runs: list[tuple[Path, list[Path]]], thresholds: Thresholds | No
     `alert_sigma`. Where fewer than two references cover a step (a band member
     ends early), the step is judged as the rule would: against the one left,
     at `reference_scale_factor`. And the layer-band rule's statistic
-    (`largest_layer_mean`), from the same departures."""
+    (`largest_layer_mean`) and the run-band rule's (`largest_run_mean`), from
+    the same departures."""
     base = thresholds or Thresholds()
-    maxima: dict[str, list[float]] = {kind: [] for kind in (*BAND_KINDS, LAYER_BAND_KIND)}
+    maxima: dict[str, list[float]] = {kind: [] for kind in (*BAND_KINDS, LAYER_BAND_KIND, RUN_BAND_KIND)}
     for run, band in runs:
         found = departures(run, band, base, base.reference_scale_factor)
         for kind, per_update in BAND_KINDS.items():
             maxima[kind].append(largest_departure(found, per_update))
         maxima[LAYER_BAND_KIND].append(largest_layer_mean(found))
+        maxima[RUN_BAND_KIND].append(largest_run_mean(found))
     return maxima
 
 
@@ -193,16 +197,28 @@ def largest_departure(found: Departures, per_update: bool | None = None) -> floa
                 if per_update is None or BY_NAME[name].per_update == per_update), default=-math.inf)
 
 
-def largest_layer_mean(found: Departures) -> float:
-    """The largest mean band departure of a layer's attention update monitors
-    that could alert, as `detection/layer_band.py` computes it: the mean of
-    those a band judged on a pair (at least MIN_MONITORS), two pairs in a row."""
-    best = -math.inf
+def layer_means(found: Departures) -> list[list[float | None]]:
+    """Per layer position, per pair: the mean band departure of the layer's
+    attention update monitors, as `detection/layer_band.py` computes it (the
+    mean of those a band judged on the pair, at least MIN_MONITORS), else None."""
+    means = []
     for series in found:
         pairs = zip(*(series[m.name] for m in LAYER_BAND))
         banded = [[d[0] for d in here if d is not None and d[1]] for here in pairs]
-        best = max(best, _two_in_a_row([sum(d) / len(d) if len(d) >= MIN_MONITORS else None for d in banded]))
-    return best
+        means.append([sum(d) / len(d) if len(d) >= MIN_MONITORS else None for d in banded])
+    return means
+
+
+def largest_layer_mean(found: Departures) -> float:
+    """The largest layer mean (`layer_means`) that could alert: two pairs in a row."""
+    return max((_two_in_a_row(means) for means in layer_means(found)), default=-math.inf)
+
+
+def largest_run_mean(found: Departures) -> float:
+    """The largest mean of the layer means on a pair (at least MIN_LAYERS of
+    them) that could alert, two pairs in a row: the run-band rule's statistic."""
+    per_pair = [[m for m in here if m is not None] for here in zip(*layer_means(found))]
+    return _two_in_a_row([sum(m) / len(m) if len(m) >= MIN_LAYERS else None for m in per_pair])
 
 
 def departure_maximum(run: Path, reference_dirs: list[Path], base: Thresholds, single_factor: float,

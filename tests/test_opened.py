@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ckptscan import scan_run
-from ckptscan.cache import PairCache
+from ckptscan.cache import PairCache, checkpoint_identity
 from ckptscan.discovery import discover_run
 from ckptscan.opened import OpenedRecord
 from ckptscan.readers import open_checkpoint, safetensors
@@ -99,6 +99,7 @@ def test_a_deferred_checkpoint_reads_what_an_open_reads(run, tmp_path):
         assert (lazy.path, lazy.format, lazy.step, lazy.files, lazy.meta) == \
             (real.path, real.format, real.step, real.files, real.meta)
         assert lazy.config == real.config
+        assert checkpoint_identity(lazy) == checkpoint_identity(real)  # recorded, not read: the same key
         assert lazy.tensors.keys() == real.tensors.keys()
         for name in real.tensors.keys():
             assert torch.equal(lazy.tensors.get(name), real.tensors.get(name))

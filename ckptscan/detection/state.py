@@ -13,7 +13,8 @@ cannot differ. What is kept:
   newest value and baseline for the summary);
 - per pooled monitor: its `PooledCusum`;
 - per layer position, with a band of references: its `LayerBand` (the
-  mean departure of its attention update monitors on the previous pair);
+  mean departure of its attention update monitors on the previous pair),
+  and for the run its `RunBand` (the mean of those over the layers);
 - the running summary (`SummaryState`), and, until the first alert, the
   newest pair of each step that an alarm under way may still name as its
   onset (a restarted run repeats steps).
@@ -43,7 +44,7 @@ from ckptscan.detection.findings import (
     numeric_findings,
     point_findings,
 )
-from ckptscan.detection.layer_band import LayerBand
+from ckptscan.detection.layer_band import LayerBand, RunBand
 from ckptscan.detection.numerics import precision_findings
 from ckptscan.detection.provenance import unrelated_findings
 from ckptscan.detection.pooled import POOLED, PooledCusum
@@ -55,8 +56,9 @@ from ckptscan.errors import CkptScanError
 from ckptscan.results import PairResult
 from ckptscan.vocabulary import worst
 
-# 2: the summary keeps the families alerting with the first (primary family); 3: each layer's LayerBand
-STATE_VERSION = 3
+# 2: the summary keeps the families alerting with the first (primary family); 3: each layer's LayerBand;
+# 4: the run's RunBand
+STATE_VERSION = 4
 
 
 def band_factor(t: Thresholds, monitor: Monitor) -> float:
@@ -79,6 +81,7 @@ class JudgeState:
         self.series: list[dict[str, SeriesState]] = []
         self.pooled = {m.name: PooledCusum(m) for m in POOLED if m.name not in thresholds.disabled_monitors}
         self.layer_bands: list[LayerBand] = []
+        self.run_band = RunBand()
         self.summary = SummaryState(thresholds)
         self.onsets: dict[int, Onset] = {}  # newer step -> the newest pair with it (until the first alert)
         self.monitors: list[Monitor] = [m for m in MONITORS if m.name not in thresholds.disabled_monitors]
@@ -105,6 +108,10 @@ class JudgeState:
             self.series = [{m.name: SeriesState(m.spec, settings) for m in self.monitors} for _ in self.layers]
             self.layer_bands = [LayerBand() for _ in self.layers]
         verdicts = self._series(index, pair, judged)
+        if self._band:
+            found = self.run_band.update(verdicts, pair.to_step, t)
+            if found is not None and found[0] < len(pair.layers):
+                pair.layers[found[0]].findings.append(found[1])
         if len(self.layers) >= 2:  # one layer: its own CUSUM already is the pooled one
             for name, pooled in self.pooled.items():
                 found = pooled.update(index, [v.get(name) for v in verdicts], pair.to_step, t)
@@ -169,6 +176,7 @@ class JudgeState:
         live = {label for series in self.series for s in series.values() for label in s.live_labels()}
         live.update(label for pooled in self.pooled.values() for label in pooled.live_labels())
         live.update(label for band in self.layer_bands for label in band.live_labels())
+        live.update(self.run_band.live_labels())
         self.onsets = {step: onset for step, onset in self.onsets.items() if step in live}
 
     def baselines(self) -> Baselines:
@@ -183,7 +191,7 @@ class JudgeState:
                 "warmup_end": self.warmup_end, "layers": self.layers,
                 "series": [{name: s.to_dict() for name, s in series.items()} for series in self.series],
                 "pooled": {name: p.to_dict() for name, p in self.pooled.items()},
-                "layer_bands": [band.to_dict() for band in self.layer_bands],
+                "layer_bands": [band.to_dict() for band in self.layer_bands], "run_band": self.run_band.to_dict(),
                 "summary": self.summary.to_dict(), "onsets": [list(onset) for onset in self.onsets.values()]}
 
     @classmethod
@@ -205,6 +213,7 @@ class JudgeState:
             state.pooled[name] = PooledCusum(state.pooled[name].monitor, pooled["total"],
                                              Excursion(**pooled["excursion"]))
         state.layer_bands = [LayerBand(**band) for band in data["layer_bands"]]
+        state.run_band = RunBand(**data["run_band"])
         state.summary = SummaryState.from_dict(data["summary"], thresholds)
         state.onsets = {onset[1]: tuple(onset) for onset in data["onsets"]}
         return state

@@ -153,6 +153,7 @@ class SummaryState:
         t = self.thresholds
         level = {"trend": t.alert_sigma, "level": t.alert_sigma, "reference": t.alert_sigma,
                  "cusum": t.cusum_alert, "pooled_cusum": t.pooled_cusum_alert, "layer_band": t.layer_band_alert,
+                 "run_band": t.run_band_alert,
                  "cross_layer": t.cross_layer_z_alert}[finding.rule]
         return finding.score / level
 

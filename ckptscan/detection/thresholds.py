@@ -65,6 +65,10 @@ class Thresholds:
     # bands: healthy maxima at most 2.2, Gumbel 10 % / 1 % quantiles.
     layer_band_warn: float = 2.2
     layer_band_alert: float = 2.9
+    # The same mean over every layer (rule "run_band"): healthy maxima at
+    # most 1.02 on the same bands, Gumbel 10 % / 1 % quantiles 1.02 / 1.31.
+    run_band_warn: float = 1.1
+    run_band_alert: float = 1.4
     # Hard floors (alerts whatever the history): a normalised Δ2 entropy this
     # low means the update of every head concentrates on ~1 direction.
     delta2_entropy_norm_floor: float = 0.2
@@ -110,6 +114,9 @@ class Thresholds:
         if not 0 < self.layer_band_warn <= self.layer_band_alert:
             problems.append(f"need 0 < layer_band_warn ≤ layer_band_alert (got {self.layer_band_warn}, "
                             f"{self.layer_band_alert})")
+        if not 0 < self.run_band_warn <= self.run_band_alert:
+            problems.append(f"need 0 < run_band_warn ≤ run_band_alert (got {self.run_band_warn}, "
+                            f"{self.run_band_alert})")
         unknown = sorted(set(self.disabled_monitors) - set(BY_NAME))
         if unknown:
             problems.append(f"disabled_monitors: unknown monitor(s) {unknown}; known: {sorted(BY_NAME)}")

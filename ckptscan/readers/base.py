@@ -83,6 +83,9 @@ class Checkpoint:
     config: dict[str, Any] | None = None
     files: list[Path] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    # Its identity in the pair cache (`cache.checkpoint_identity`), where it is
+    # already known: a checkpoint unchanged since it was recorded (`ckptscan.opened`).
+    identity: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -74,3 +74,16 @@ def test_layer_band_levels_are_the_calibrated_quantiles_of_the_layer_mean():
     assert (c["layer_band_warn"], c["layer_band_alert"]) == (
         c["thresholds"]["band departure, layer mean"]["warn"], c["thresholds"]["band departure, layer mean"]["alert"])
     assert max(c["thresholds"]["band departure, layer mean"]["healthy_maxima"]) < t.layer_band_alert
+
+
+def test_run_band_levels_are_the_calibrated_quantiles_of_the_run_mean():
+    """The same bands: the largest mean over layers of those layer means, on
+    two pairs in a row, per healthy run; the defaults are its quantiles,
+    rounded up, and no healthy calibration run reaches the alert."""
+    c = json.loads(CALIBRATION.read_text())
+    t = Thresholds()
+    assert t.run_band_warn == rounded_up(c["run_band_warn"])
+    assert t.run_band_alert == rounded_up(c["run_band_alert"])
+    assert (c["run_band_warn"], c["run_band_alert"]) == (
+        c["thresholds"]["band departure, run mean"]["warn"], c["thresholds"]["band departure, run mean"]["alert"])
+    assert max(c["thresholds"]["band departure, run mean"]["healthy_maxima"]) < t.run_band_alert

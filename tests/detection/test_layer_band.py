@@ -1,5 +1,6 @@
-"""The layer-band rule: a layer's attention update monitors judged together
-against a band of references (detection/layer_band.py)."""
+"""The layer-band and run-band rules: a layer's attention update monitors
+judged together against a band of references, and the mean of that over the
+layers (detection/layer_band.py)."""
 
 import math
 import random
@@ -22,9 +23,9 @@ def shifted_run(seed, shift, layer=1, pairs=20):
     return run_report(pairs, seed=seed, noise=0.01, d2n=low(0.55), dwq=low(0.8), dwk=low(0.8))
 
 
-def layer_band_findings(report):
+def layer_band_findings(report, rule="layer_band"):
     return {(p.to_step, layer.layer): f for p in report.pairs for layer in p.layers for f in layer.findings
-            if f.rule == "layer_band"}
+            if f.rule == rule}
 
 
 def brute_force_means(run, references, layer):
@@ -72,10 +73,11 @@ def test_a_layer_whose_monitors_all_depart_a_little_alerts_before_any_one_monito
     default factor, on two pairs in a row) for the first pairs; their mean
     reaches layer_band_alert on the second and third pair (judged from the
     first: a band judges the warm-up): the layer alerts at step 300, on the
-    faulty layer only, before any single monitor."""
+    faulty layer only, before any single monitor. (The run-band rule is set
+    aside: in a model of two layers, one layer's fault moves it by half.)"""
     references = [run_report(20, seed=s, noise=0.01) for s in (1, 2, 3)]
     run = shifted_run(4, shift=0.06)
-    report = judge(Metrics("run", MODEL, [], run.pairs), Thresholds(), references)
+    report = judge(Metrics("run", MODEL, [], run.pairs), Thresholds(run_band_warn=50, run_band_alert=50), references)
     band_alerts = sorted((step, layer) for (step, layer), f in layer_band_findings(report).items()
                          if f.severity == "alert")
     assert band_alerts[0] == (300, 1) and {layer for _, layer in band_alerts} == {1}
@@ -90,3 +92,68 @@ def test_one_reference_never_makes_a_layer_band_finding():
     report = judge(Metrics("run", MODEL, [], run.pairs), Thresholds(), run_report(20, seed=1, noise=0.01))
     assert layer_band_findings(report) == {}
     assert math.isfinite(Thresholds().layer_band_alert)
+
+
+def every_layer_shifted(seed, shifts, pairs=20, layers=4):
+    """A run whose attention update monitors in layer n sit `shifts[n]` below the healthy level."""
+    low = lambda base: lambda i, n: base - shifts[n]  # noqa: E731
+    return run_report(pairs, layers=layers, seed=seed, noise=0.01, d2n=low(0.55), dwq=low(0.8), dwk=low(0.8))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_run_statistic_is_the_mean_over_layers_of_the_layer_means_two_pairs_in_a_row(seed):
+    """Every run-band finding's score is the smaller of two consecutive
+    pairs' means over the layers of each layer's mean band departure (the
+    float64 brute force); a finding is raised exactly where that reaches
+    run_band_warn, on the layer whose own mean is largest."""
+    rng = random.Random(seed)
+    references = [run_report(20, layers=4, seed=100 * seed + k, noise=0.01) for k in range(3)]
+    run = every_layer_shifted(100 * seed + 7, [rng.uniform(-0.005, 0.02) for _ in range(4)])
+    t = Thresholds(run_band_warn=0.4, run_band_alert=1.2, layer_band_warn=50, layer_band_alert=50)
+    found = layer_band_findings(judge(Metrics("run", MODEL, [], run.pairs), t, references), "run_band")
+    per_layer = np.array([brute_force_means(run, references, layer) for layer in range(4)])
+    means = per_layer.mean(axis=0)
+    raised = 0
+    for index in range(1, len(means)):
+        both = min(means[index], means[index - 1])
+        here = {layer: f for (step, layer), f in found.items() if step == run.pairs[index].to_step}
+        if both >= t.run_band_warn:
+            assert list(here) == [int(np.argmax(per_layer[:, index]))]
+            finding = here[int(np.argmax(per_layer[:, index]))]
+            assert finding.score == pytest.approx(both, rel=1e-9, abs=1e-12)
+            assert finding.severity == ("alert" if both >= t.run_band_alert else "warn")
+            assert finding.onset_step == run.pairs[index - 1].to_step
+            raised += 1
+        else:
+            assert here == {}
+    assert len(found) == raised
+
+
+def test_a_fault_in_every_layer_alerts_through_the_run_before_any_layer():
+    """Every layer 0.03 low: each layer's mean stays under layer_band_alert
+    and each monitor under its band alert, while the mean over the four
+    layers, steadier, passes run_band_alert from the first pairs."""
+    references = [run_report(20, layers=4, seed=s, noise=0.01) for s in (1, 2, 3)]
+    run = every_layer_shifted(4, [0.03] * 4)
+    report = judge(Metrics("run", MODEL, [], run.pairs), Thresholds(), references)
+    first_run_band = min(step for (step, _), f in layer_band_findings(report, "run_band").items()
+                         if f.severity == "alert")
+    others = [p.to_step for p in report.pairs for layer in p.layers for f in layer.findings
+              if f.severity == "alert" and f.rule != "run_band"]
+    assert first_run_band < min(others, default=math.inf)
+    assert report.summary.first_alert_step["attention"] == first_run_band
+
+
+def test_healthy_layers_straying_either_way_do_not_add_up():
+    """Layers as far from the band as a healthy run's, half above and half
+    below: the mean over them stays near 0 and the run never warns."""
+    references = [run_report(20, layers=4, seed=s, noise=0.01) for s in (1, 2, 3)]
+    run = every_layer_shifted(4, [0.02, -0.02, 0.02, -0.02])
+    report = judge(Metrics("run", MODEL, [], run.pairs), Thresholds(), references)
+    assert layer_band_findings(report, "run_band") == {}
+
+
+def test_one_reference_never_makes_a_run_band_finding():
+    run = every_layer_shifted(4, [0.1] * 4)
+    report = judge(Metrics("run", MODEL, [], run.pairs), Thresholds(), run_report(20, layers=4, seed=1))
+    assert layer_band_findings(report, "run_band") == {}

@@ -61,7 +61,7 @@ def test_the_band_statistic_is_the_factor_at_which_the_band_stops_alerting(corpu
     over = judge_run(low, dataclasses.replace(t, band_scale_factor=1.01 * m / t.alert_sigma), None, healthy[:2])
     assert reference_alerts(under) and not reference_alerts(over)
     assert list(maxima) == ["band departure, update monitors", "band departure, state monitors",
-                            "band departure, layer mean"]
+                            "band departure, layer mean", "band departure, run mean"]
 
 
 def layer_band_alerts(report):
@@ -84,6 +84,20 @@ def test_the_layer_band_statistic_is_the_level_at_which_the_rule_stops_alerting(
                      healthy[:2])
     assert {layer for _, layer in layer_band_alerts(under)} == {1}
     assert layer_band_alerts(over) == []
+
+
+def test_the_run_band_statistic_is_the_level_at_which_the_rule_stops_alerting(corpus):
+    """band_maxima's run-mean value m: with run_band_alert just under m the
+    run-band rule alerts, just over it, it does not."""
+    healthy, low = corpus
+    (m,) = band_maxima([(low, healthy[:2])])["band departure, run mean"]
+    t = dataclasses.replace(Thresholds(), layer_band_warn=100, layer_band_alert=100)
+
+    def run_band_alerts(level):
+        report = judge_run(low, dataclasses.replace(t, run_band_warn=level, run_band_alert=level), None, healthy[:2])
+        return [p.to_step for p in report.pairs for layer in p.layers for f in layer.findings
+                if f.severity == "alert" and f.rule == "run_band"]
+    assert run_band_alerts(0.99 * m) and not run_band_alerts(1.01 * m)
 
 
 def test_one_reference_statistic_is_the_scale_at_which_it_stops_alerting(corpus):
