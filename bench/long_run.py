@@ -168,17 +168,18 @@ def judge_new_pair(model: ModelInfo, pairs: list[PairResult], rounds: int) -> tu
     return best, "ckptscan.detection.judge.SeriesJudge.report (incremental)"
 
 
-def judge_and_write_seconds(model: ModelInfo, pairs: list[PairResult], out: Path, rounds: int
-                            ) -> tuple[float, float]:
+def judge_and_write_seconds(model: ModelInfo, pairs: list[PairResult], out: Path, rounds: int,
+                            per_head: str = "all") -> tuple[float, float]:
     """The two parts of a live monitored step that see the whole run: judging
     the new pair, and rewriting the report file (`live.report_file.ReportFile`,
     which reuses the old pairs' JSON), each the best of `rounds`. Live mode
     rewrites the file only at geometrically spaced pairs
-    (`live.monitor.report_due`): `main` adds the rewrites up over the run."""
+    (`live.monitor.report_due`): `main` adds the rewrites up over the run.
+    `per_head`: the Monitor's (the report file keeps the text of those heads only)."""
     from ckptscan.detection.judge import SeriesJudge
     from ckptscan.live.report_file import ReportFile
 
-    file = ReportFile(out / "live.json")
+    file = ReportFile(out / "live.json", per_head)
     n = len(pairs) - rounds
     series = SeriesJudge(Thresholds())
     metrics = run_metrics(model, pairs[:n])
@@ -273,11 +274,12 @@ def child_main(argv: list[str]) -> None:
         seconds, called = judge_new_pair(model_info(layers, heads), pairs, rounds)
         print(json.dumps({"seconds": seconds, "called": called}))
     elif kind == "live":
-        count, rounds = int(rest[0]), int(rest[1])
+        count, rounds, per_head = int(rest[0]), int(rest[1]), rest[2] if len(rest) > 2 else "all"
         layers, heads = SHAPES["1B"]
         with tempfile.TemporaryDirectory() as out:
             judged, written = judge_and_write_seconds(model_info(layers, heads),
-                                                      synthetic_pairs(layers, heads, count + rounds), Path(out), rounds)
+                                                      synthetic_pairs(layers, heads, count + rounds), Path(out), rounds,
+                                                      per_head)
         print(json.dumps({"seconds": judged + written, "judge_s": judged, "write_s": written}))
     elif kind == "report":
         layers, heads, count, path = int(rest[0]), int(rest[1]), int(rest[2]), Path(rest[3])
@@ -505,6 +507,13 @@ def main() -> None:
                         f"rewritten at every pair: {every_pair:.2%})",
                         f"{_approx(grows[last])}{overhead:.2%}, peak RSS {_mib(grows[last])}",
                         "≤ 0.5%", _verdict(overhead <= 0.005 and not grows[last].get("extrapolated"))))
+        if not grows[last].get("extrapolated"):
+            # Monitor(per_head="newest"): the report file keeps no old pair's per-head text.
+            lean = child(["live", str(last), str(rounds), "newest"])
+            print(f"  {last:,} pairs, per_head='newest': report file {lean['write_s'] * 1e3:,.1f} ms, "
+                  f"peak RSS {_mib(lean)}", flush=True)
+            rows.append(Row(f"live peak RSS at {last:,} pairs, 1B: per_head 'all' / 'newest'",
+                            f"{_mib(grows[last])} / {_mib(lean)}", "", ""))
 
     if "report" in parts:
         print("JSON report, 80 layers × 64 heads:", flush=True)

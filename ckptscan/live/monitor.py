@@ -54,6 +54,7 @@ from ckptscan.live.snapshot import ModelView, model_config
 from ckptscan.loss_log import LossLog
 from ckptscan.paths import expand_path
 from ckptscan.probe import Probe, capture_probe, load_probe
+from ckptscan.report.json import PER_HEAD
 from ckptscan.readers import Checkpoint
 from ckptscan.results import SEVERITIES, CheckpointRef, Finding, PairResult, ScanReport
 from ckptscan.scan import ScanOptions, scan_layers
@@ -101,6 +102,11 @@ class Monitor:
     model's `config`, e.g. a Hugging Face `PretrainedConfig`). `thresholds`:
     default, the nearest ckptscan.toml / pyproject.toml's, as `trend` uses.
     `tensorboard`: a log directory or a `SummaryWriter` for the metrics.
+    `per_head`: which intervals keep their per-head results, in the report
+    file and in memory, as `trend --per-head`: "all" (the default, the
+    report `trend --json` writes), "flagged" (layers at warn or alert) or
+    "newest" (the newest interval). Over a long run the per-head results are
+    most of what live mode holds: about 1 MB an interval at 1B shape.
 
     Under torch.distributed every rank calls `step`; sharded (DTensor,
     FSDP2) monitored tensors are gathered to rank 0, which alone computes,
@@ -121,9 +127,12 @@ class Monitor:
         thresholds: Thresholds | None = None,
         tensorboard: str | Path | Any | None = None,
         save: Callable[[int], None] | None = None,
+        per_head: str = "all",
     ):
         if every < 1:
             raise CkptScanError(f"every must be ≥ 1, not {every}")
+        if per_head not in PER_HEAD:
+            raise CkptScanError(f"per_head must be one of {list(PER_HEAD)}, not {per_head!r}")
         if not callable(on_alert) and on_alert not in ON_ALERT:
             raise CkptScanError(f"on_alert must be one of {list(ON_ALERT)} or a callable, not {on_alert!r}")
         self.model, self.every, self.out, self.on_alert, self.save = model, every, expand_path(out), on_alert, save
@@ -154,7 +163,8 @@ class Monitor:
         self.pairs: list[PairResult] = []
         self.report: ScanReport | None = None
         self._judging = SeriesJudge(self.thresholds)  # the judge state, carried from step to step
-        self._file = ReportFile(self.out / REPORT_FILE)
+        self.per_head = per_head
+        self._file = ReportFile(self.out / REPORT_FILE, per_head)
         self._written: tuple[int, str] | None = None  # (pairs, verdict) of the report file
         self.latest: dict[str, float] = {}  # the newest interval's metrics, as logged
         self.should_stop = False
@@ -231,6 +241,8 @@ class Monitor:
                           settings=settings, probe=str(self.probe.path) if self.probe is not None else None,
                           loss_log=self.loss_log)
         self.report = self._judging.report(metrics)
+        if self.per_head != "all" and len(self.pairs) >= 2:
+            self._drop_heads(len(self.pairs) - 2)
         alerts = self._alerts()
         if self._write_due(alerts):
             self._write()
@@ -239,6 +251,18 @@ class Monitor:
         if alerts:
             self._act(alerts)
         return alerts
+
+    def _drop_heads(self, index: int) -> None:
+        """Drop from memory the per-head results that `per_head` leaves out of
+        the report, of the pair before the newest: its layers' statuses are
+        final (each pair is judged from earlier ones only; a lone first pair
+        is judged again as warm-up when the second comes). At 10,000 pairs of
+        a 1B model the per-head results are most of the 11 GiB live mode
+        holds. The judged copy shares the raw pair's attention results."""
+        for raw, judged in zip(self.pairs[index].layers, self.report.pairs[index].layers):
+            flagged = self.per_head == "flagged" and judged.status in ("warn", "alert")
+            if raw.attention is not None and raw.attention.heads and not flagged:
+                raw.attention.heads = []
 
     def close(self) -> None:
         """Write the report file if its last pairs are not in it yet (the

@@ -7,8 +7,9 @@ computed, and the series rules judge each point from earlier points only.
 So each pair's JSON text is kept and reused while the parts that judging
 writes (statuses, findings, judgements) are unchanged; a pair whose
 judgement did change (a lone first pair, judged like `diff`, becomes
-warm-up) is serialised again. The file is byte-for-byte what
-`report_json(report)` gives (tested), written atomically.
+warm-up) is serialised again, and so, under per_head "newest", is the
+pair that was the newest. The file is byte-for-byte what
+`report_json(report, per_head)` gives (tested), written atomically.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from ckptscan.atomic import write_atomic
 from ckptscan.errors import CkptScanError
-from ckptscan.report.json import compact, report_dict, report_json
+from ckptscan.report.json import check_per_head, compact, report_dict, report_json
 from ckptscan.results import PairResult, ScanReport
 
 # report_json's layout: indent 2, pairs one level down (a long report: no indentation).
@@ -28,13 +29,15 @@ INDENT = 2
 
 
 class ReportFile:
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, per_head: str = "all"):
+        check_per_head(per_head)
+        self.path, self.per_head = path, per_head
         # (the pair, what judging wrote in it, its JSON text). The same pair object is not
         # compared again: a judged pair is never judged again in place (`SeriesJudge`), so
         # a write costs nothing per old pair but joining its text.
         self._pairs: list[tuple[PairResult, Any, str]] = []
         self._compact = False  # report_json's layout of the texts kept (`report.json.compact`)
+        self._newest: int | None = None  # under per_head "newest": the pair whose text has its heads
 
     def write(self, report: ScanReport) -> None:
         try:
@@ -44,17 +47,24 @@ class ReportFile:
 
     def text(self, report: ScanReport) -> str:
         if compact(report) != self._compact:
-            self._pairs, self._compact = [], compact(report)
+            self._pairs, self._compact, self._newest = [], compact(report), None
         del self._pairs[len(report.pairs):]
+        newest = len(report.pairs) - 1
+        if self.per_head == "newest" and self._newest != newest:
+            # The pair written as the newest loses its heads, the newest gains them.
+            for i in (self._newest, newest):
+                if i is not None and i < len(self._pairs):
+                    self._pairs[i] = (None, self._pairs[i][1], "")
+            self._newest = newest
         for i, pair in enumerate(report.pairs):
             if i < len(self._pairs) and self._pairs[i][0] is pair:
                 continue
             judged = _judged(pair)
             if i == len(self._pairs):
-                self._pairs.append((pair, judged, _pair_text(report, pair, self._compact)))
-            elif self._pairs[i][1] != judged:
-                self._pairs[i] = (pair, judged, _pair_text(report, pair, self._compact))
-        head = report_dict(dataclasses.replace(report, pairs=[]))
+                self._pairs.append((pair, judged, self._pair_text(report, i)))
+            elif self._pairs[i][0] is None or self._pairs[i][1] != judged:
+                self._pairs[i] = (pair, judged, self._pair_text(report, i))
+        head = report_dict(dataclasses.replace(report, pairs=[]), self.per_head)
         if self._compact:
             head, empty = json.dumps(head, separators=(",", ":"), allow_nan=False), '"pairs":[]'
             pairs = "[" + ",".join(text for _, _, text in self._pairs) + "]"
@@ -63,8 +73,21 @@ class ReportFile:
             pad = "\n" + " " * (2 * INDENT)
             pairs = "[" + pad + ("," + pad).join(text for _, _, text in self._pairs) + "\n" + " " * INDENT + "]"
         if not self._pairs or head.count(empty) != 1:  # nothing to splice, or nowhere unambiguous to
-            return report_json(report)
+            return report_json(report, self.per_head)
         return head.replace(empty, '"pairs":' + ("" if self._compact else " ") + pairs) + "\n"
+
+    def _pair_text(self, report: ScanReport, index: int) -> str:
+        """Pair `index` as report_json writes it inside the pairs list (two levels deep)."""
+        plain = report_dict(dataclasses.replace(report, pairs=[report.pairs[index]], checkpoints=[]))["pairs"][0]
+        for layer in plain["layers"]:  # report_dict's per_head, for this pair among the report's
+            kept = index == len(report.pairs) - 1 if self.per_head == "newest" else \
+                self.per_head == "all" or layer["status"] in ("warn", "alert")
+            if layer.get("attention") and not kept:
+                layer["attention"]["heads"] = []
+        if self._compact:
+            return json.dumps(plain, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(plain, indent=INDENT, allow_nan=False)
+        return text.replace("\n", "\n" + " " * (2 * INDENT))
 
 
 def _judged(pair: PairResult) -> tuple:
@@ -72,12 +95,3 @@ def _judged(pair: PairResult) -> tuple:
     return (pair.status, pair.loss,
             tuple((layer.status, tuple(layer.findings), tuple(sorted(layer.judgements.items())))
                   for layer in pair.layers))
-
-
-def _pair_text(report: ScanReport, pair: PairResult, compact: bool) -> str:
-    """The pair as report_json writes it inside the pairs list (two levels deep)."""
-    plain = report_dict(dataclasses.replace(report, pairs=[pair], checkpoints=[]))["pairs"][0]
-    if compact:
-        return json.dumps(plain, separators=(",", ":"), allow_nan=False)
-    text = json.dumps(plain, indent=INDENT, allow_nan=False)
-    return text.replace("\n", "\n" + " " * (2 * INDENT))
