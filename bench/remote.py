@@ -28,7 +28,7 @@ over its monitored bytes, and its own I/O floor (the same concurrent 8 MB
 parts over the monitored bytes of all its checkpoints).
 
 Five servers: `static` (bench/s3_static.py: sendfile from the files, so
-the client is what is timed), `s3like` (the same, with 20 ms to first byte
+the client is what is timed; in a process of its own, as a real store is), `s3like` (the same, with 20 ms to first byte
 and 100 MB/s per response, roughly one S3 GET from a machine in the same
 region: where concurrency matters), `link1g` (s3like behind a 1 Gbit/s link
 shared by all responses, a CI runner outside the cluster: the network, not
@@ -58,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import synthetic  # noqa: E402
 from measure import load_average, monitored_entries  # noqa: E402
-from s3_static import StaticS3  # noqa: E402
+from s3_static import StaticS3Process  # noqa: E402
 from synthetic import ModelSpec, ensure_run  # noqa: E402
 
 from ckptscan import readahead, scan_pair  # noqa: E402
@@ -117,7 +117,7 @@ def main() -> None:
         print(f"local trend of {args.trend} checkpoints (files on disk, warm): {local_trend:.2f} s", flush=True)
     for server in args.servers.split(","):
         if server in SERVERS:
-            static = StaticS3(args.root, **SERVERS[server])
+            static = StaticS3Process(args.root, **SERVERS[server])
             os.environ["AWS_ENDPOINT_URL"] = static.url
             measure_server(server, "s3://bucket/run", paths, ranges, head_ranges, monitored, head_monitored, local,
                            args.rounds)
