@@ -57,11 +57,15 @@ def compare_runs(
     cache: PairCache | None = None,
     executor: Executor | None = None,
     scanning: Callable[[str], None] | None = None,
+    probes: bool = True,
+    loss_logs: bool = True,
 ) -> SweepReport:
     """Judge each of `run_dirs` (two or more runs of one model) against the
     others and rank them. Each run uses its own probe and loss log, all the
     same pairing, options and thresholds (`config`, `settings`; `thresholds`
-    replaces the config's). `scanning` is told each run as its scan starts."""
+    replaces the config's). `scanning` is told each run as its scan starts.
+    `probes` / `loss_logs` False: no run uses its own probe / loss log
+    (`trend SWEEP/ --no-probe`, `--no-loss-log`)."""
     names = [str(d) for d in run_dirs]
     if len(names) < 2:
         raise CkptScanError(f"a comparison needs at least two runs, got {len(names)}")
@@ -69,6 +73,7 @@ def compare_runs(
     if twice:
         raise CkptScanError("the same run given twice; each run is judged against the others", path=twice[0])
     specs = [resolve_run(d, stride=stride, base=base, config=config, settings=settings,
+                         probe=AUTO if probes else None, loss_log=AUTO if loss_logs else None,
                          cache_dir=cache.directory if cache is not None else None) for d in run_dirs]
     options = options or ScanOptions()
     # Before any scan: the model of each run is in its first checkpoint's header.

@@ -34,7 +34,7 @@ def compare(
         "a sweep or several seeds.")],
     *,  # the options, in --help order; a bare name is a shared option (cli.options)
     stride, base, json_path, fail_on, config, set_, cache_dir, no_cache, quiet, num_heads, num_kv_heads, head_dim,
-    model_config, layers, precision, device, heads, full_spectrum, tensor_map,
+    model_config, layers, precision, device, heads, full_spectrum, tensor_map, no_probe, no_loss_log,
     allow_corrupt: AllowCorrupt = False,
 ) -> None:
     """Judge each run of a sweep against the others and rank them, healthiest first; exit by the worst run.
@@ -56,14 +56,14 @@ def compare(
                                tensor_map, model_config)
         code = judge_sweep(run_dirs, options, stride=stride, base=base, config=config, settings=set_ or (),
                            cache=_cache(cache_dir, no_cache), json_path=json_path, fail_on=fail_on, quiet=quiet,
-                           allow_corrupt=allow_corrupt)
+                           allow_corrupt=allow_corrupt, probes=not no_probe, loss_logs=not no_loss_log)
     raise typer.Exit(code)
 
 
 def judge_sweep(run_dirs: Sequence[str | Path | RemotePath], options: ScanOptions, *, stride: int, base: str,
                 config: Path | None, settings: Sequence[str], cache: PairCache | None, json_path: Path | None,
                 fail_on: FailOn | str | None, quiet: bool, allow_corrupt: bool, as_json: bool = False,
-                executor: Executor | None = None) -> int:
+                executor: Executor | None = None, probes: bool = True, loss_logs: bool = True) -> int:
     """Compare the runs, print the ranking (stdout; stderr when the JSON
     report goes to stdout), write --json, and return the gate's exit code."""
     from ckptscan.cli.options import Base
@@ -75,7 +75,8 @@ def judge_sweep(run_dirs: Sequence[str | Path | RemotePath], options: ScanOption
 
     sweep = compare_runs(run_dirs, options, stride=stride, base=Base(base).value,
                          config=config if config is not None else AUTO, settings=settings, cache=cache,
-                         executor=executor, scanning=lambda run: note(f"scanning {run}", quiet=quiet))
+                         executor=executor, scanning=lambda run: note(f"scanning {run}", quiet=quiet),
+                         probes=probes, loss_logs=loss_logs)
     if cache is not None:
         note(f"cache: {cache.hits} pair(s) reused, {cache.misses} computed ({cache.directory})", quiet=quiet)
     json_to_stdout = json_path is not None and own_descriptor(str(json_path)) == 1

@@ -69,7 +69,8 @@ def trend(
         try:  # the executor is closed however this ends (a reference run is scanned on it too)
             if runs is not None:
                 raise typer.Exit(_sweep(runs, options, cache, runner, stride, base, reference, probe, loss_log,
-                                        outputs, fail_on, config, set_, quiet, allow_corrupt))
+                                        outputs, fail_on, config, set_, quiet, allow_corrupt,
+                                        probes=not no_probe, loss_logs=not no_loss_log))
             spec = resolve_run(run_dir, **run_arguments(stride, base, probe, no_probe, loss_log, no_loss_log,
                                                         reference, config, set_),
                                cache_dir=cache.directory if cache is not None else None,
@@ -98,9 +99,10 @@ def trend(
 def _sweep(runs: list, options: ScanOptions, cache: PairCache | None, runner: Executor, stride: int,
            base: Base | str, reference: list[str] | None, probe: str | None, loss_log: str | None,
            outputs: TrendOutputs, fail_on: FailOn | None, config: Path | None, settings: list[str] | None,
-           quiet: bool, allow_corrupt: bool) -> int:
+           quiet: bool, allow_corrupt: bool, probes: bool = True, loss_logs: bool = True) -> int:
     """`trend SWEEP/`: the sweep's runs judged against each other (`cli.compare`).
-    What names one run's side files, or another reference, has no meaning here."""
+    What names one run's side files, or another reference, has no meaning here;
+    --no-probe and --no-loss-log switch every run's own off."""
     from ckptscan.cli.compare import judge_sweep
     from ckptscan.errors import CkptScanError
 
@@ -116,7 +118,8 @@ def _sweep(runs: list, options: ScanOptions, cache: PairCache | None, runner: Ex
                             "the others with its own probe and loss log; --json writes the sweep report)")
     return judge_sweep(runs, options, stride=stride, base=Base(base).value, config=config, settings=settings or (),
                        cache=cache, json_path=outputs.json_path, fail_on=fail_on, quiet=quiet,
-                       allow_corrupt=allow_corrupt, as_json=outputs.format is Format.json, executor=runner)
+                       allow_corrupt=allow_corrupt, as_json=outputs.format is Format.json, executor=runner,
+                       probes=probes, loss_logs=loss_logs)
 
 
 def _progress(quiet: bool) -> Progress:

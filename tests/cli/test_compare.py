@@ -100,6 +100,34 @@ def test_trend_of_a_sweep_refuses_what_names_one_run(cache):
     assert result.stderr.count("\n") == 1 and "--reference: not for a sweep" in result.stderr
 
 
+def test_trend_of_a_sweep_switches_every_run_s_loss_log_off_with_no_loss_log(samples_compared, cache, tmp_path):
+    """--no-loss-log reaches every run of the sweep (it was ignored): no
+    run's report reads its train_log.jsonl, where with it each does."""
+    _, compared = samples_compared
+    assert all(run["report"]["settings"].get("loss_log") for run in compared["runs"])
+    path = tmp_path / "trend.json"
+    result = invoke("trend", SAMPLES, "--no-loss-log", "--json", path, "--cache-dir", cache)
+    assert result.exit_code == 1, result.output
+    runs = json.loads(path.read_text())["runs"]
+    assert len(runs) == 5
+    assert all("loss_log" not in run["report"]["settings"] for run in runs)
+    assert all(pair["loss"] is None for run in runs for pair in run["report"]["pairs"])
+
+
+def test_compare_switches_every_run_s_probe_off_with_no_probe(cache, tmp_path):
+    runs = [SAMPLES / "healthy", SAMPLES / "router_fault"]
+    assert all((run / "probe.safetensors").is_file() for run in runs)
+    for flags, routed in (((), True), (("--no-probe",), False)):
+        path = tmp_path / f"sweep{len(flags)}.json"
+        result = invoke("compare", *runs, *flags, "--json", path, "--cache-dir", cache)
+        assert result.exit_code in (0, 1), result.output
+        reports = [run["report"] for run in json.loads(path.read_text())["runs"]]
+        entropies = [layer["router"]["routing_entropy"] for report in reports for pair in report["pairs"]
+                     for layer in pair["layers"] if layer.get("router")]
+        assert entropies and all((e is not None) == routed for e in entropies)
+        assert all((report["probe"] is not None) == routed for report in reports)
+
+
 def test_two_healthy_runs_each_judged_against_the_other_pass(two_seeds, tmp_path):
     path = tmp_path / "sweep.json"
     result = invoke("compare", *two_seeds, "--json", path)
