@@ -256,7 +256,9 @@ class Monitor:
         """Drop from memory the per-head results that `per_head` leaves out of
         the report, of the pair before the newest: its layers' statuses are
         final (each pair is judged from earlier ones only; a lone first pair
-        is judged again as warm-up when the second comes). At 10,000 pairs of
+        is judged again as warm-up when the second comes). Only a change of
+        basis (a loss log whose LR warm-up end moves) judges every pair again:
+        a layer flagged then keeps no heads it had dropped. At 10,000 pairs of
         a 1B model the per-head results are most of the 11 GiB live mode
         holds. The judged copy shares the raw pair's attention results."""
         for raw, judged in zip(self.pairs[index].layers, self.report.pairs[index].layers):
