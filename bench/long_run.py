@@ -299,23 +299,38 @@ def ckptscan(*args: str) -> dict:
     return {"seconds": run.wall_s, "peak_rss": run.peak_rss_bytes}
 
 
+TREND_ROUNDS = 3  # re-runs and diffs timed per size, alternating: the best of each counts (a shared machine)
+
+
 def trend_figures(checkpoints: list[Path], root: Path, sizes: list[int]) -> dict:
     """`trend` on the first N checkpoints with an empty pair cache, then again
     once one more checkpoint is there (the cache holding the N − 1 pairs),
-    and a `diff` of that new pair alone."""
+    and a `diff` of that new pair alone. The re-run and the diff are each
+    the best of TREND_ROUNDS, side by side; every re-run starts from the
+    cache the first run left (copied back), so each computes the new pair."""
     found = {}
     for n in sizes:
         run = symlink_run(root / f"run-{n}", checkpoints[:n])
-        cache = root / f"cache-{n}"
+        cache, kept = root / f"cache-{n}", root / f"cache-{n}-first"
         shutil.rmtree(cache, ignore_errors=True)
         first = ckptscan("trend", str(run), "--cache-dir", str(cache))
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.copytree(cache, kept, symlinks=True)
         (run / checkpoints[n].name).symlink_to(checkpoints[n])
-        again = ckptscan("trend", str(run), "--cache-dir", str(cache))
-        diff = ckptscan("diff", str(checkpoints[n - 1]), str(checkpoints[n]))
-        found[n] = {"first": first, "again": again, "diff": diff}
+        agains, diffs = [], []
+        for _ in range(TREND_ROUNDS):
+            shutil.rmtree(cache)
+            shutil.copytree(kept, cache, symlinks=True)
+            agains.append(ckptscan("trend", str(run), "--cache-dir", str(cache)))
+            diffs.append(ckptscan("diff", str(checkpoints[n - 1]), str(checkpoints[n])))
+        again = {"seconds": min(r["seconds"] for r in agains), "peak_rss": max(r["peak_rss"] for r in agains)}
+        diff = {"seconds": min(r["seconds"] for r in diffs), "peak_rss": max(r["peak_rss"] for r in diffs)}
+        found[n] = {"first": first, "again": again, "diff": diff,
+                    "ratios": [a["seconds"] / d["seconds"] for a, d in zip(agains, diffs)]}
         print(f"  trend {n + 1} checkpoints: first run {first['seconds']:.1f} s, after one new checkpoint "
               f"{again['seconds']:.1f} s ({again['peak_rss'] / 2**20:.0f} MiB); diff of that pair "
-              f"{diff['seconds']:.1f} s", flush=True)
+              f"{diff['seconds']:.1f} s (best of {TREND_ROUNDS}; each round's ratio "
+              f"{', '.join(f'{r:.2f}' for r in found[n]['ratios'])})", flush=True)
     return found
 
 

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ckptscan.cache import digest, tool_fingerprint
+from ckptscan.cache import collector_paused, digest, tool_fingerprint
 from ckptscan.detection.judge import SeriesJudge, effective_thresholds
 from ckptscan.detection.rules import unjudged
 from ckptscan.detection.state import JudgeState
@@ -100,8 +100,9 @@ class JudgeCache:
                 continue
             try:
                 state = JudgeState.from_dict(_read(path), thresholds, judging.expected(thresholds, metrics), basis)
-                judged = [_annotated(pair, _read(self._judged(link)))
-                          for pair, link in zip(metrics.pairs[:count], chain[:count])]
+                with collector_paused():
+                    judged = [_annotated(pair, _read(self._judged(link)))
+                              for pair, link in zip(metrics.pairs[:count], chain[:count])]
             except (OSError, ValueError, KeyError, TypeError, CkptScanError):
                 return
             if state.count == count:

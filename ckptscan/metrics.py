@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ckptscan.cache import PairCache, file_identity
+from ckptscan.cache import PairCache, collector_paused, file_identity
 from ckptscan.executors import Executor
 from ckptscan.layouts import ModelInfo, resolve_layout
 from ckptscan.loss_log import LossLog
@@ -58,7 +58,9 @@ def compute(
     ckpts, pairs = spec.checkpoints, spec.pairs
     settings = pair_settings(options, spec)
     keys = cache.keys(ckpts, pairs, settings) if cache is not None else []
-    layers: list[list[LayerResult] | None] = [cache.get(k) for k in keys] if cache is not None else [None] * len(pairs)
+    with collector_paused():  # a long run's thousands of cached pairs
+        layers: list[list[LayerResult] | None] = [cache.get(k) for k in keys] if cache is not None \
+            else [None] * len(pairs)
     cached = [found is not None for found in layers]
     missing = [k for k, found in enumerate(layers) if found is None]
     model = None

@@ -18,7 +18,6 @@ all the open reads); any other format is opened every time.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import os
@@ -66,9 +65,10 @@ class OpenedRecord:
             if _signature(found["path"], found["files"]) != found["signature"]:
                 return None
             path = Path(found["path"])
-            # Copies: what callers do to a checkpoint's meta or config is not the record's.
-            return Checkpoint(path, found["format"], found["step"], DeferredSource(path), copy.deepcopy(found["config"]),
-                              [Path(f) for f in found["files"]], copy.deepcopy(found["meta"]), found["identity"])
+            # Copies: what callers set in a checkpoint's meta or config is not the record's.
+            config = dict(found["config"]) if found["config"] is not None else None
+            return Checkpoint(path, found["format"], found["step"], DeferredSource(path), config,
+                              [Path(f) for f in found["files"]], dict(found["meta"]), found["identity"])
         except (OSError, KeyError, TypeError, ValueError):
             return None
 

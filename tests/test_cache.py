@@ -184,3 +184,23 @@ def test_a_corrupt_judge_state_is_judged_afresh(run, tmp_path, judged):
     judged.clear()
     assert report_json(scan_run(run, options, cache=PairCache(tmp_path / "cache"))) == first
     assert len(judged) == 11
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_loading_pauses_the_collector_and_leaves_it_as_it_was(enabled):
+    import gc
+
+    from ckptscan.cache import collector_paused
+
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        with collector_paused():
+            assert not gc.isenabled()
+        assert gc.isenabled() == enabled
+        with pytest.raises(KeyError):
+            with collector_paused():
+                raise KeyError("an unreadable entry")
+        assert gc.isenabled() == enabled
+    finally:
+        (gc.enable if was else gc.disable)()
