@@ -2,7 +2,7 @@
 a re-run opens only what is new or changed.
 
 One JSON file per run directory under `<cache dir>/opened/`. For each
-checkpoint (a folder or file of the run) it keeps what opening it found —
+checkpoint folder of the run it keeps what opening it found —
 format, step, files, the framework's meta — and the stat of the checkpoint
 and of every file it read: size, modification and change times (ns), inode.
 A write, a rename over, a truncation or a file added to the folder changes
@@ -58,8 +58,8 @@ class OpenedRecord:
 
     def lookup(self, entry: Path | RemotePath) -> Checkpoint | None:
         """`entry` as it last opened, if nothing it is made of has changed since."""
-        found = self.entries.get(str(entry))
-        if found is None or isinstance(entry, RemotePath):
+        found = self.entries.get(str(entry))  # a remote run's record is always empty
+        if found is None:
             return None
         try:
             if _signature(found["path"], found["files"]) != found["signature"]:
@@ -74,9 +74,8 @@ class OpenedRecord:
 
     def remember(self, entry: Path | RemotePath, checkpoint: Checkpoint) -> None:
         """Record a checkpoint just opened from `entry` (before discovery sets its step)."""
-        if self.path is None or isinstance(entry, RemotePath) or checkpoint.format not in RECORDED_FORMATS \
-                or isinstance(checkpoint.tensors, DeferredSource):
-            return
+        if self.path is None or checkpoint.format not in RECORDED_FORMATS:
+            return  # a remote run, or a format whose open reads more than its files
         if type(checkpoint.meta) is not dict or type(checkpoint.config) not in (dict, type(None)):
             return
         try:  # exactly what this record can hold (JSON), else it is opened every time

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from ckptscan.detection.catalog import MONITORS
+from ckptscan.detection.catalog import MONITORS, Monitor
 from ckptscan.detection.series import Point
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.results import Finding
@@ -54,47 +54,25 @@ def layer_band_departure(points: Mapping[str, Point]) -> float | None:
 
 
 @dataclass
-class LayerBand:
-    """The rule's state in one layer: the mean departure of the previous pair
-    and the step it was at (the onset of two in a row)."""
+class TwoInARow:
+    """A band statistic's state: its value on the previous pair and that
+    pair's step (the onset of two in a row). `LayerBand` and `RunBand`."""
 
     previous: float | None = None
     previous_step: int | None = None
 
-    def update(self, points: Mapping[str, Point], step: int | None, t: Thresholds) -> Finding | None:
-        """The finding of this pair, if its mean departure and the previous
-        pair's are both at ≥ `layer_band_warn` (an alert when both are at
-        ≥ `layer_band_alert`), else None."""
-        mean = layer_band_departure(points)
+    def _step(self, value: float | None, step: int | None, warn: float, alert: float
+              ) -> tuple[float, str, float, int | None] | None:
+        """Take this pair's value; (the smaller of it and the previous one,
+        severity, threshold crossed, onset step) when both reach `warn`."""
         previous, onset = self.previous, self.previous_step
-        self.previous, self.previous_step = mean, step
-        if mean is None or previous is None:
+        self.previous, self.previous_step = value, step
+        if value is None or previous is None:
             return None
-        both = min(mean, previous)
-        if both < t.layer_band_warn:
+        both = min(value, previous)
+        if both < warn:
             return None
-        severity = "alert" if both >= t.layer_band_alert else "warn"
-        threshold = t.layer_band_alert if severity == "alert" else t.layer_band_warn
-        # The finding names the monitor departing most: the statistic is the layer's, the monitor a pointer.
-        name, point = max(((m.name, points[m.name]) for m in LAYER_BAND
-                           if m.name in points and points[m.name].band_departure is not None),
-                          key=lambda np: np[1].band_departure)
-        monitor = next(m for m in LAYER_BAND if m.name == name)
-        return Finding(
-            monitor=name,
-            family=monitor.family,
-            severity=severity,
-            value=point.value,
-            message=f"{monitor.label} and the layer's other attention update monitors: their mean departure "
-                    f"from the band of reference runs is {mean:.1f} band σ, {previous:.1f} on the pair before "
-                    f"(≥ {threshold:g} on two pairs in a row) since step {onset}; {monitor.label} departs most "
-                    f"({point.band_departure:.1f} σ)",
-            baseline=point.expected,
-            threshold=threshold,
-            rule="layer_band",
-            score=both,
-            onset_step=onset,
-        )
+        return (both, "alert", alert, onset) if both >= alert else (both, "warn", warn, onset)
 
     def live_labels(self) -> list[object]:
         """The onset a next pair's finding may name: this pair's step."""
@@ -104,67 +82,80 @@ class LayerBand:
         return {"previous": self.previous, "previous_step": self.previous_step}
 
 
+def _departing_most(points: Mapping[str, Point]) -> tuple[Monitor, Point]:
+    """The layer's LAYER_BAND monitor departing most from the band: what a
+    finding of a band statistic names (the statistic is the layer's or run's)."""
+    return max(((m, points[m.name]) for m in LAYER_BAND
+                if m.name in points and points[m.name].band_departure is not None),
+               key=lambda mp: mp[1].band_departure)
+
+
+def _finding(monitor: Monitor, point: Point, judged: tuple[float, str, float, int | None], rule: str, what: str,
+             mean: float, previous: float, pointer: str) -> Finding:
+    both, severity, threshold, onset = judged
+    return Finding(
+        monitor=monitor.name,
+        family=monitor.family,
+        severity=severity,
+        value=point.value,
+        message=f"{what}: their mean departure from the band of reference runs is {mean:.1f} band σ, "
+                f"{previous:.1f} on the pair before (≥ {threshold:g} on two pairs in a row) since step {onset}; "
+                f"{pointer}",
+        baseline=point.expected,
+        threshold=threshold,
+        rule=rule,
+        score=both,
+        onset_step=onset,
+    )
+
+
+class LayerBand(TwoInARow):
+    """The layer-band rule in one layer. After `update`, `previous` is this pair's mean."""
+
+    def update(self, points: Mapping[str, Point], step: int | None, t: Thresholds) -> Finding | None:
+        """The finding of this pair, if its mean departure and the previous
+        pair's are both at ≥ `layer_band_warn` (an alert when both are at
+        ≥ `layer_band_alert`), else None."""
+        before = self.previous
+        judged = self._step(layer_band_departure(points), step, t.layer_band_warn, t.layer_band_alert)
+        if judged is None:
+            return None
+        monitor, point = _departing_most(points)
+        return _finding(monitor, point, judged, "layer_band",
+                        f"{monitor.label} and the layer's other attention update monitors", self.previous, before,
+                        f"{monitor.label} departs most ({point.band_departure:.1f} σ)")
+
+
 # Fewest layers with a layer-band mean on a pair for the run to have a mean there.
 MIN_LAYERS = 2
 
 
-def run_band_departure(layers: Sequence[Mapping[str, Point]]) -> tuple[float, int] | None:
-    """The mean over layers of `layer_band_departure`, and the position of
-    the layer departing most; None with fewer than MIN_LAYERS layer means."""
-    means = [(mean, position) for position, points in enumerate(layers)
-             if (mean := layer_band_departure(points)) is not None]
-    if len(means) < MIN_LAYERS:
+def run_band_departure(means: Sequence[float | None]) -> tuple[float, int] | None:
+    """The mean of the layers' band means (`layer_band_departure`, by layer
+    position), and the position of the layer departing most; None with
+    fewer than MIN_LAYERS layer means."""
+    found = [(mean, position) for position, mean in enumerate(means) if mean is not None]
+    if len(found) < MIN_LAYERS:
         return None
-    return sum(mean for mean, _ in means) / len(means), max(means)[1]
+    return sum(mean for mean, _ in found) / len(found), max(found)[1]
 
 
-@dataclass
-class RunBand:
-    """The run-band rule's state: the run's mean departure on the previous
-    pair and that pair's step."""
+class RunBand(TwoInARow):
+    """The run-band rule's state."""
 
-    previous: float | None = None
-    previous_step: int | None = None
-
-    def update(self, layers: Sequence[Mapping[str, Point]], step: int | None, t: Thresholds
-               ) -> tuple[int, Finding] | None:
+    def update(self, means: Sequence[float | None], layers: Sequence[Mapping[str, Point]], step: int | None,
+               t: Thresholds) -> tuple[int, Finding] | None:
         """(layer position, finding) of this pair, if the run's mean departure
         and the previous pair's are both at ≥ `run_band_warn` (an alert at
-        ≥ `run_band_alert`); the finding goes to the layer departing most."""
-        found = run_band_departure(layers)
-        previous, onset = self.previous, self.previous_step
-        self.previous, self.previous_step = (found[0] if found else None), step
-        if found is None or previous is None:
+        ≥ `run_band_alert`); the finding goes to the layer departing most.
+        `means`: each layer's band mean on this pair, as its `LayerBand` took it."""
+        found = run_band_departure(means)
+        before = self.previous
+        judged = self._step(found[0] if found else None, step, t.run_band_warn, t.run_band_alert)
+        if judged is None:
             return None
         mean, position = found
-        both = min(mean, previous)
-        if both < t.run_band_warn:
-            return None
-        severity = "alert" if both >= t.run_band_alert else "warn"
-        threshold = t.run_band_alert if severity == "alert" else t.run_band_warn
-        points = layers[position]
-        name, point = max(((m.name, points[m.name]) for m in LAYER_BAND
-                           if m.name in points and points[m.name].band_departure is not None),
-                          key=lambda np: np[1].band_departure)
-        monitor = next(m for m in LAYER_BAND if m.name == name)
-        return position, Finding(
-            monitor=name,
-            family=monitor.family,
-            severity=severity,
-            value=point.value,
-            message=f"the attention update monitors of every layer: their mean departure from the band of "
-                    f"reference runs is {mean:.1f} band σ, {previous:.1f} on the pair before (≥ {threshold:g} on "
-                    f"two pairs in a row) since step {onset}; this layer departs most ({monitor.label} "
-                    f"{point.band_departure:.1f} σ)",
-            baseline=point.expected,
-            threshold=threshold,
-            rule="run_band",
-            score=both,
-            onset_step=onset,
-        )
-
-    def live_labels(self) -> list[object]:
-        return [self.previous_step] if self.previous is not None else []
-
-    def to_dict(self) -> dict:
-        return {"previous": self.previous, "previous_step": self.previous_step}
+        monitor, point = _departing_most(layers[position])
+        return position, _finding(monitor, point, judged, "run_band", "the attention update monitors of every layer",
+                                  mean, before, f"this layer departs most ({monitor.label} "
+                                  f"{point.band_departure:.1f} σ)")

@@ -109,7 +109,8 @@ class JudgeState:
             self.layer_bands = [LayerBand() for _ in self.layers]
         verdicts = self._series(index, pair, judged)
         if self._band:
-            found = self.run_band.update(verdicts, pair.to_step, t)
+            # Each layer's band mean on this pair, as its LayerBand (in `_series`) just took it.
+            found = self.run_band.update([band.previous for band in self.layer_bands], verdicts, pair.to_step, t)
             if found is not None and found[0] < len(pair.layers):
                 pair.layers[found[0]].findings.append(found[1])
         if len(self.layers) >= 2:  # one layer: its own CUSUM already is the pooled one

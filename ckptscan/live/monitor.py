@@ -54,7 +54,7 @@ from ckptscan.live.snapshot import ModelView, model_config
 from ckptscan.loss_log import LossLog
 from ckptscan.paths import expand_path
 from ckptscan.probe import Probe, capture_probe, load_probe
-from ckptscan.report.json import PER_HEAD
+from ckptscan.report.json import PER_HEAD, keeps_heads
 from ckptscan.readers import Checkpoint
 from ckptscan.results import SEVERITIES, CheckpointRef, Finding, PairResult, ScanReport
 from ckptscan.scan import ScanOptions, scan_layers
@@ -262,8 +262,8 @@ class Monitor:
         a 1B model the per-head results are most of the 11 GiB live mode
         holds. The judged copy shares the raw pair's attention results."""
         for raw, judged in zip(self.pairs[index].layers, self.report.pairs[index].layers):
-            flagged = self.per_head == "flagged" and judged.status in ("warn", "alert")
-            if raw.attention is not None and raw.attention.heads and not flagged:
+            if raw.attention is not None and raw.attention.heads and \
+                    not keeps_heads(self.per_head, judged.status, newest=False):
                 raw.attention.heads = []
 
     def close(self) -> None:

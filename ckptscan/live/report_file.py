@@ -21,7 +21,7 @@ from typing import Any
 
 from ckptscan.atomic import write_atomic
 from ckptscan.errors import CkptScanError
-from ckptscan.report.json import check_per_head, compact, report_dict, report_json
+from ckptscan.report.json import check_per_head, compact, keeps_heads, report_dict, report_json
 from ckptscan.results import PairResult, ScanReport
 
 # report_json's layout: indent 2, pairs one level down (a long report: no indentation).
@@ -80,9 +80,8 @@ class ReportFile:
         """Pair `index` as report_json writes it inside the pairs list (two levels deep)."""
         plain = report_dict(dataclasses.replace(report, pairs=[report.pairs[index]], checkpoints=[]))["pairs"][0]
         for layer in plain["layers"]:  # report_dict's per_head, for this pair among the report's
-            kept = index == len(report.pairs) - 1 if self.per_head == "newest" else \
-                self.per_head == "all" or layer["status"] in ("warn", "alert")
-            if layer.get("attention") and not kept:
+            if layer.get("attention") and not keeps_heads(self.per_head, layer["status"],
+                                                          index == len(report.pairs) - 1):
                 layer["attention"]["heads"] = []
         if self._compact:
             return json.dumps(plain, separators=(",", ":"), allow_nan=False)

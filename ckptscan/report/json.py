@@ -50,8 +50,7 @@ def report_dict(report: ScanReport, per_head: str = "all") -> dict[str, Any]:
         newest = len(body["pairs"]) - 1
         for index, pair in enumerate(body["pairs"]):
             for layer in pair["layers"]:
-                kept = index == newest if per_head == "newest" else layer["status"] in ("warn", "alert")
-                if layer.get("attention") and not kept:
+                if layer.get("attention") and not keeps_heads(per_head, layer["status"], index == newest):
                     layer["attention"]["heads"] = []
         body["settings"]["per_head"] = per_head
     return {
@@ -60,6 +59,14 @@ def report_dict(report: ScanReport, per_head: str = "all") -> dict[str, Any]:
         "command": command,
         **body,
     }
+
+
+def keeps_heads(per_head: str, layer_status: str, newest: bool) -> bool:
+    """Whether a layer keeps its per-head results under `per_head` (`newest`:
+    the layer is in the report's newest pair)."""
+    if per_head == "newest":
+        return newest
+    return per_head == "all" or layer_status in ("warn", "alert")
 
 
 def check_per_head(per_head: str) -> None:
