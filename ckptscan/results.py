@@ -311,3 +311,4 @@ class SweepReport:
     status: str  # the worst run's
     notes: list[str] = field(default_factory=list)  # how the runs were aligned, where references fell short
     fail_on: str = "alert"  # the config's gate level
+    left_out: list[str] = field(default_factory=list)  # runs left out of the others' bands: they alert against all

@@ -17,6 +17,15 @@ intervals are aligned by step; each judged report's
 saved at another interval. Runs of different models are refused, naming
 the odd one.
 
+A faulty run would widen the band of every other run (a band's spread is
+its members' standard deviation), so two faulty runs of one sweep could
+hide each other. With three runs or more, the runs that alert against all
+the others are left out of the others' bands and every run is judged again
+(`SweepReport.left_out`; each report's notes say so). This is done once:
+the first round's verdicts rest on bands of every other run, a second
+exclusion would rest on bands it had narrowed itself. A run all of whose
+others alert keeps its judgement against all of them.
+
 Ranked healthiest first: by status (ok, warn, alert), and within a status
 the run whose first warning or alert came later first (it stayed healthy
 longer); ties keep the order given.
@@ -59,13 +68,15 @@ def compare_runs(
     scanning: Callable[[str], None] | None = None,
     probes: bool = True,
     loss_logs: bool = True,
+    leave_out: bool = True,
 ) -> SweepReport:
     """Judge each of `run_dirs` (two or more runs of one model) against the
     others and rank them. Each run uses its own probe and loss log, all the
     same pairing, options and thresholds (`config`, `settings`; `thresholds`
     replaces the config's). `scanning` is told each run as its scan starts.
     `probes` / `loss_logs` False: no run uses its own probe / loss log
-    (`trend SWEEP/ --no-probe`, `--no-loss-log`)."""
+    (`trend SWEEP/ --no-probe`, `--no-loss-log`). `leave_out` False: no run
+    is left out of the others' bands (the first round only, for comparison)."""
     names = [str(d) for d in run_dirs]
     if len(names) < 2:
         raise CkptScanError(f"a comparison needs at least two runs, got {len(names)}")
@@ -88,19 +99,47 @@ def compare_runs(
     # Each run as a reference: what its `trend --json` report holds (a JSON round trip, NaN as None).
     own = [report_from_dict(as_json_values(report_dict(judge(m, t))), name)
            for name, m, t in zip(names, metrics, limits)]
-    judged = []
-    for i, (name, m, t) in enumerate(zip(names, metrics, limits)):
-        others = [j for j in range(len(names)) if j != i]
-        references = [own[j] for j in others]
+
+    def judged_against(i: int, left_out: set[int]) -> tuple[ScanReport, list[str]]:
+        others = [j for j in range(len(names)) if j != i and j not in left_out]
         paths = [names[j] for j in others]
-        judged.append((name, judge(m, t, references if len(references) > 1 else references[0],
-                                   reference_path=paths if len(paths) > 1 else paths[0]), paths))
+        references = [own[j] for j in others]
+        return judge(metrics[i], limits[i], references if len(references) > 1 else references[0],
+                     reference_path=paths if len(paths) > 1 else paths[0]), paths
+
+    first_round = [judged_against(i, set()) for i in range(len(names))]
+    # A run that alerts against all the others widens their bands (a band's
+    # spread is its members' standard deviation), so it is left out of them
+    # (module docstring). With two runs there is no band to leave it out of.
+    alerted = {i for i, (report, _) in enumerate(first_round)
+               if report.summary.status == "alert" and len(names) > 2 and leave_out}
+    left_out_notes = {j: f"{names[j]} alerts against all the other runs (first alert at step "
+                         f"{_first(first_round[j][0].summary.first_alert_step)}): left out of the others' bands"
+                      for j in alerted}
+    judged = []
+    for i in range(len(names)):
+        excluded = alerted - {i}
+        if not excluded:
+            report, paths = first_round[i]
+        elif len(excluded) == len(names) - 1:
+            report, paths = first_round[i]
+            _note(report, f"every run but {names[i]} alerts against the rest: it is judged against all of them")
+        else:
+            report, paths = judged_against(i, excluded)
+            if i in alerted and report.summary.status != "alert":
+                # Against the healthier runs alone it no longer alerts: the
+                # alert it raised against all of them stands.
+                report, paths = first_round[i]
+            else:
+                for j in sorted(excluded):
+                    _note(report, left_out_notes[j])
+        judged.append((names[i], report, paths))
     runs = [_run(name, report, paths) for name, report, paths in judged]
     runs.sort(key=_health)
     for rank, run in enumerate(runs, 1):
         run.rank = rank
     notes = sorted({note for run in runs for note in run.report.settings.get("reference_notes", [])})
-    return SweepReport(runs, runs[-1].status, notes, specs[0].config.fail_on)
+    return SweepReport(runs, runs[-1].status, notes, specs[0].config.fail_on, [names[j] for j in sorted(alerted)])
 
 
 def check_one_model(names: Sequence[str], models: Sequence[ModelInfo]) -> None:
@@ -115,6 +154,10 @@ def check_one_model(names: Sequence[str], models: Sequence[ModelInfo]) -> None:
             differs = "; ".join(f"{k}: {v} vs {model[k]}" for k, v in shape if model[k] != v)
             raise CkptScanError(f"is of a different model than the other runs ({differs}; against {like}): "
                                 "a sweep's runs are judged against each other", path=name)
+
+
+def _note(report: ScanReport, note: str) -> None:
+    report.settings["reference_notes"] = [*report.settings.get("reference_notes", []), note]
 
 
 def _first(steps: dict[str, int | None]) -> int | None:

@@ -104,15 +104,18 @@ def write_json(report: ScanReport, path: str | Path, per_head: str = "all") -> N
 
 def sweep_dict(sweep: SweepReport) -> dict[str, Any]:
     """The sweep report: {schema_version, tool, command: "compare",
-    summary: {status, runs, message}, notes, runs: [{rank, path, status,
-    first_alert_step, first_warn_step, family, references, report}]}, each
-    `report` the run's whole report judged against its `references`."""
+    summary: {status, runs, message}, notes, left_out, runs: [{rank, path,
+    status, first_alert_step, first_warn_step, family, references, report}]},
+    each `report` the run's whole report judged against its `references`;
+    `left_out`: the runs that alert against all the others, left out of the
+    others' bands."""
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "ckptscan", "version": __version__},
         "command": "compare",
         "summary": {"status": sweep.status, "runs": len(sweep.runs), "message": sweep_message(sweep)},
         "notes": list(sweep.notes),
+        "left_out": list(sweep.left_out),
         "runs": [{"rank": run.rank, "path": run.path, "status": run.status,
                   "first_alert_step": run.first_alert_step, "first_warn_step": run.first_warn_step,
                   "family": run.family, "references": list(run.references), "report": report_dict(run.report)}

@@ -23,17 +23,21 @@ def print_sweep(console: Console, sweep: SweepReport) -> None:
     print_model(console, dataclasses.replace(first, probe=None))  # each run has its own probe
     others = len(sweep.runs) - 1
     against = "the other run" if others == 1 else f"the band of the other {others}"
+    if sweep.left_out:
+        against = "the band of the others, less those that alert against all the rest"
     table = Table(title=f"{len(sweep.runs)} runs, each judged against {against}", title_justify="left",
                   header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
-    for name, justify in (("rank", "right"), ("run", "left"), ("steps", "left"), ("status", "left"),
-                          ("first alert", "right"), ("family", "left")):
+    columns = [("rank", "right"), ("run", "left"), ("steps", "left"), ("status", "left"), ("first alert", "right"),
+               ("family", "left")] + ([("against", "right")] if sweep.left_out else [])
+    for name, justify in columns:
         table.add_column(name, justify=justify, no_wrap=True)
     for run in sweep.runs:
         steps = [c.step for c in run.report.checkpoints if c.step is not None]
         span = f"{min(steps)}–{max(steps)}" if steps else "–"
         alert = str(run.first_alert_step) if run.first_alert_step is not None else "–"
+        against = [str(len(run.references))] if sweep.left_out else []
         table.add_row(str(run.rank), run.path, span, Text(run.status, style=STATUS_STYLE.get(run.status, "")), alert,
-                      run.family or "–")
+                      run.family or "–", *against)
     console.print(table)
     for note in sweep.notes:
         console.print(Text(f"note: {note}", style="dim"))

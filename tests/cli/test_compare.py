@@ -2,7 +2,9 @@
 against the others (leave-one-out), ranked healthiest first (ok, warn,
 alert; within a status the later first alert first), the exit code the worst
 run's, `--json` a versioned sweep report holding every run's whole report;
-runs of another model refused in one line naming the odd run."""
+with three runs or more, a run that alerts against all the others is left
+out of their bands; runs of another model refused in one line naming the
+odd run."""
 
 import json
 from pathlib import Path
@@ -58,10 +60,11 @@ def test_the_sample_runs_are_ranked_healthiest_first_and_exit_by_the_worst(sampl
     keys = [(SEVERITIES.index(run["status"]), -(run["first_alert_step"] or 0)) for run in runs]
     assert keys == sorted(keys)
     table = result.stdout
-    assert "5 runs, each judged against the band of the other 4" in table
+    assert "5 runs, each judged against the band of the others, less those that alert against all the rest" in table
     rows = [line.split() for line in table.splitlines() if "0–3000" in line]  # rank, run, steps, status, ...
     assert [row[1] for row in rows] == [run["path"] for run in runs]
     assert [row[3] for row in rows] == [run["status"] for run in runs]
+    assert [row[-1] for row in rows] == ["4", "1", "1", "1", "1"]  # "against": the healthy run, or all four
     assert f"the worst: {runs[-1]['path']}" in table
     assert "gate failed (--fail-on alert)" in result.stderr
 
@@ -73,16 +76,63 @@ def test_the_sweep_report_is_versioned_and_holds_each_run_judged_against_the_oth
     assert report["summary"]["status"] == "alert" and report["summary"]["runs"] == 5
     assert report["summary"]["message"].startswith("ALERT: of 5 runs, 4 alerted; the worst:")
     paths = [run["path"] for run in report["runs"]]
+    healthy, faulty = paths[0], sorted(paths[1:])
+    assert report["left_out"] == faulty  # each alerts against all the others
     for run in report["runs"]:
         assert set(run) == RUN_KEYS
         others = sorted(p for p in paths if p != run["path"])
-        assert sorted(run["references"]) == others
         whole = run["report"]
         assert whole["command"] == "trend" and whole["schema_version"] == SCHEMA_VERSION
-        assert sorted(whole["settings"]["reference_runs"]) == others  # a band of the other four
+        notes = whole["settings"]["reference_notes"]
+        if run["path"] == healthy:  # every other run alerts: judged against the band of all four
+            assert sorted(run["references"]) == sorted(whole["settings"]["reference_runs"]) == others
+            assert notes == [f"every run but {healthy} alerts against the rest: it is judged against all of them"]
+        else:  # the other faulty runs left out: judged against the healthy run alone
+            assert run["references"] == [healthy] and whole["settings"]["reference"] == healthy
+            assert "reference_runs" not in whole["settings"]
+            assert sorted(n.split(" alerts against all the other runs")[0] for n in notes) == \
+                [p for p in faulty if p != run["path"]]
         assert whole["summary"]["status"] == run["status"]
         first = [s for s in whole["summary"]["first_alert_step"].values() if s is not None]
         assert run["first_alert_step"] == (min(first) if first else None)
+
+
+def test_a_faulty_run_left_with_the_healthy_run_is_judged_as_against_that_run_alone(samples_compared, cache, tmp_path):
+    """Leaving the other faulty runs out makes a faulty run's sweep judgement
+    exactly `trend RUN --reference HEALTHY`'s."""
+    _, compared = samples_compared
+    healthy = compared["runs"][0]["path"]
+    for run in compared["runs"][1:]:
+        path = tmp_path / f"{Path(run['path']).name}.json"
+        result = invoke("trend", run["path"], "--reference", healthy, "--json", path, "--cache-dir", cache)
+        assert result.exit_code == 1, result.output
+        alone = json.loads(path.read_text())
+        assert alone["summary"] == run["report"]["summary"]
+        assert alone["pairs"] == run["report"]["pairs"]
+
+
+def test_leaving_alerting_runs_out_makes_faulty_runs_alert_no_later_and_some_earlier(samples_compared, cache):
+    """Against bands that hold the other faulty runs (`leave_out=False`, the
+    first round) the faulty runs alert later: the faulty members widen the
+    bands. The healthy run is judged against all four either way."""
+    from ckptscan.cache import PairCache
+    from ckptscan.sweep import compare_runs
+
+    _, compared = samples_compared
+    first_round = compare_runs([run["path"] for run in compared["runs"]], cache=PairCache(cache), leave_out=False)
+    assert first_round.left_out == []
+    before = {run.path: run for run in first_round.runs}
+    earlier = 0
+    for run in compared["runs"]:
+        assert sorted(before[run["path"]].references) == sorted(p["path"] for p in compared["runs"]
+                                                                if p["path"] != run["path"])
+        old, new = before[run["path"]].first_alert_step, run["first_alert_step"]
+        if old is None:
+            assert new is None and run["status"] == "ok"  # the healthy run
+        else:
+            assert new <= old
+            earlier += new < old
+    assert earlier >= 2  # attention_fault and silent_fault (1600 -> 1500, 800 -> 700)
 
 
 def test_trend_of_a_sweep_directory_is_compare_of_its_runs(samples_compared, cache, tmp_path):
@@ -134,6 +184,7 @@ def test_two_healthy_runs_each_judged_against_the_other_pass(two_seeds, tmp_path
     assert result.exit_code == 0, result.output
     assert "2 runs, each judged against the other run" in result.stdout
     assert "HEALTHY: none of the 2 runs departed from the others" in result.stdout
+    assert json.loads(path.read_text())["left_out"] == []
     assert "gate passed (--fail-on alert)" in result.stderr
     runs = json.loads(path.read_text())["runs"]
     assert [run["status"] for run in runs] == ["ok", "ok"]
