@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+# Credentials a URL can carry into a message: user:password@ in an endpoint
+# URL (AWS_ENDPOINT_URL=http://user:secret@host), and the signature or token
+# of a signed URL (S3 presigned, Azure SAS, ?token=). A store client quotes the
+# URL it requested in its errors; the one error line must not quote them.
+_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
+_SECRET_QUERY = re.compile(r"(?i)([?&](?:x-amz-signature|x-amz-credential|x-amz-security-token|sig|signature"
+                           r"|token|access_token|password|secret)=)[^&\s]+")
 
 
 class CkptScanError(Exception):
@@ -18,9 +27,14 @@ class CkptScanError(Exception):
             where.append(str(path))
         if tensor is not None:
             where.append(f"tensor '{tensor}'")
-        super().__init__(_printable(f"{': '.join(where)}: {message}" if where else message))
+        super().__init__(redacted(_printable(f"{': '.join(where)}: {message}" if where else message)))
         self.path = str(path) if path is not None else None
         self.tensor = tensor
+
+
+def redacted(text: str) -> str:
+    """`text` with the credentials of any URL in it replaced by ***."""
+    return _SECRET_QUERY.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
 
 
 def _printable(text: str) -> str:

@@ -76,3 +76,18 @@ def test_a_refused_credential_is_one_line_that_does_not_quote_it(store, monkeypa
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {store.url}: cannot configure the gcs client: "), lines
     assert leaked(SECRET, [result.stdout + result.stderr], tmp_path) == []
+
+
+def test_an_endpoint_url_with_credentials_in_it_is_not_quoted_in_the_error_line(s3, monkeypatch, short_backoff,
+                                                                                tmp_path):
+    """The S3 client quotes the URL it requested when a request fails; an
+    endpoint URL may carry user:password@. The one error line names the
+    endpoint without them (`ckptscan.errors.redacted`)."""
+    hf_run(tmp_path / "run")
+    url = s3.upload(tmp_path / "run", "run")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://ckpt:{SECRET}@127.0.0.1:9")  # nothing listens on port 9
+    result = runner.invoke(app, ["diff", f"{url}/checkpoint-100", f"{url}/checkpoint-200"])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "http://***@127.0.0.1:9/" in lines[0], lines
+    assert leaked(SECRET, [result.stdout + result.stderr], tmp_path) == []
