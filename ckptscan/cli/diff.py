@@ -48,8 +48,9 @@ def diff(
 
 
 def _print_table(console: Console, report: ScanReport) -> None:
-    from ckptscan.report.table import print_model, print_pair, print_summary
+    from ckptscan.report.table import print_model, print_pair, print_reference_notes, print_summary
 
     print_model(console, report)
     print_pair(console, report, report.pairs[0])
+    print_reference_notes(console, report)
     print_summary(console, report)

@@ -152,7 +152,8 @@ Reference = Annotated[Optional[list[str]], typer.Option(
     "--reference", metavar="RUN|REPORT", help="A known-healthy run of the same model and schedule to compare with: "
     "its JSON report (ckptscan trend --json), its run directory (scanned like this one, cached) or a URL (s3://, "
     "gs://, az://, hf://) of either. Several (--reference A/ B/ C/, or the flag repeated) make a band: the spread "
-    "of healthy runs at each step.")]
+    "of healthy runs at each step. A reference that alerts itself (against the others; alone, on its own "
+    "history) is left out, with a note.")]
 
 # The services a run's health is followed in (cli.outputs: written after the
 # report files, each failure one line on stderr, never the exit code).

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Sequence, Union
 
 from ckptscan.detection.reference import Reference, reference_from_reports
 from ckptscan.detection.rules import finish_report, unjudged
+from ckptscan.detection.screening import Screened, screen_references
 from ckptscan.detection.state import JudgeState
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.loss_log import LossLog, divergence_step
@@ -40,15 +41,18 @@ ReferencePaths = Union[str, Sequence[str], None]
 
 
 def judge(metrics: Metrics, thresholds: Thresholds | None = None, reference: References = None, *,
-          reference_path: ReferencePaths = None) -> ScanReport:
+          reference_path: ReferencePaths = None, screen: bool = True) -> ScanReport:
     """Findings, statuses and the verdict of `metrics`.
 
     `reference`: a known-healthy run's report (`load_report`), or several, to
     compare each pair with; `reference_path`, the file(s) they came from, for
-    the report. With a loss log in the metrics, judging starts after the LR
-    warm-up at the earliest, and the summary gives the lead over divergence.
+    the report. A reference that alerts itself is left out
+    (`detection/screening.py`); `screen` False uses every one (a sweep, which
+    screens its runs once for all of them). With a loss log in the metrics,
+    judging starts after the LR warm-up at the earliest, and the summary
+    gives the lead over divergence.
     """
-    return SeriesJudge(thresholds, reference, reference_path).report(metrics)
+    return SeriesJudge(thresholds, reference, reference_path, screen=screen).report(metrics)
 
 
 class SeriesJudge:
@@ -72,9 +76,11 @@ class SeriesJudge:
     """
 
     def __init__(self, thresholds: Thresholds | None = None, reference: References = None,
-                 reference_path: ReferencePaths = None) -> None:
+                 reference_path: ReferencePaths = None, *, screen: bool = True) -> None:
         self.thresholds = thresholds or Thresholds()
         self.reference, self.reference_path = reference, reference_path
+        self.screen = screen
+        self._screening: tuple[str, Screened] | None = None  # `screened`'s, under the basis it was made on
         self.state: JudgeState | None = None
         self.judged: list[PairResult] = []  # the pairs judged so far, in order
         self._reference_id: str | None = None
@@ -98,6 +104,10 @@ class SeriesJudge:
             probe=metrics.probe,
         )
         finish_report(report, self.state, divergence)
+        screened = self.screened(thresholds)
+        if screened is not None and screened.left_out:
+            report.settings["reference_left_out"] = list(screened.left_out)
+            report.settings["reference_notes"] = [*report.settings.get("reference_notes", []), *screened.notes]
         return report
 
     def add(self, pair: PairResult) -> PairResult:
@@ -131,8 +141,26 @@ class SeriesJudge:
         if not reports:
             return None
         expected = reference_from_reports(reports, thresholds.warmup_pairs, thresholds.warmup_steps, paths)
-        expected.check_model(metrics.model)
-        return expected
+        expected.check_model(metrics.model)  # every reference given, before any is left out
+        screened = self.screened(thresholds)
+        if screened is None or not screened.left_out:
+            return expected
+        if not screened.reports:
+            return None
+        return reference_from_reports(screened.reports, thresholds.warmup_pairs, thresholds.warmup_steps,
+                                      screened.paths)
+
+    def screened(self, thresholds: Thresholds) -> Screened | None:
+        """The references kept and left out under `thresholds`
+        (`detection/screening.py`), worked out once per basis; None without
+        references or screening."""
+        reports, paths = _listed(self.reference, self.reference_path)
+        if not reports or not self.screen:
+            return None
+        key = json.dumps(self.basis(thresholds), sort_keys=True, default=str)
+        if self._screening is None or self._screening[0] != key:
+            self._screening = (key, screen_references(reports, paths, thresholds))
+        return self._screening[1]
 
 
 def effective_thresholds(log: LossLog | None, thresholds: Thresholds) -> tuple[Thresholds, int | None]:

@@ -80,6 +80,12 @@ def print_model(console: Console, report: ScanReport) -> None:
         console.print(f"probe: {report.probe}{assumed}", highlight=False)
 
 
+def print_reference_notes(console: Console, report: ScanReport) -> None:
+    """How the references were used: left out, ended early, saved at another interval."""
+    for note in report.settings.get("reference_notes", []):
+        console.print(Text(f"note: {note}", style="dim"))
+
+
 def print_summary(console: Console, report: ScanReport) -> None:
     s = report.summary
     style = STATUS_STYLE.get(s.status, "")

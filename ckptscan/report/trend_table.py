@@ -31,7 +31,7 @@ from rich.text import Text
 from ckptscan.discovery import CORRUPT
 from ckptscan.interventions import family_lines
 from ckptscan.report.sparkline import cell_statuses, sparkline
-from ckptscan.report.table import STATUS_STYLE, fmt, print_model
+from ckptscan.report.table import STATUS_STYLE, fmt, print_model, print_reference_notes
 from ckptscan.results import Finding, LayerResult, LayerSummary, ScanReport
 from ckptscan.vocabulary import BY_NAME, MonitorInfo, worst
 
@@ -185,6 +185,7 @@ def print_trend(console: Console, report: ScanReport) -> None:
     print_model(console, report)
     console.print(trend_table(report, console.width))
     _print_loss(console, report)
+    print_reference_notes(console, report)
     _print_summary(console, report)
 
 
