@@ -42,7 +42,8 @@ class JudgeCache:
     code), so it is filed under a chain digest: c_0 = digest(basis),
     c_k = digest(c_{k-1}, pair k's cache identity). `<dir>/judged/<c_k>.json`
     holds pair k's judgement, `<dir>/judge-state/<c_k>.json` the state after
-    it (only the newest is kept). A run whose pairs extend a judged one finds
+    it (only the newest is kept), `<dir>/screened/<digest(basis)>.json` which
+    references were left out (`detection/screening.py`). A run whose pairs extend a judged one finds
     the state of its longest judged prefix and judges only the rest; any
     other change (thresholds, a pair recomputed, a restart) misses, and the
     series is judged from the first pair. An unreadable entry is a miss.
@@ -62,6 +63,7 @@ class JudgeCache:
             return judging.report(metrics)
         thresholds, _ = effective_thresholds(metrics.loss_log, judging.thresholds)
         basis = judging.basis(thresholds)
+        self._screen(judging, thresholds, basis)
         chain = self.chain(basis, metrics.pair_keys)
         if judging.state is None or judging.state.basis != basis:
             self._resume(judging, metrics, thresholds, basis, chain)
@@ -90,6 +92,23 @@ class JudgeCache:
         links = _chain(basis, pair_keys)
         self._chain = (basis, list(pair_keys), links)
         return links
+
+    def _screen(self, judging: SeriesJudge, thresholds: Thresholds, basis: dict[str, Any]) -> None:
+        """`judging`'s screening of its references (`SeriesJudge.screened`)
+        from `<dir>/screened/`, filed under the basis, or worked out and filed:
+        it judges every reference, as costly as judging them."""
+        if not judging.screens:
+            return
+        key = digest({"format": JUDGE_FORMAT, "code": tool_fingerprint(_JUDGE_SOURCES), "basis": basis})
+        path = self.directory / "screened" / f"{key}.json"
+        try:
+            judging.screened(thresholds, _read(path))
+            return
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        screened = judging.screened(thresholds)
+        if screened is not None:
+            self._write(path, screened.as_dict())
 
     def _resume(self, judging: SeriesJudge, metrics: Metrics, thresholds: Thresholds, basis: dict[str, Any],
                 chain: list[str]) -> None:

@@ -186,6 +186,37 @@ def test_a_corrupt_judge_state_is_judged_afresh(run, tmp_path, judged):
     assert len(judged) == 11
 
 
+@pytest.fixture(scope="module")
+def references(tmp_path_factory):
+    """Two healthy runs of the same model and a faulty one (its layer 1 collapses from step 300)."""
+    root = tmp_path_factory.mktemp("references")
+    return [write_run(root / f"healthy{seed}", count=12, seed=seed) for seed in (1, 2)] + \
+        [write_run(root / "faulty", count=12, seed=3, collapse_layer=1, collapse_from=300)]
+
+
+def test_references_are_screened_once_and_the_screening_is_cached(run, tmp_path, judged, references):
+    """Screening judges every reference against the others (the faulty one
+    until its first alert); a re-run after a new checkpoint takes it from the
+    cache and judges one pair; an unreadable screening is screened again."""
+    options = ScanOptions()
+    refs = [str(r) for r in references]
+    shutil.move(run / "checkpoint-1100", tmp_path / "later")
+    first = scan_run(run, options, cache=PairCache(tmp_path / "cache"), reference=refs)
+    assert first.settings["reference_left_out"] == [refs[2]]
+    assert judged.count(100) == 3 + 3 + 1  # each reference on its own (its scan), in screening; the run
+    (screening,) = (tmp_path / "cache" / "screened").iterdir()
+    shutil.move(tmp_path / "later", run / "checkpoint-1100")
+    judged.clear()
+    grown = scan_run(run, options, cache=PairCache(tmp_path / "cache"), reference=refs)
+    assert judged == [1100]
+    want = report_json(scan_run(run, options, reference=refs))
+    assert report_json(grown) == want
+    screening.write_text("{not json")  # unreadable: screened again, the same report
+    judged.clear()
+    assert report_json(scan_run(run, options, cache=PairCache(tmp_path / "cache"), reference=refs)) == want
+    assert judged.count(100) == 3 and judged.count(1100) == 2  # screening only; the faulty one stops early
+
+
 @pytest.mark.parametrize("enabled", [True, False])
 def test_loading_pauses_the_collector_and_leaves_it_as_it_was(enabled):
     import gc

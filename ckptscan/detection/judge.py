@@ -150,16 +150,24 @@ class SeriesJudge:
         return reference_from_reports(screened.reports, thresholds.warmup_pairs, thresholds.warmup_steps,
                                       screened.paths)
 
-    def screened(self, thresholds: Thresholds) -> Screened | None:
+    @property
+    def screens(self) -> bool:
+        """Whether there are references to screen."""
+        return self.screen and bool(_listed(self.reference, self.reference_path)[0])
+
+    def screened(self, thresholds: Thresholds, known: dict[str, Any] | None = None) -> Screened | None:
         """The references kept and left out under `thresholds`
         (`detection/screening.py`), worked out once per basis; None without
-        references or screening."""
+        references or screening. `known`: a screening filed under this basis
+        (`Screened.as_dict`), taken instead of screening again."""
         reports, paths = _listed(self.reference, self.reference_path)
-        if not reports or not self.screen:
+        if not self.screens:
             return None
         key = json.dumps(self.basis(thresholds), sort_keys=True, default=str)
         if self._screening is None or self._screening[0] != key:
-            self._screening = (key, screen_references(reports, paths, thresholds))
+            found = Screened.restored(known, reports, paths) if known is not None else \
+                screen_references(reports, paths, thresholds)
+            self._screening = (key, found)
         return self._screening[1]
 
 

@@ -12,6 +12,12 @@ the judged report says which and why (`settings.reference_left_out`,
 `settings.reference_notes`). When every reference alerts, none is used:
 the run is judged against its own history, as without references.
 
+Screening judges every reference once, so it costs what judging the
+references would (about 10 ms per pair of a 16-layer model against a band
+of two): the judge keeps it for as long as its basis holds, and `trend`'s
+judge cache files it beside the judged pairs (`judge_cache.py`), so a re-run
+does not screen again.
+
 The same rule, applied once to a whole sweep, is `ckptscan.sweep`'s: on
 the corpus judged as sweeps (experiments/sweeps.py) it moved the median lead
 over diverging runs from 25 % to 48 %, with no false alarm on 23 healthy
@@ -36,10 +42,25 @@ from ckptscan.results import ScanReport
 class Screened:
     """The references kept, in the order given, and what was left out."""
 
+    kept: list[int]  # the kept references' positions among those given
     reports: list[ScanReport]
     paths: list[str | None]
     left_out: list[str] = field(default_factory=list)  # the references left out, by path (or position)
     notes: list[str] = field(default_factory=list)  # one line each, for `settings.reference_notes`
+
+    def as_dict(self) -> dict[str, list]:
+        """What a later run under the same basis needs (the judge cache files it)."""
+        return {"kept": list(self.kept), "left_out": list(self.left_out), "notes": list(self.notes)}
+
+    @classmethod
+    def restored(cls, data: dict[str, list], reports: Sequence[ScanReport], paths: Sequence[str | None]
+                 ) -> Screened:
+        """`as_dict`'s screening of these references; ValueError if it cannot be theirs."""
+        kept = [int(i) for i in data["kept"]]
+        if any(not 0 <= i < len(reports) for i in kept) or kept != sorted(set(kept)):
+            raise ValueError("not a screening of these references")
+        return cls(kept, [reports[i] for i in kept], [paths[i] for i in kept],
+                   [str(name) for name in data["left_out"]], [str(note) for note in data["notes"]])
 
 
 def screen_references(reports: Sequence[ScanReport], paths: Sequence[str | None], thresholds: Thresholds
@@ -47,12 +68,13 @@ def screen_references(reports: Sequence[ScanReport], paths: Sequence[str | None]
     """Keep the references that do not alert (module docstring). Each is
     judged under `thresholds`, from the end of its own LR warm-up when its
     report names one, as the judged run is."""
-    kept = Screened([], [])
+    kept = Screened([], [], [])
     for i, report in enumerate(reports):
         others = [j for j in range(len(reports)) if j != i]
         alert = first_alert(report, [reports[j] for j in others], [paths[j] for j in others], thresholds)
         name = paths[i] if paths[i] is not None else f"reference {i + 1}"
         if alert is None:
+            kept.kept.append(i)
             kept.reports.append(report)
             kept.paths.append(paths[i])
             continue
