@@ -16,6 +16,11 @@ in the fault's own family after onset (a detection when before divergence)
 with its lead, as experiments/evaluate.py defines them; any alert on a
 healthy run, or at or before onset, is a false alarm. Then per setting:
 false alarms, detections and the median lead over the diverging runs.
+
+Last, `--reference` screening's false exclusions (`detection/screening.py`):
+each healthy reference set of the held-out evaluation (the healthy seeds of
+a recipe, `--references healthy-seeds`) screened from its stored metrics;
+every run left out is a healthy run wrongly taken for a faulty one.
 """
 
 from __future__ import annotations
@@ -25,12 +30,15 @@ import statistics
 from pathlib import Path
 
 from ckptscan.cache import PairCache
+from ckptscan.detection.screening import screen_references
+from ckptscan.detection.thresholds import Thresholds
 from ckptscan.results import ScanReport, SweepReport
 from ckptscan.sweep import compare_runs
 from experiments.baselines import read_log
-from experiments.corpus import DEFAULT_OUT, load_manifest
+from experiments.corpus import DEFAULT_OUT, healthy_seed_references, load_manifest
 from experiments.divergence import divergence_step
 from experiments.evaluate import FAULT_FAMILIES, fault_onset
+from experiments.judge import load_report
 
 SETTINGS = (("bands of all others", False), ("alerting runs left out", True))
 
@@ -67,6 +75,16 @@ def lead(onset: int | None, divergence: int | None, alarm: int | None) -> float 
     if divergence is None or onset is None:
         return None
     return 0.0 if alarm is None or alarm >= divergence else (divergence - alarm) / (divergence - onset)
+
+
+def healthy_reference_sets(manifest: dict, corpus: Path) -> list[list[str]]:
+    """The distinct healthy-seed reference sets of the held-out runs, all of whose runs are generated."""
+    sets: list[list[str]] = []
+    for run in manifest["runs"]:
+        names = healthy_seed_references(manifest, run) if run["split"] == "heldout" else []
+        if names and names not in sets and all((corpus / n / "metrics.json").is_file() for n in names):
+            sets.append(names)
+    return sets
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -115,6 +133,11 @@ def main(argv: list[str] | None = None) -> None:
         median = f"{100 * statistics.median(total['leads']):.0f}% of {len(total['leads'])}" if total["leads"] else "–"
         print(f"{name:24s} false alarms {total['false']} (healthy runs {total['healthy']}); detected "
               f"{total['detected']}/{total['faulty']}; median lead over diverging runs {median}")
+    sets = healthy_reference_sets(load_manifest(), args.corpus)
+    left_out = [name for names in sets for name in screen_references(
+        [load_report(args.corpus / n) for n in names], names, Thresholds()).left_out]
+    print(f"--reference screening of {len(sets)} healthy reference sets ({sum(map(len, sets))} healthy runs): "
+          f"{len(left_out)} left out{': ' + ', '.join(left_out) if left_out else ''}")
 
 
 if __name__ == "__main__":

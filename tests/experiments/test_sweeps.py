@@ -36,3 +36,12 @@ def test_lead_is_the_share_of_the_onset_to_divergence_window_and_zero_for_a_late
     assert lead(500, 1500, 1000) == 0.5
     assert lead(0, 1000, 1000) == 0.0 and lead(0, 1000, None) == 0.0
     assert lead(0, None, 600) is None and lead(None, 1000, 600) is None
+
+
+def test_the_healthy_reference_sets_are_those_of_the_held_out_runs_once_each_when_generated(tmp_path):
+    from experiments.sweeps import healthy_reference_sets
+
+    generated(tmp_path, [f"g3-ll6-bf16-cos-i50-s{s}-healthy" for s in (0, 1, 2)]
+              + [f"ll4-bf16-const-s{s}-healthy" for s in (0, 1, 3)])  # ll4's seed 4 not yet trained
+    assert healthy_reference_sets(load_manifest(), tmp_path) == [
+        [f"g3-ll6-bf16-cos-i50-s{s}-healthy" for s in (0, 1, 2)]]
