@@ -204,5 +204,12 @@ def _identity(reference: ScanReport, path: str | None) -> str:
     if path is not None and Path(path).is_file():
         stat = Path(path).stat()
         return json.dumps([str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns])
-    content = json.dumps(dataclasses.asdict(reference), sort_keys=True, default=str)
+    # Each dataclass serialised through its own fields, not `dataclasses.asdict`,
+    # which deep-copies every value first: a third of judging a 16-layer run
+    # against three scanned references went to that copy.
+    content = json.dumps(reference, sort_keys=True, default=_fields)
     return hashlib.sha256(content.encode()).hexdigest()
+
+
+def _fields(value: Any) -> Any:
+    return vars(value) if dataclasses.is_dataclass(value) else str(value)

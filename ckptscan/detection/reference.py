@@ -67,6 +67,17 @@ class Member:
     interval: float | None  # median steps between a pair's two checkpoints
 
 
+@dataclass(frozen=True)
+class Known:
+    """One member's series: its (step, judged value) pairs, their steps (for
+    bisect without a key function: a third of a band's cost was that key) and
+    whether they ascend."""
+
+    points: list[tuple[float, float]]
+    steps: list[float]
+    ordered: bool
+
+
 @dataclass
 class Reference:
     path: str  # the references' files, comma-separated
@@ -92,7 +103,7 @@ class Reference:
     def expectations(self, layer: int, monitor: Monitor, steps: Sequence[float], count: int, scale_factor: float,
                      band_factor: float = 1.0, interval: float | None = None) -> list[Expectation | None] | None:
         """`expectation` at each step; None where no reference has a value of `monitor` in `layer`."""
-        if not any(self._known(m, layer, monitor, False)[0] for m in range(len(self.members))):
+        if not any(self._known(m, layer, monitor, False).points for m in range(len(self.members))):
             return None
         return [self.expectation(layer, monitor, step, count, scale_factor, band_factor, interval) for step in steps]
 
@@ -123,48 +134,48 @@ class Reference:
         """One run's local level: the median of its `count` judged pairs
         nearest in step; its sigma widened by `scale_factor` for the spread
         between runs that one run cannot show."""
-        known, ordered = self._known(m, layer, monitor, False)
-        if not known:
+        known = self._known(m, layer, monitor, False)
+        if not known.points:
             return None
-        nearest = _nearest(known, ordered, step, count)
+        nearest = _nearest(known, step, count)
         center, scale = robust_center_scale([y for _, y in nearest], monitor.spec.min_scale)
         return Expectation(center, scale * math.sqrt(1 + 1 / len(nearest)) * scale_factor)
 
     def _band(self, members: list[int], layer: int, monitor: Monitor, step: float, count: int, band_factor: float
               ) -> Expectation:
         """The band of several runs at `step` (see the module docstring)."""
-        series = [self._known(m, layer, monitor, True)[0] for m in members]
+        series = [self._known(m, layer, monitor, True) for m in members]
         values = [_interpolate(known, step) for known in series]
         center = statistics.median(values)
         # Between-run spread, pooled over the `count` steps nearest to `step`
         # of the first reference (one step's spread of 2-3 runs is too noisy).
-        grid = [s for s, _ in _nearest(series[0], True, step, count)]
+        grid = [s for s, _ in _nearest(series[0], step, count)]
         squares, freedom = 0.0, 0
         for s in grid:
-            here = [_interpolate(known, s) for known in series if known[0][0] <= s <= known[-1][0]]
+            here = [_interpolate(known, s) for known in series if known.steps[0] <= s <= known.steps[-1]]
             if len(here) >= 2:
                 mean = sum(here) / len(here)
                 squares += sum((v - mean) ** 2 for v in here)
                 freedom += len(here) - 1
         between = math.sqrt(squares / freedom) if freedom else 0.0
-        jitter = statistics.mean(
-            difference_scale([y for _, y in sorted(_nearest(known, True, step, 2 * count))], monitor.spec.min_scale)
+        # fmean, not mean: mean's exact rational sum was a third of judging against a band.
+        jitter = statistics.fmean(
+            difference_scale([y for _, y in sorted(_nearest(known, step, 2 * count))], monitor.spec.min_scale)
             ** 2 for known in series)
         scale = max(math.sqrt(between ** 2 + jitter), monitor.spec.min_scale)
         return Expectation(center, scale * math.sqrt(1 + 1 / len(members)) * band_factor, band_factor)
 
     def _covers(self, m: int, layer: int, monitor: Monitor, step: float) -> bool:
-        known = self._known(m, layer, monitor, True)[0]
-        if not known:
+        steps = self._known(m, layer, monitor, True).steps
+        if not steps:
             return False
         slack = (self.members[m].interval or 0.0) / 2  # a checkpoint's worth either side
-        return known[0][0] - slack <= step <= known[-1][0] + slack
+        return steps[0] - slack <= step <= steps[-1] + slack
 
-    def _known(self, m: int, layer: int, monitor: Monitor, everything: bool) -> tuple[list[tuple[float, float]], bool]:
-        """Member `m`'s (step, judged value) pairs of a series and whether
-        their steps ascend; `everything`: every pair (the band's), sorted by
-        step, else the pairs after warm-up in report order. Worked out once
-        per series, not per judged pair."""
+    def _known(self, m: int, layer: int, monitor: Monitor, everything: bool) -> Known:
+        """Member `m`'s (step, judged value) pairs of a series; `everything`:
+        every pair (the band's), sorted by step, else the pairs after warm-up
+        in report order. Worked out once per series, not per judged pair."""
         key = (m, layer, monitor.name, everything)
         if key not in self._series:
             member = self.members[m]
@@ -173,7 +184,8 @@ class Reference:
                      if not math.isnan(y := judged_value(monitor.read(r), monitor.spec.log))]
             if everything:
                 known.sort(key=lambda sy: sy[0])
-            self._series[key] = (known, all(a[0] <= b[0] for a, b in zip(known, known[1:])))
+            steps = [s for s, _ in known]
+            self._series[key] = Known(known, steps, all(a <= b for a, b in zip(steps, steps[1:])))
         return self._series[key]
 
     def coverage_notes(self, pairs: Sequence[PairResult]) -> list[str]:
@@ -205,26 +217,28 @@ def _same_interval(a: float | None, b: float | None) -> bool:
     return max(a, b) / min(a, b) <= INTERVAL_RATIO
 
 
-def _interpolate(known: list[tuple[float, float]], step: float) -> float:
+def _interpolate(known: Known, step: float) -> float:
     """Linear interpolation in step between the reference pairs around `step`
     (`known` ascending); the end value just outside the covered steps."""
-    position = bisect.bisect_left(known, step, key=lambda sy: sy[0])
+    points = known.points
+    position = bisect.bisect_left(known.steps, step)
     if position == 0:
-        return known[0][1]
-    if position == len(known):
-        return known[-1][1]
-    (x0, y0), (x1, y1) = known[position - 1], known[position]
+        return points[0][1]
+    if position == len(points):
+        return points[-1][1]
+    (x0, y0), (x1, y1) = points[position - 1], points[position]
     return y0 if x1 == x0 else y0 + (y1 - y0) * (step - x0) / (x1 - x0)
 
 
-def _nearest(known: list[tuple[float, float]], ordered: bool, step: float, count: int) -> list[tuple[float, float]]:
+def _nearest(series: Known, step: float, count: int) -> list[tuple[float, float]]:
     """The `count` entries nearest to `step`, ties to the earlier entry (a
     stable sort by distance). With ascending steps, only the entries around
     `step` are sorted: the nearest `count` lie within `count` places of it,
     and every entry as near as the `count`-th is added, so ties break alike."""
-    if not ordered:
+    known = series.points
+    if not series.ordered:
         return sorted(known, key=lambda sy: abs(sy[0] - step))[:count]
-    position = bisect.bisect_left(known, step, key=lambda sy: sy[0])
+    position = bisect.bisect_left(series.steps, step)
     lo, hi = max(0, position - count), min(len(known), position + count)
     kth = sorted(abs(known[j][0] - step) for j in range(lo, hi))[min(count, hi - lo) - 1]
     while lo > 0 and abs(known[lo - 1][0] - step) <= kth:
