@@ -42,11 +42,12 @@ class JudgeCache:
     code), so it is filed under a chain digest: c_0 = digest(basis),
     c_k = digest(c_{k-1}, pair k's cache identity). `<dir>/judged/<c_k>.json`
     holds pair k's judgement, `<dir>/judge-state/<c_k>.json` the state after
-    it (only the newest is kept), `<dir>/screened/<digest(basis)>.json` which
-    references were left out (`detection/screening.py`). A run whose pairs extend a judged one finds
-    the state of its longest judged prefix and judges only the rest; any
-    other change (thresholds, a pair recomputed, a restart) misses, and the
-    series is judged from the first pair. An unreadable entry is a miss.
+    it (only the newest is kept), `<dir>/screened/<digest(basis)>.json`
+    which references were left out (`detection/screening.py`). A run whose
+    pairs extend a judged one finds the state of its longest judged prefix
+    and judges only the rest; any other change (thresholds, a pair
+    recomputed, a restart) misses, and the series is judged from the first
+    pair. An unreadable entry is a miss.
     """
 
     def __init__(self, directory: str | Path) -> None:

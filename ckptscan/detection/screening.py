@@ -13,10 +13,10 @@ the judged report says which and why (`settings.reference_left_out`,
 the run is judged against its own history, as without references.
 
 Screening judges every reference once, so it costs what judging the
-references would (about 10 ms per pair of a 16-layer model against a band
-of two): the judge keeps it for as long as its basis holds, and `trend`'s
-judge cache files it beside the judged pairs (`judge_cache.py`), so a re-run
-does not screen again.
+references would (about 6 ms per pair of a 16-layer model against a band of
+two, bench/band_judge.py): the judge keeps it for as long as its basis
+holds, and `trend`'s judge cache files it beside the judged pairs
+(`judge_cache.py`), so a re-run does not screen again.
 
 The same rule, applied once to a whole sweep, is `ckptscan.sweep`'s: on
 the corpus judged as sweeps (experiments/sweeps.py) it moved the median lead
@@ -68,25 +68,25 @@ def screen_references(reports: Sequence[ScanReport], paths: Sequence[str | None]
     """Keep the references that do not alert (module docstring). Each is
     judged under `thresholds`, from the end of its own LR warm-up when its
     report names one, as the judged run is."""
-    kept = Screened([], [], [])
+    screened = Screened([], [], [])
     for i, report in enumerate(reports):
         others = [j for j in range(len(reports)) if j != i]
         alert = first_alert(report, [reports[j] for j in others], [paths[j] for j in others], thresholds)
-        name = paths[i] if paths[i] is not None else f"reference {i + 1}"
         if alert is None:
-            kept.kept.append(i)
-            kept.reports.append(report)
-            kept.paths.append(paths[i])
+            screened.kept.append(i)
+            screened.reports.append(report)
+            screened.paths.append(paths[i])
             continue
+        name = paths[i] if paths[i] is not None else f"reference {i + 1}"
         step, family = alert
         against = "on its own history" if not others else \
             "against the other reference" if len(others) == 1 else "against the band of the other references"
-        kept.left_out.append(name)
-        kept.notes.append(f"reference {name} is left out: it alerts {against} ({family}, step {step}), "
-                          "so it is not a healthy run to judge against")
-    if kept.left_out and not kept.reports:
-        kept.notes.append("every reference alerts: the run is judged against its own history only")
-    return kept
+        screened.left_out.append(name)
+        screened.notes.append(f"reference {name} is left out: it alerts {against} ({family}, step {step}), "
+                              "so it is not a healthy run to judge against")
+    if screened.left_out and not screened.reports:
+        screened.notes.append("every reference alerts: the run is judged against its own history only")
+    return screened
 
 
 def first_alert(report: ScanReport, others: Sequence[ScanReport], paths: Sequence[str | None],
