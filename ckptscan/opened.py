@@ -118,6 +118,7 @@ class OpenedRecord:
             pass
         self._changed = False
 
+
 def _signature(folder: str, files: list[str]) -> list[list[Any]]:
     """The stat of a checkpoint folder, of every file directly in it (config.json,
     the shards, what a framework registered) and of the files its open read."""

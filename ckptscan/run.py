@@ -35,9 +35,9 @@ from typing import Any, Callable, Sequence, Union
 
 from ckptscan.config import Config, load_config
 from ckptscan.discovery import discover_run, run_directory
-from ckptscan.opened import OpenedRecord
 from ckptscan.errors import CkptScanError
 from ckptscan.loss_log import LossLog, read_loss_log
+from ckptscan.opened import OpenedRecord
 from ckptscan.probe import Probe, load_probe
 from ckptscan.readers import Checkpoint, open_checkpoints
 from ckptscan.report.load import load_report

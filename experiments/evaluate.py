@@ -210,13 +210,7 @@ def evaluate_run(corpus: Path, run: dict, thresholds: Thresholds, calibration: d
         oracle = oracle_step(load_report(run_dir), load_report(corpus / run["twin"]), families, onset)
         measurable = (divergence is not None or effect["logit_ratio"] >= 1.25 or effect["delta2_drop"] >= 0.1
                       or effect["routing_drop"] >= 0.1)
-    own, false = None, None
-    for pair in report.pairs:
-        alerts = {f.family for layer in pair.layers for f in layer.findings if f.severity == "alert"}
-        if alerts and false is None and (onset is None or pair.to_step <= onset):
-            false = pair.to_step
-        if onset is not None and pair.to_step > onset and alerts & families and own is None:
-            own = pair.to_step
+    own, false = first_alarms(report, families, onset)
     baseline_alarm, baseline_false = {}, {}
     for detector in BASELINES:
         threshold = calibration["thresholds"][detector.name]["alert"]
@@ -230,13 +224,31 @@ def evaluate_run(corpus: Path, run: dict, thresholds: Thresholds, calibration: d
                    family, wrong, s.status, own, false, baseline_alarm, baseline_false, oracle)
 
 
+def first_alarms(report: ScanReport, families: set[str], onset: int | None) -> tuple[int | None, int | None]:
+    """ckptscan's first alert in one of `families` after onset, and its first
+    alert of any family at or before onset (any alert, on a healthy run)."""
+    own, false = None, None
+    for pair in report.pairs:
+        alerts = {f.family for layer in pair.layers for f in layer.findings if f.severity == "alert"}
+        if alerts and false is None and (onset is None or pair.to_step <= onset):
+            false = pair.to_step
+        if onset is not None and pair.to_step > onset and alerts & families and own is None:
+            own = pair.to_step
+    return own, false
+
+
 def lead(o: Outcome, alarm: int | None) -> float | None:
     """Lead as a fraction of the onset→divergence window; 0 for a miss; None if the run did not diverge."""
-    if o.divergence is None or o.onset is None:
+    return window_lead(o.onset, o.divergence, alarm)
+
+
+def window_lead(onset: int | None, divergence: int | None, alarm: int | None) -> float | None:
+    """`lead` from the steps themselves."""
+    if divergence is None or onset is None:
         return None
-    if alarm is None or alarm >= o.divergence:
+    if alarm is None or alarm >= divergence:
         return 0.0
-    return (o.divergence - alarm) / (o.divergence - o.onset)
+    return (divergence - alarm) / (divergence - onset)
 
 
 def _fmt(step: int | None) -> str:

@@ -20,7 +20,7 @@ from typing import Sequence, Union
 
 from ckptscan.detection.catalog import BY_NAME, MONITORS
 from ckptscan.detection.changepoint import Cusum
-from ckptscan.detection.layer_band import LAYER_BAND, MIN_LAYERS, MIN_MONITORS
+from ckptscan.detection.layer_band import LAYER_BAND, MIN_MONITORS, run_band_departure
 from ckptscan.detection.reference import Reference, reference_from_reports
 from ckptscan.detection.rules import Thresholds, assess_report, first_judged_pair, pooled_departures
 from ckptscan.detection.series import _judge as departure  # the reference rule's own one-sided departure
@@ -215,10 +215,10 @@ def largest_layer_mean(found: Departures) -> float:
 
 
 def largest_run_mean(found: Departures) -> float:
-    """The largest mean of the layer means on a pair (at least MIN_LAYERS of
-    them) that could alert, two pairs in a row: the run-band rule's statistic."""
-    per_pair = [[m for m in here if m is not None] for here in zip(*layer_means(found))]
-    return _two_in_a_row([sum(m) / len(m) if len(m) >= MIN_LAYERS else None for m in per_pair])
+    """The largest mean of the layer means on a pair (`run_band_departure`,
+    the rule's own) that could alert, two pairs in a row: the run-band rule's statistic."""
+    per_pair = [run_band_departure(here) for here in zip(*layer_means(found))]
+    return _two_in_a_row([found[0] if found is not None else None for found in per_pair])
 
 
 def departure_maximum(run: Path, reference_dirs: list[Path], base: Thresholds, single_factor: float,

@@ -32,12 +32,12 @@ from pathlib import Path
 from ckptscan.cache import PairCache
 from ckptscan.detection.screening import screen_references
 from ckptscan.detection.thresholds import Thresholds
-from ckptscan.results import ScanReport, SweepReport
+from ckptscan.results import SweepReport
 from ckptscan.sweep import compare_runs
 from experiments.baselines import read_log
 from experiments.corpus import DEFAULT_OUT, healthy_seed_references, load_manifest
 from experiments.divergence import divergence_step
-from experiments.evaluate import FAULT_FAMILIES, fault_onset
+from experiments.evaluate import FAULT_FAMILIES, fault_onset, first_alarms, window_lead
 from experiments.judge import load_report
 
 SETTINGS = (("bands of all others", False), ("alerting runs left out", True))
@@ -57,24 +57,6 @@ def sweeps(manifest: dict, corpus: Path) -> list[tuple[str, list[dict], int]]:
             if recipe.startswith("g3-") and recipe.endswith("-i50"):
                 found.append((recipe.replace("-i50", "-i50 seen every 200 steps"), members, 4))
     return found
-
-
-def first_alarms(report: ScanReport, fault: str, onset: int | None) -> tuple[int | None, int | None]:
-    """The first own-family alert after onset, and the first alert at or before it (any alert on a healthy run)."""
-    own, false = None, None
-    for pair in report.pairs:
-        alerts = {f.family for layer in pair.layers for f in layer.findings if f.severity == "alert"}
-        if alerts and false is None and (onset is None or pair.to_step <= onset):
-            false = pair.to_step
-        if onset is not None and pair.to_step > onset and alerts & FAULT_FAMILIES[fault] and own is None:
-            own = pair.to_step
-    return own, false
-
-
-def lead(onset: int | None, divergence: int | None, alarm: int | None) -> float | None:
-    if divergence is None or onset is None:
-        return None
-    return 0.0 if alarm is None or alarm >= divergence else (divergence - alarm) / (divergence - onset)
 
 
 def healthy_reference_sets(manifest: dict, corpus: Path) -> list[list[str]]:
@@ -109,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
             cells = []
             for name, _ in SETTINGS:
                 report = next(r.report for r in results[name].runs if Path(r.path).name == run["name"])
-                own, false = first_alarms(report, run["fault"], onset)
+                own, false = first_alarms(report, FAULT_FAMILIES[run["fault"]], onset)
                 total = totals[name]
                 if run["fault"] == "none":
                     total["healthy"] += 1
@@ -120,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
                 total["false"] += false is not None
                 detected = own is not None and (divergence is None or own < divergence)
                 total["detected"] += detected
-                share = lead(onset, divergence, own)
+                share = window_lead(onset, divergence, own)
                 if share is not None:
                     total["leads"].append(share)
                 cells.append(("–" if own is None else str(own)) + ("" if share is None else f" {100 * share:.0f}%")

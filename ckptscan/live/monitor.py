@@ -54,8 +54,8 @@ from ckptscan.live.snapshot import ModelView, model_config
 from ckptscan.loss_log import LossLog
 from ckptscan.paths import expand_path
 from ckptscan.probe import Probe, capture_probe, load_probe
-from ckptscan.report.json import PER_HEAD, keeps_heads
 from ckptscan.readers import Checkpoint
+from ckptscan.report.json import PER_HEAD, keeps_heads
 from ckptscan.results import SEVERITIES, CheckpointRef, Finding, PairResult, ScanReport
 from ckptscan.scan import ScanOptions, scan_layers
 from ckptscan.vocabulary import MONITORS

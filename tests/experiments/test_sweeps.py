@@ -2,7 +2,8 @@
 run's healthy twin), and the lead it reports."""
 
 from experiments.corpus import load_manifest
-from experiments.sweeps import lead, sweeps
+from experiments.evaluate import window_lead as lead
+from experiments.sweeps import sweeps
 
 
 def generated(corpus, names):
