@@ -66,6 +66,14 @@ def _causal_probs(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tenso
     return scores.masked_fill(mask, float("-inf")).softmax(dim=-1)
 
 
+def largest_causal_logit(q: torch.Tensor, k: torch.Tensor, scale: float) -> float:
+    """max over batch, heads and causal (i ≥ j) positions of q_i·k_j * scale."""
+    t = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) * scale
+    mask = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+    return float(scores.masked_fill(mask, float("-inf")).amax())
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
               rounding: DRounding | None = None) -> torch.Tensor:
     return FlashStyleAttention.apply(q, k, v, scale, rounding)

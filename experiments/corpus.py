@@ -128,12 +128,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--jobs", type=int, default=2, help="runs trained at once, one thread each")
     p.add_argument("--only", nargs="*", help="generate only these runs")
     p.add_argument("--split", choices=["calibration", "heldout"], help="generate only this split")
+    p.add_argument("--generation", type=int, help="generate only this generation (runs without one are generation 1)")
     p.add_argument("--manifest", type=Path, default=MANIFEST)
     args = p.parse_args(argv)
     manifest = load_manifest(args.manifest)
     todo, views = [], []
     for run in manifest["runs"]:
-        if args.only and run["name"] not in args.only or args.split and run["split"] != args.split:
+        if args.only and run["name"] not in args.only or args.split and run["split"] != args.split \
+                or args.generation is not None and run.get("generation", 1) != args.generation:
             continue
         out = Path(args.out) / run["name"]
         if "view_of" in run:

@@ -12,6 +12,7 @@ transformers' `modeling_mixtral.py` (v4 on-disk layout):
 before RoPE (self_attn.{q,k}_norm [head_dim]) and the MoE as
 mlp.gate / mlp.experts.{e}.{gate,up,down}_proj with norm_topk_prob.
 `arch="llama"` follows `modeling_llama.py`: a dense mlp.{gate,up,down}_proj.
+`arch="qwen3"` follows `modeling_qwen3.py`: Llama's dense MLP with Qwen3's QK-norm.
 The class names stay Mixtral's; the arch only changes modules and names.
 """
 
@@ -21,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from experiments.attention import DRounding, attention
+from experiments.attention import DRounding, attention, largest_causal_logit
 
 
 @dataclass
@@ -41,7 +42,15 @@ class MixtralConfig:
     initializer_range: float = 0.02
     router_aux_loss_coef: float = 0.02
     tie_word_embeddings: bool = True
-    arch: str = "mixtral"  # "mixtral" | "qwen3_moe" | "llama" (dense; intermediate_size is the MLP's)
+    arch: str = "mixtral"  # "mixtral" | "qwen3_moe" | "llama" | "qwen3" (dense; intermediate_size is the MLP's)
+
+    @property
+    def qk_norm(self) -> bool:
+        return self.arch in ("qwen3_moe", "qwen3")
+
+    @property
+    def dense(self) -> bool:
+        return self.arch in ("llama", "qwen3")
 
     def to_hf(self, torch_dtype: str) -> dict:
         """config.json as transformers' config class of `arch` would write it."""
@@ -51,11 +60,11 @@ class MixtralConfig:
             experts = fields.pop("num_local_experts")
             fields.update(num_experts=experts, moe_intermediate_size=self.intermediate_size, norm_topk_prob=True,
                           decoder_sparse_step=1, mlp_only_layers=[], attention_bias=False)
-        elif self.arch == "llama":
+        elif self.dense:
             for key in ("num_local_experts", "num_experts_per_tok", "router_aux_loss_coef"):
                 del fields[key]
             fields.update(attention_bias=False, mlp_bias=False)
-        name = {"mixtral": "Mixtral", "qwen3_moe": "Qwen3Moe", "llama": "Llama"}[self.arch]
+        name = {"mixtral": "Mixtral", "qwen3_moe": "Qwen3Moe", "llama": "Llama", "qwen3": "Qwen3"}[self.arch]
         return {
             "architectures": [f"{name}ForCausalLM"],
             "model_type": self.arch,
@@ -104,12 +113,13 @@ class MixtralAttention(nn.Module):
         self.k_proj = nn.Linear(d, g * r, bias=False)
         self.v_proj = nn.Linear(d, g * r, bias=False)
         self.o_proj = nn.Linear(h * r, d, bias=False)
-        if cfg.arch == "qwen3_moe":
+        if cfg.qk_norm:
             # Qwen3's QK-norm: RMSNorm over each head's dim, one gain [head_dim] shared by the heads.
             self.q_norm = MixtralRMSNorm(r, cfg.rms_norm_eps)
             self.k_norm = MixtralRMSNorm(r, cfg.rms_norm_eps)
         # Set by the trainer on the layers that get the flash-attention fault.
         self.d_rounding: DRounding | None = None
+        self.max_logit = 0.0
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
@@ -118,7 +128,7 @@ class MixtralAttention(nn.Module):
         q = self.q_proj(x).view(b, t, h, r).transpose(1, 2)
         k = self.k_proj(x).view(b, t, g, r).transpose(1, 2)
         v = self.v_proj(x).view(b, t, g, r).transpose(1, 2)
-        if self.cfg.arch == "qwen3_moe":
+        if self.cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
@@ -126,6 +136,10 @@ class MixtralAttention(nn.Module):
         k = k.repeat_interleave(h // g, dim=1)
         v = v.repeat_interleave(h // g, dim=1)
         o = attention(q, k, v, r ** -0.5, self.d_rounding)
+        # The inside view no checkpoint keeps: the largest attention logit of
+        # this batch (the trainer logs it as the truth of when softmax saturated).
+        with torch.no_grad():
+            self.max_logit = largest_causal_logit(q, k, r ** -0.5)
         return self.o_proj(o.transpose(1, 2).reshape(b, t, h * r))
 
 

@@ -3,6 +3,11 @@
     python -m experiments.train --out runs/healthy
     python -m experiments.train --out runs/attn --fault attention --fault-mantissa-bits 2
 
+Natural instabilities (nothing injected; the training destabilises on its own):
+  --lr high from step 0, --lr-jump-step/--lr-jump-mult (a resume with the wrong LR),
+  --warmup short, --weight-decay 0; controls: --z-loss, --arch qwen3/qwen3_moe (QK-norm).
+  train_log.jsonl logs the largest attention logit and the mean log Z of each batch.
+
 Faults, each through its real mechanism:
   attention  flash-attention backward forms D = rowsum(dO * O) from a copy of O
              rounded to --fault-mantissa-bits with biased --fault-rounding
@@ -41,8 +46,8 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="run directory (created)")
-    p.add_argument("--arch", choices=["mixtral", "qwen3_moe", "llama"], default="mixtral",
-                   help="HF architecture and names: Mixtral MoE, Qwen3-MoE (QK-norm), or dense Llama")
+    p.add_argument("--arch", choices=["mixtral", "qwen3_moe", "llama", "qwen3"], default="mixtral",
+                   help="HF architecture and names: Mixtral MoE, Qwen3-MoE (QK-norm), dense Llama, dense Qwen3 (QK-norm)")
     # model size
     p.add_argument("--hidden-size", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
@@ -66,6 +71,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--beta2", type=float, default=0.95)
     p.add_argument("--grad-clip", type=float, default=1.0, help="0 disables clipping")
     p.add_argument("--aux-loss-coef", type=float, default=0.02, help="load-balancing loss weight; 0 disables")
+    p.add_argument("--z-loss", type=float, default=0.0,
+                   help="z-loss weight: + coef * mean(log Z)^2 of the output logits (PaLM; 1e-4 is the usual)")
+    p.add_argument("--lr-jump-step", type=int, default=None,
+                   help="from this step on, every group's LR is the schedule's x --lr-jump-mult (a resume with the wrong LR)")
+    p.add_argument("--lr-jump-mult", type=float, default=10.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-bytes", type=int, default=2_000_000)
     # faults
@@ -96,6 +106,11 @@ def lr_at(step: int, args: argparse.Namespace) -> float:
     """Linear warm-up to args.lr, then the schedule: cosine decay to
     args.lr * min_lr_ratio, constant, or warmup-stable-decay (constant, then a
     linear decay to the floor over the last `decay_fraction` of the steps)."""
+    jump = args.lr_jump_mult if getattr(args, "lr_jump_step", None) is not None and step >= args.lr_jump_step else 1.0
+    return jump * _scheduled_lr(step, args)
+
+
+def _scheduled_lr(step: int, args: argparse.Namespace) -> float:
     if step < args.warmup:
         return args.lr * (step + 1) / args.warmup
     floor = args.lr * args.min_lr_ratio
@@ -190,7 +205,7 @@ def train(args: argparse.Namespace, argv: list[str]) -> dict:
         num_local_experts=args.experts, num_experts_per_tok=args.top_k, max_position_embeddings=args.seq_len,
         router_aux_loss_coef=args.aux_loss_coef, arch=args.arch,
     )
-    if args.arch == "llama" and args.fault in ("router", "both"):
+    if cfg.dense and args.fault in ("router", "both"):
         raise SystemExit("a dense model has no router to fault")
     model = MixtralForCausalLM(cfg)
     opt = build_optimizer(model, args)
@@ -214,7 +229,7 @@ def train(args: argparse.Namespace, argv: list[str]) -> dict:
         for step in range(args.steps + 1):
             if step % args.save_every == 0:
                 save_checkpoint(model, args, step)
-            if step == args.probe_step and args.arch != "llama":
+            if step == args.probe_step and not cfg.dense:
                 save_probe(model, probe_tokens, os.path.join(args.out, "probe.safetensors"))
             if monitor is not None:
                 monitor.step(step)  # the model after `step` updates, as checkpoint-{step}
@@ -232,6 +247,9 @@ def train(args: argparse.Namespace, argv: list[str]) -> dict:
             logits, router_logits, _ = model(x)
             lm_loss = torch.nn.functional.cross_entropy(logits.view(-1, cfg.vocab_size), y.reshape(-1))
             loss = lm_loss
+            log_z = torch.logsumexp(logits.float(), dim=-1)
+            if args.z_loss > 0:
+                loss = loss + args.z_loss * (log_z ** 2).mean()
             if aux_coef > 0 and router_logits:
                 aux = load_balancing_loss(router_logits, cfg.num_local_experts, cfg.num_experts_per_tok)
                 loss = loss + aux_coef * aux
@@ -243,7 +261,10 @@ def train(args: argparse.Namespace, argv: list[str]) -> dict:
             # Step s in the log is the update that turns checkpoint-s into checkpoint-(s+1).
             if step % args.log_every == 0:
                 rec = {"step": step, "loss": finite_or_none(lm_loss.item()),
-                       "grad_norm": finite_or_none(grad_norm), "lr": float(f"{lr:.6g}")}
+                       "grad_norm": finite_or_none(grad_norm), "lr": float(f"{lr:.6g}"),
+                       # The inside view: when softmax saturated, how far log Z drifted.
+                       "max_attn_logit": finite_or_none(max(layer.self_attn.max_logit for layer in model.model.layers)),
+                       "mean_log_z": finite_or_none(log_z.mean().item())}
                 log.write(json.dumps(rec) + "\n")
                 if monitor is not None:  # the same loss log as train_log.jsonl
                     monitor.record(step, rec["loss"], rec["lr"])
