@@ -22,7 +22,7 @@ from ckptscan.results import Summary
 
 @dataclass(frozen=True)
 class Intervention:
-    family: str  # "attention" | "router" | "numeric"
+    family: str  # "attention" | "router" | "numeric" | "update"
     short: str  # a few words, for one terminal line per family
     action: str
     source: str  # authors, year and arXiv id
@@ -57,6 +57,15 @@ _ACTIONS: dict[str, tuple[tuple[str, str, str], ...]] = {
          "Zhou et al. 2022, arXiv:2202.09368"),
         RESTART,
     ),
+    "update": (
+        ("lower LR", "lower the learning rate (or restore the one the run had: check the LR a resumed job took from "
+         "its flags against the scheduler state it saved)", "Wortsman et al. 2023, arXiv:2309.14322"),
+        ("longer warm-up", "lengthen the learning-rate warm-up, which makes the loss less sensitive to the learning rate",
+         "Wortsman et al. 2023, arXiv:2309.14322"),
+        ("update clipping", "clip each update's RMS as Adafactor does (StableAdamW), for updates that outgrow a "
+         "decayed second-moment estimate", "Wortsman et al. 2023, arXiv:2304.13013"),
+        RESTART,
+    ),
     "numeric": (
         RESTART,
         ("float32 softmax and router", "keep numerically sensitive parts (softmax, router) in float32 rather than bfloat16 (selective precision)",
@@ -76,7 +85,9 @@ def interventions_for(summary: Summary) -> list[dict[str, str]]:
     if summary.first_family is None:  # no alert, or the input is not an update of one run: nothing to train differently
         return []
     alerted = [(step, family) for family, step in summary.first_alert_step.items() if step is not None]
-    order = sorted(alerted, key=lambda sf: (sf[1] != summary.first_family, sf[0]))
+    if summary.first_family not in {family for _, family in alerted}:  # named as the cause without alerting itself
+        alerted.append((None, summary.first_family))
+    order = sorted(alerted, key=lambda sf: (sf[1] != summary.first_family, sf[0] or 0))
     listed: list[dict[str, str]] = []
     seen: set[str] = set()
     for _, family in order:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ckptscan.errors import CkptScanError
+from ckptscan.results import PairResult
 from ckptscan.storage import RemotePath, as_path
 
 
@@ -48,6 +49,19 @@ class LossLog:
         if not values or any(math.isnan(v) for v in values):
             return None
         return sum(values) / len(values)
+
+    def pair_lr(self, from_step: int | None, to_step: int | None) -> float | None:
+        """Mean learning rate of the updates between two checkpoints (as
+        `pair_loss`); None without an `lr` column or a logged step there."""
+        if from_step is None or to_step is None or self.lrs is None:
+            return None
+        values = [lr for s, lr in zip(self.steps, self.lrs) if from_step <= s < to_step]
+        return sum(values) / len(values) if values else None
+
+    def annotate(self, pair: PairResult) -> None:
+        """A pair's loss and learning rate from the log."""
+        pair.loss = self.pair_loss(pair.from_step, pair.to_step)
+        pair.lr = self.pair_lr(pair.from_step, pair.to_step)
 
     def warmup_end(self) -> int | None:
         """The step at which the learning rate first reaches its maximum."""

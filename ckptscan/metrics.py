@@ -88,7 +88,7 @@ def compute(
             run_settings["run_notes"] = list(spec.run_notes)
     if spec.loss_log is not None:
         for pair in results:
-            pair.loss = spec.loss_log.pair_loss(pair.from_step, pair.to_step)
+            spec.loss_log.annotate(pair)
         run_settings.update(loss_log=str(spec.loss_log.path), lr_warmup_end_step=spec.loss_log.warmup_end())
     return Metrics(
         kind=spec.kind,

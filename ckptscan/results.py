@@ -20,7 +20,7 @@ SCHEMA_VERSION = 1
 
 # Severity order used by every rule and the CI gate.
 SEVERITIES = ("ok", "info", "warn", "alert")
-FAMILIES = ("attention", "router", "numeric")
+FAMILIES = ("attention", "router", "numeric", "update")
 
 
 @dataclass
@@ -74,6 +74,7 @@ class HeadResult:
     delta2_entropy_norm: float | None = None
     q_spectral_norm: float | None = None
     qk_logit_bound: float | None = None
+    logit_scale: float | None = None
 
 
 @dataclass
@@ -111,6 +112,12 @@ class AttentionResult:
     rope_dwk_entropy: float | None = None
     rope_qk_logit_bound: float | None = None
     unchanged: bool = False
+    # The largest attention logit the newer checkpoint allows, max over heads
+    # (monitors.attention.logit_scale); None where the layout gives no input-norm or QK-norm gain.
+    logit_scale: float | None = None
+    # cos(W(a), W(b)) of the layer's W_q and W_k: near 1 within a run, ≈ 0 for unrelated weights.
+    q_weight_cosine: float | None = None
+    k_weight_cosine: float | None = None
 
 
 @dataclass
@@ -172,6 +179,9 @@ class PairResult:
     # steps from_step … to_step − 1), when a loss log was given; None if any
     # of them was non-finite or none was logged.
     loss: float | None = None
+    # Mean learning rate of those updates, where the run states it (a loss
+    # log's `lr`, or the older checkpoint's saved scheduler state); None otherwise.
+    lr: float | None = None
 
 
 @dataclass

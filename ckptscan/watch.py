@@ -266,7 +266,10 @@ class Watcher:
             kept.pair_keys.extend(fresh.pair_keys)
             if spec.loss_log is not None or kept.loss_log is not None:  # the log grows: as compute() reads it
                 for pair in kept.pairs[:-len(fresh.pairs) or None]:
-                    pair.loss = spec.loss_log.pair_loss(pair.from_step, pair.to_step) if spec.loss_log else None
+                    if spec.loss_log is not None:
+                        spec.loss_log.annotate(pair)
+                    else:
+                        pair.loss = pair.lr = None
             kept = dataclasses.replace(kept, model=fresh.model, skipped=fresh.skipped, settings=fresh.settings,
                                        probe=fresh.probe, loss_log=fresh.loss_log)
         self._metrics, self._settings = kept, settings

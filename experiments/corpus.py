@@ -129,6 +129,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--only", nargs="*", help="generate only these runs")
     p.add_argument("--split", choices=["calibration", "heldout"], help="generate only this split")
     p.add_argument("--generation", type=int, help="generate only this generation (runs without one are generation 1)")
+    p.add_argument("--cheapest-first", action="store_true",
+                   help="train the cheapest runs first (results to look at sooner; the default finishes sooner)")
     p.add_argument("--manifest", type=Path, default=MANIFEST)
     args = p.parse_args(argv)
     manifest = load_manifest(args.manifest)
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
             continue
         todo.append((run["name"], flags, out))
     # Longest first, so that two jobs finish together rather than one waiting on a late 4-layer run.
-    todo.sort(key=lambda job: -cost(job[1]))
+    todo.sort(key=lambda job: cost(job[1]) if args.cheapest_first else -cost(job[1]))
     print(f"{len(todo)} run(s) to generate into {args.out}/ with {args.jobs} job(s)", flush=True)
     t0 = time.time()
     failed = 0

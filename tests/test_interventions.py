@@ -52,7 +52,7 @@ def test_the_terminal_gets_one_short_line_per_family_first_family_first():
 
 
 def test_no_first_family_nothing_to_do():
-    assert interventions_for(Summary("alert", [0], {"attention": None, "router": None, "numeric": None})) == []
+    assert interventions_for(Summary("alert", [0], {"attention": None, "router": None, "numeric": None, "update": None})) == []
 
 
 def test_only_alerting_families():

@@ -36,6 +36,23 @@ def numeric_findings(layer: LayerResult) -> list[Finding]:
     return findings
 
 
+def ceiling_findings(layer: LayerResult, t: Thresholds) -> list[Finding]:
+    """The attention logit scale over its ceiling: an absolute bound on what
+    the newer checkpoint's attention can do, so judged from the first pair
+    (no warm-up, no baseline: a run saturating from its first checkpoints
+    has no healthy history to depart from)."""
+    att = layer.attention
+    scale = att.logit_scale if att is not None else None
+    if scale is None or scale <= t.logit_scale_ceiling:
+        return []
+    return [Finding(
+        "logit_scale", "attention", "alert", scale,
+        f"attention logit scale {scale:.4g} above the ceiling {t.logit_scale_ceiling:g}: the weights allow logits "
+        "that make softmax one-hot (attention logit growth)",
+        threshold=t.logit_scale_ceiling, rule="ceiling",
+    )]
+
+
 def floor_findings(layer: LayerResult, t: Thresholds) -> list[Finding]:
     findings = []
     att = layer.attention

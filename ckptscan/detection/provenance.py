@@ -6,23 +6,22 @@ a later one. Two checkpoints that are not that give numbers all the same, and
 without this rule a verdict. Two cases show in the weights themselves:
 
 - different runs (two seeds, a restarted run, a wrong folder mixed into a
-  run): the update is as large as the weights. For two weight matrices that
-  share nothing, ⟨W_a, W_b⟩ ≈ 0, so ‖W_b − W_a‖/‖W_a‖ = √(1 + ‖W_b‖²/‖W_a‖²)
-  > 1 whatever their scales. Within one run the weights move by lr-sized
-  steps and the relative change between two checkpoints stays well under 1
-  once the learning-rate warm-up is over: in the sample runs (a tiny model
-  at a high learning rate, among the fastest-moving runs there are) at most
-  0.50 (median over layers of the larger of ‖ΔW_q‖/‖W_q‖ and ‖ΔW_k‖/‖W_k‖),
-  shrinking as training goes on. Pairs of the sample runs' different
-  trajectories give 1.03–3.3 (runs that share their first 1000 steps,
-  0.24–0.51: they are one run until they fork). So the bound is 1, where
-  the update is as large as the weights it updates (`UNRELATED_CHANGE`), a
-  property of the geometry and not a fitted number; it is read as a median
-  over layers (a different run differs in every layer, an unstable layer is
-  the attention monitors' to judge). Warm-up pairs are exempt (the same
-  warm-up that exempts them from the series rules): from a small
-  initialisation the weights outgrow themselves (the sample runs: 1.5 from
-  step 0 to 100).
+  run): their weights are unrelated. Within one run the newer weights are
+  the older ones plus an update, W_b = W_a + ΔW, so they stay related
+  however large the update: cos(W_a, W_b) = (‖W_a‖² + ⟨W_a, ΔW⟩)/(‖W_a‖‖W_b‖)
+  keeps the share of W_a that survived. Two weight matrices that share
+  nothing have ⟨W_a, W_b⟩ ≈ 0: cos ≈ 0 ± 1/√n for n weights. So a pair is
+  two runs only on both pieces of evidence: its update is as large as the
+  weights (‖W_b − W_a‖/‖W_a‖ = √(1 + ‖W_b‖²/‖W_a‖²) > 1 for unrelated
+  weights, `UNRELATED_CHANGE`: a property of the geometry, not a fitted
+  number) *and* the weights are unrelated (the median over layers of the
+  smaller of W_q's and W_k's cosines under `RELATED_COSINE`). An update as
+  large as the weights between related weights is a finding about the
+  training, not about the input (update.py): a learning rate far too high,
+  or raised at a resume. Both are read as medians over layers (a different
+  run differs in every layer; an unstable layer is the monitors' to judge).
+  Pairs whose layers carry no cosine (reports from before it was computed)
+  are judged on the update's size alone, as they were then.
 - the same checkpoint twice (a copy): every monitored weight is bit-identical,
   and there is no update to judge (nor is there when the weights did not
   train: frozen, or every update lost to bf16 rounding, which
@@ -40,35 +39,63 @@ from __future__ import annotations
 
 import statistics
 
+from ckptscan.detection.update import lr_rise_findings, relative_change, update_findings
 from ckptscan.results import Finding, PairResult
 
 # ‖ΔW‖/‖W_a‖ of unrelated weights is √(1 + ρ²) > 1: an update at least as
-# large as the weights is not an update.
+# large as the weights may not be an update.
 UNRELATED_CHANGE = 1.0
+# cos(W_a, W_b) under which two weight sets share nothing of each other.
+# Unrelated weights give |cos| ≲ 4/√n (n = 4,096 in the smallest layers
+# tested: 0.06); checkpoints of one run 100 steps apart gave at least
+# RELATED_MEASURED even where the update was 10× the weights (the natural
+# corpus, LR 1e-1: docs/detection.md).
+RELATED_COSINE = 0.1
+RELATED_MEASURED = 0.1
 RULE_UNRELATED = "not_one_run"
 RULE_IDENTICAL = "identical"
 
 
-def relative_change(pair: PairResult) -> float | None:
-    """Median over layers of max(‖ΔW_q‖/‖W_q‖, ‖ΔW_k‖/‖W_k‖); None when no
-    layer has both (non-finite values, no attention)."""
-    values = [max(a.dwq_rel_norm, a.dwk_rel_norm) for layer in pair.layers if (a := layer.attention) is not None
-              and a.dwq_rel_norm is not None and a.dwk_rel_norm is not None]
+def relatedness(pair: PairResult) -> float | None:
+    """Median over layers of min(cos(W_q(a), W_q(b)), cos(W_k(a), W_k(b)));
+    None when no layer has both."""
+    values = [min(a.q_weight_cosine, a.k_weight_cosine) for layer in pair.layers
+              if (a := layer.attention) is not None and a.q_weight_cosine is not None
+              and a.k_weight_cosine is not None]
     return statistics.median(values) if values else None
 
 
-def unrelated_findings(pair: PairResult) -> None:
+def unrelated_findings(pair: PairResult) -> bool:
     """An alert on each layer of a pair whose update is as large as the
-    weights in most layers (appended to the layers' findings)."""
+    weights and whose weights are unrelated (appended to the layers'
+    findings); whether the pair is two runs."""
     change = relative_change(pair)
     if change is None or change < UNRELATED_CHANGE:
-        return
+        return False
+    related = relatedness(pair)
+    if related is not None and related >= RELATED_COSINE:
+        return False
+    evidence = f" and the weights are unrelated (cos(W_a, W_b) {related:.2f}, median over layers, < " \
+        f"{RELATED_COSINE:g})" if related is not None else ""
     message = (f"the update is as large as the weights (‖ΔW‖/‖W‖ {change:.2f}, median over layers, ≥ "
-               f"{UNRELATED_CHANGE:g}): not two steps of one run (different runs, a restart, or a checkpoint from "
-               "another folder)")
+               f"{UNRELATED_CHANGE:g}){evidence}: not two steps of one run (different runs, a restart, or a "
+               "checkpoint from another folder)")
     for layer in pair.layers:
         layer.findings.append(Finding(RULE_UNRELATED, "numeric", "alert", change, message,
                                       threshold=UNRELATED_CHANGE, rule=RULE_UNRELATED))
+    return True
+
+
+def update_of_one_run_findings(pair: PairResult, lr_before: float | None) -> None:
+    """Whether the pair is an update of one run, and if it is, whether that
+    update is as large as the weights or its learning rate rose (update.py);
+    `lr_before`: the previous interval's learning rate."""
+    if unrelated_findings(pair):
+        return
+    change = relative_change(pair)
+    if change is not None:
+        update_findings(pair, change, relatedness(pair), lr_before)
+    lr_rise_findings(pair, lr_before)
 
 
 def identical_findings(pair: PairResult) -> None:

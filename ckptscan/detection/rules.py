@@ -36,10 +36,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from ckptscan.detection.findings import cross_layer_findings, floor_findings, layer_status, numeric_findings
+from ckptscan.detection.findings import (
+    ceiling_findings,
+    cross_layer_findings,
+    floor_findings,
+    layer_status,
+    numeric_findings,
+)
 from ckptscan.detection.numerics import precision_findings
 from ckptscan.detection.pooled import pooled_departures
-from ckptscan.detection.provenance import identical_findings, unrelated_findings
+from ckptscan.detection.provenance import identical_findings, update_of_one_run_findings
 from ckptscan.detection.reference import Reference
 from ckptscan.detection.series import first_judged
 from ckptscan.detection.state import JudgeState
@@ -101,9 +107,9 @@ def judge_alone(pair: PairResult, t: Thresholds, identical: bool = False) -> Pai
     returns the pair. `identical`: bit-identical weights are a finding (a
     `diff`; in a run, frozen weights are UNCHANGED, detection/provenance.py)."""
     for layer in pair.layers:
-        layer.findings = numeric_findings(layer)
+        layer.findings = numeric_findings(layer) + ceiling_findings(layer, t)
         layer.judgements = {}
-    unrelated_findings(pair)
+    update_of_one_run_findings(pair, None)
     for layer in pair.layers:
         layer.findings.extend(floor_findings(layer, t) + precision_findings(layer))
     if identical:

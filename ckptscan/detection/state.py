@@ -37,6 +37,7 @@ from typing import Any
 from ckptscan.detection.catalog import MONITORS, Monitor
 from ckptscan.detection.changepoint import Excursion
 from ckptscan.detection.findings import (
+    ceiling_findings,
     cross_layer_findings,
     floor_findings,
     judgement,
@@ -46,8 +47,8 @@ from ckptscan.detection.findings import (
 )
 from ckptscan.detection.layer_band import LayerBand, RunBand
 from ckptscan.detection.numerics import precision_findings
-from ckptscan.detection.provenance import unrelated_findings
 from ckptscan.detection.pooled import POOLED, PooledCusum
+from ckptscan.detection.provenance import update_of_one_run_findings
 from ckptscan.detection.reference import Reference
 from ckptscan.detection.series import Point, SeriesState
 from ckptscan.detection.summary import Baselines, Onset, SummaryState
@@ -57,8 +58,8 @@ from ckptscan.results import PairResult
 from ckptscan.vocabulary import worst
 
 # 2: the summary keeps the families alerting with the first (primary family); 3: each layer's LayerBand;
-# 4: the run's RunBand
-STATE_VERSION = 4
+# 4: the run's RunBand; 5: the newest pair's learning rate
+STATE_VERSION = 5
 
 
 def band_factor(t: Thresholds, monitor: Monitor) -> float:
@@ -84,6 +85,7 @@ class JudgeState:
         self.run_band = RunBand()
         self.summary = SummaryState(thresholds)
         self.onsets: dict[int, Onset] = {}  # newer step -> the newest pair with it (until the first alert)
+        self.lr_before: float | None = None  # the learning rate of the newest pair judged (update.py)
         self.monitors: list[Monitor] = [m for m in MONITORS if m.name not in thresholds.disabled_monitors]
 
     def add(self, pair: PairResult) -> PairResult:
@@ -92,13 +94,14 @@ class JudgeState:
         t, index = self.thresholds, self.count
         self.count += 1
         for layer in pair.layers:
-            layer.findings = numeric_findings(layer)
+            layer.findings = numeric_findings(layer) + ceiling_findings(layer, t)
             layer.judgements = {}
         if self.start is None and index >= t.warmup_pairs and (pair.from_step or 0) >= t.warmup_steps:
             self.start, self.warmup_end = index, pair.from_step
         judged = self.start is not None
+        lr_before, self.lr_before = self.lr_before, pair.lr
         if judged:
-            unrelated_findings(pair)
+            update_of_one_run_findings(pair, lr_before)
             for layer in pair.layers:
                 layer.findings.extend(floor_findings(layer, t))
                 layer.findings.extend(precision_findings(layer))
@@ -193,7 +196,8 @@ class JudgeState:
                 "series": [{name: s.to_dict() for name, s in series.items()} for series in self.series],
                 "pooled": {name: p.to_dict() for name, p in self.pooled.items()},
                 "layer_bands": [band.to_dict() for band in self.layer_bands], "run_band": self.run_band.to_dict(),
-                "summary": self.summary.to_dict(), "onsets": [list(onset) for onset in self.onsets.values()]}
+                "summary": self.summary.to_dict(), "onsets": [list(onset) for onset in self.onsets.values()],
+                "lr_before": self.lr_before}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], thresholds: Thresholds, reference: Reference | None = None,
@@ -217,4 +221,5 @@ class JudgeState:
         state.run_band = RunBand(**data["run_band"])
         state.summary = SummaryState.from_dict(data["summary"], thresholds)
         state.onsets = {onset[1]: tuple(onset) for onset in data["onsets"]}
+        state.lr_before = data["lr_before"]
         return state

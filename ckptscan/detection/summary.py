@@ -45,6 +45,8 @@ from typing import Any, Callable
 from ckptscan.detection.catalog import BY_NAME
 from ckptscan.detection.provenance import RULE_IDENTICAL, RULE_UNRELATED
 from ckptscan.detection.thresholds import Thresholds
+from ckptscan.detection.update import FAMILY as LR_FAMILY
+from ckptscan.detection.update import RULE_LR_RISE
 from ckptscan.interventions import interventions_for
 from ckptscan.results import (
     FAMILIES,
@@ -61,11 +63,19 @@ from ckptscan.vocabulary import worst
 
 # Findings about the input rather than the run's dynamics (detection/provenance.py).
 MISUSE_RULES = (RULE_UNRELATED, RULE_IDENTICAL)
+# The families the verdict line lists even when they did not alert; the others only when they did.
+ALWAYS_LISTED = ("attention", "router", "numeric")
+# A rise of the learning rate is the first alert's cause when it came at most this many pairs
+# before the pair where that alert's departure began (or after it, up to the alert).
+LR_CAUSE_PAIRS = 1
 # The last tie-break between families: the one whose fault moves the others' monitors first
 # (non-finite values rank first by `_rank` already).
-MECHANISM_ORDER = ("numeric", "router", "attention")
-MECHANISM_WHY = ("a router fault grows attention logits through the inputs it routes, while an attention fault "
-                 "barely moves the router weights")
+MECHANISM_ORDER = ("numeric", "update", "router", "attention")
+MECHANISM_WHY = {
+    "update": "an update as large as the weights moves every mechanism's monitors",
+    "router": ("a router fault grows attention logits through the inputs it routes, while an attention fault "
+               "barely moves the router weights"),
+}
 
 
 # Where an alert's departure began: (its pair's index, newer step, older path, older step).
@@ -110,6 +120,10 @@ class SummaryState:
         self.together: list[Evidence] = []
         # When the first alert says the pair is not an update of one run: that pair, named.
         self.misuse_pair: str | None = None
+        # The newest rise of the learning rate (update.py) before the first alert: its pair's
+        # index, older checkpoint and finding; and, when it caused the first alert, the same.
+        self.lr_rise: tuple[int, str, int | None, Finding] | None = None
+        self.lr_cause: tuple[int, str, int | None, Finding] | None = None
 
     def add(self, index: int, pair: PairResult, locate: Callable[[int | None], Onset]) -> None:
         """Count a judged pair. `locate(step)`: the newest pair so far whose
@@ -126,6 +140,9 @@ class SummaryState:
         self.status = worst([self.status, pair.status])
         self.unchanged = self.unchanged and all(layer.status == "unchanged" for layer in pair.layers)
         alerts = [(layer.layer, f) for layer in pair.layers for f in layer.findings if f.severity == "alert"]
+        rise = next((f for layer in pair.layers for f in layer.findings if f.rule == RULE_LR_RISE), None)
+        if self.first is None and rise is not None:
+            self.lr_rise = (index, pair.from_path, pair.from_step, rise)
         if self.first is None and alerts:
             current = (index, pair.to_step, pair.from_path, pair.from_step)
             onsets = {f.onset_step: locate(f.onset_step) if f.onset_step is not None else current
@@ -138,6 +155,8 @@ class SummaryState:
             self.alerted = list(strongest)  # in rank order
             if finding.rule in MISUSE_RULES:
                 self.misuse_pair = _pair_name(pair)
+            elif self.lr_rise is not None and self.lr_rise[0] >= onset[0] - LR_CAUSE_PAIRS:
+                self.lr_cause = self.lr_rise
         else:
             families = {f.family for _, f in alerts}
             self.alerted += [family for family in FAMILIES if family in families and family not in self.alerted]
@@ -188,6 +207,16 @@ class SummaryState:
             rollback = CheckpointRef(from_path, from_step)
             reason = self._reason(finding, self.onset)
             secondary = [family for family in self.alerted if family != first_family]
+            if self.lr_cause is not None and first_family != LR_FAMILY:
+                # The learning rate rose just before the departure: it is the cause, whichever
+                # mechanism moved first under it; roll back to before it rose.
+                _, rise_path, rise_step, rise = self.lr_cause
+                reason = (f"{rise.message.split(':')[0]}, and {first_family} departed at step {_step(onset_step)} "
+                          f"after it (alerting at step {_step(first_step)})")
+                secondary = [family for family in self.alerted if family != LR_FAMILY]
+                first_family = LR_FAMILY
+                if rise_step is None or from_step is None or rise_step < from_step:
+                    rollback = CheckpointRef(rise_path, rise_step)
         lead = None
         if loss_divergence_step is not None and first_step is not None:
             lead = loss_divergence_step - first_step
@@ -252,7 +281,7 @@ class SummaryState:
                        f"when a specific monitor corroborates it")
             return f"{began}, equally far past their alert levels; {plainer}"
         return (f"{began}, equally far past their alert levels, from equally specific monitors; "
-                f"{primary} comes first because {MECHANISM_WHY}")
+                f"{primary} comes first because {MECHANISM_WHY.get(primary, MECHANISM_WHY['router'])}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"pairs": self.pairs, "status": self.status, "unchanged": self.unchanged,
@@ -261,7 +290,8 @@ class SummaryState:
                 "first": [self.first[0], self.first[1], dataclasses.asdict(self.first[2])] if self.first else None,
                 "onset": list(self.onset) if self.onset is not None else None,
                 "together": [[layer, dataclasses.asdict(f), list(onset)] for layer, f, onset in self.together],
-                "misuse_pair": self.misuse_pair}
+                "misuse_pair": self.misuse_pair,
+                "lr_rise": _rise_dict(self.lr_rise), "lr_cause": _rise_dict(self.lr_cause)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], thresholds: Thresholds | None = None) -> SummaryState:
@@ -276,7 +306,16 @@ class SummaryState:
         state.onset = tuple(data["onset"]) if data["onset"] is not None else None
         state.together = [(layer, from_dict(Finding, f), tuple(onset)) for layer, f, onset in data["together"]]
         state.misuse_pair = data["misuse_pair"]
+        state.lr_rise, state.lr_cause = _rise(data["lr_rise"]), _rise(data["lr_cause"])
         return state
+
+
+def _rise_dict(rise: tuple[int, str, int | None, Finding] | None) -> list[Any] | None:
+    return None if rise is None else [rise[0], rise[1], rise[2], dataclasses.asdict(rise[3])]
+
+
+def _rise(data: list[Any] | None) -> tuple[int, str, int | None, Finding] | None:
+    return None if data is None else (data[0], data[1], data[2], from_dict(Finding, data[3]))
 
 
 def _walk_back(pairs: list[PairResult], index: int, step: int | None) -> Onset:
@@ -298,7 +337,8 @@ def _extent(finding: Finding, past_level: float) -> str:
     """How far past its alert level a finding went, in words."""
     if math.isfinite(past_level):
         return f"{past_level:.1f}× its alert level"
-    return {"nonfinite": "non-finite", "floor": "past its hard floor"}.get(finding.rule or "", "absolute")
+    return {"nonfinite": "non-finite", "floor": "past its hard floor", "ceiling": "past its hard ceiling"}.get(
+        finding.rule or "", "absolute")
 
 
 def _score(finding: Finding) -> float:
@@ -311,7 +351,8 @@ def _verdict(s: Summary, first: tuple[int, int, Finding] | None, num_pairs: int)
     if s.status == "alert" and first is not None:
         _, layer, finding = first
         families = ", ".join(f"{family} {step if step is not None else '–'}"
-                             for family, step in s.first_alert_step.items())
+                             for family, step in s.first_alert_step.items()
+                             if step is not None or family in ALWAYS_LISTED)
         step = s.first_alert_step[finding.family]
         primary = f"; primary: {s.primary_family} ({s.primary_family_reason})" if s.primary_family else ""
         also = f"; also: {', '.join(s.secondary_families)}" if s.secondary_families else ""

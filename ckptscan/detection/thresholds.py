@@ -58,6 +58,11 @@ class Thresholds:
     # monitors; Gumbel 1 % quantile 4.06 / alert_sigma → 0.68, rounded up) and
     # 8.6 band sigmas (logit bound; 9.26 / 6 → 1.55) on two pairs in a row.
     band_scale_factor: float = 0.7
+    # Attention logit scale (monitors.attention.logit_scale): the largest
+    # logit the weights allow; above the ceiling softmax is one-hot for any
+    # input. Calibrated on generation 4 (experiments/natural.py --calibrate):
+    # see docs/calibration.md.
+    logit_scale_ceiling: float = 1e4
     band_state_scale_factor: float = 1.6
     # A layer's attention update monitors together against a band (rule
     # "layer_band", detection/layer_band.py): their mean departure in band

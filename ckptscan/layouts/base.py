@@ -58,6 +58,13 @@ class LayerWeights:
     # key every head shares [1, dr, d]; q/k above then hold the content part.
     rope_q: torch.Tensor | None = None
     rope_k: torch.Tensor | None = None
+    # What bounds the attention logits (monitors.attention.logit_scale): the
+    # gain of the norm in front of attention [d], and the QK-norm gains [r]
+    # of a per-head QK-norm (one gain shared by the heads; offset applied);
+    # None where the layout does not say.
+    input_gain: torch.Tensor | None = None
+    q_norm_gain: torch.Tensor | None = None
+    k_norm_gain: torch.Tensor | None = None
 
 
 Builder = Callable[[Mapping[str, torch.Tensor], torch.dtype], LayerWeights]

@@ -99,6 +99,7 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
             q_norm=present(keys, base + "self_attn.q_norm.weight"),
             k_norm=present(keys, base + "self_attn.k_norm.weight"),
             gain_offset=1.0 if family in ONE_PLUS_GAIN or (untyped and gemma_names) else 0.0,
+            input_norm=present(keys, base + "input_layernorm.weight"),
         )
         if (qk.q_norm or qk.k_norm) and untyped and layer == min(layers):
             notes.append("QK-norm convention inferred from the tensor names: " + (

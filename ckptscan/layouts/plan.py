@@ -37,6 +37,7 @@ class QKTensors:
     q_norm: str | None = None  # QK-norm gains, per head [d] or flat [n·d]
     k_norm: str | None = None
     gain_offset: float = 0.0  # 1.0 where the norm scales by (1 + w) (Gemma)
+    input_norm: str | None = None  # the gain [hidden] of the norm in front of attention
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,9 @@ def layer_plan(
             if name is not None:
                 check_gain(name, heads)
                 roles[name] = role
+        if qk.input_norm is not None:
+            check(qk.input_norm, (hidden,), f"hidden {hidden}")
+            roles[qk.input_norm] = "input_norm"
     if router is not None:
         experts = num_experts or tuple(shape(router.weight))[0]
         if router.flat:
@@ -167,12 +171,23 @@ def _standard_builder(
                 k = head_blocks(k_weight, g, d, tensor=qk.k, path=path)
             weights.q = _folded(q, raw[qk.q_norm] if qk.q_norm else None, qk.gain_offset, dtype)
             weights.k = _folded(k, raw[qk.k_norm] if qk.k_norm else None, qk.gain_offset, dtype)
+            if qk.input_norm is not None:
+                weights.input_gain = _gain(raw[qk.input_norm], qk.gain_offset)
+            if qk.q_norm and qk.k_norm and raw[qk.q_norm].numel() == d and raw[qk.k_norm].numel() == d:
+                # Per-head QK-norm (Qwen3, Gemma3): each head normalised on its own.
+                weights.q_norm_gain = _gain(raw[qk.q_norm], qk.gain_offset).reshape(d)
+                weights.k_norm_gain = _gain(raw[qk.k_norm], qk.gain_offset).reshape(d)
         if router is not None:
             weights.router = raw[router.weight].to(dtype).reshape(num_experts, -1)
             weights.router_bias = raw[router.bias].to(dtype) if router.bias is not None else None
         return weights
 
     return build
+
+
+def _gain(gain: torch.Tensor, offset: float) -> torch.Tensor:
+    """A norm's gain as it scales, in float64: w, or 1 + w (Gemma)."""
+    return gain.to(torch.float64) + offset if offset else gain.to(torch.float64)
 
 
 def _folded(blocks: torch.Tensor, gain: torch.Tensor | None, offset: float, dtype: torch.dtype) -> torch.Tensor:

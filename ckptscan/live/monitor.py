@@ -235,7 +235,7 @@ class Monitor:
         settings = {"run": str(self.out), "pairing": "previous", "stride": 1, "pending_steps": [],
                     "live": {"every": self.every}}
         if self.loss_log is not None:  # as compute() does with a loss log
-            pair.loss = self.loss_log.pair_loss(pair.from_step, pair.to_step)
+            self.loss_log.annotate(pair)
             settings.update(loss_log=str(self.loss_log.path), lr_warmup_end_step=self.loss_log.warmup_end())
         metrics = Metrics(kind="run", model=model, checkpoints=self.checkpoints, pairs=self.pairs,
                           settings=settings, probe=str(self.probe.path) if self.probe is not None else None,

@@ -54,6 +54,7 @@ RoPE is not applied: the monitors use the content form M_h, as the paper does.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -89,6 +90,11 @@ class QKSpectra:
     q_spectral_norm: torch.Tensor  # [H] ‖Q_h‖₂ at b
     q_spectral_norm_base: torch.Tensor  # [H] ‖Q_h‖₂ at a
     qk_logit_bound: torch.Tensor  # [H] σ_max(Q_hᵀK_g) at b
+    # cos(W(a), W(b)) of the layer's whole W_q (W_k): ⟨W_a, W_b⟩ / (‖W_a‖‖W_b‖).
+    # Two checkpoints of one run stay related however large the update;
+    # unrelated weights give ≈ 0 (detection/provenance.py).
+    q_cosine: float = float("nan")
+    k_cosine: float = float("nan")
 
     @property
     def delta2_rank(self) -> int:
@@ -214,6 +220,8 @@ def qk_spectra(
         q_spectral_norm=_nan_where(bad_q, q_norm_b),
         q_spectral_norm_base=_nan_where(bad_q, q_norm_a),
         qk_logit_bound=_nan_where(bad_h, logit_bound),
+        q_cosine=nan if bool(bad_q.any()) else _cosine(qq_a, dq_q, qq_b),
+        k_cosine=nan if bool(bad_k.any()) else _cosine(kk_a, dk_k, kk_b),
     )
 
 
@@ -297,6 +305,52 @@ def _gram_factor(gram: torch.Tensor) -> torch.Tensor:
 def _factored_product_sv(factor_a: torch.Tensor, gram_b: torch.Tensor, rank: int) -> torch.Tensor:
     core = factor_a.transpose(-1, -2) @ gram_b @ factor_a
     return gram_singular_values(0.5 * (core + core.transpose(-1, -2)), rank)
+
+
+def _cosine(base_gram: torch.Tensor, delta_base: torch.Tensor, new_gram: torch.Tensor) -> float:
+    """cos(W_a, W_b) from the blocks: ⟨W_a, W_b⟩ = ‖W_a‖² + ⟨ΔW, W_a⟩, the
+    traces of W_aW_aᵀ and ΔW W_aᵀ summed over heads."""
+    norm_a, norm_b = _trace(base_gram).sum(), _trace(new_gram).sum()
+    if norm_a <= 0 or norm_b <= 0:
+        return float("nan")
+    return float((norm_a + _trace(delta_base).sum()) / (norm_a * norm_b).sqrt())
+
+
+def logit_scale(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    *,
+    input_gain: torch.Tensor | None = None,
+    q_norm_gain: torch.Tensor | None = None,
+    k_norm_gain: torch.Tensor | None = None,
+    kv_index: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The largest attention logit a checkpoint allows, per query head [H].
+
+    Without QK-norm the logit of head h is x_iᵀ Q_hᵀ R K_g x_j / √r for
+    inputs x = γ ⊙ x̂ after an RMSNorm (‖x̂‖² = d, γ its gain) and any RoPE
+    rotation R; its largest value is ‖Q_h D_γ‖₂ ‖K_g D_γ‖₂ · d / √r
+    (D_γ = diag(γ); `q`, `k` [H|G, r, d] the projections' head blocks).
+    With a per-head QK-norm (`q_norm_gain`, `k_norm_gain` [r]: the gains
+    shared by the heads) each head's q and k are normalised to norm √r
+    before the gain, so the projections' scale drops out: ‖γ_q‖_∞ ‖γ_k‖_∞ · √r. Either way this is the logit
+    *range* attention can use: softmax puts e^L times more weight on one key
+    than another L logits below it, so once L is in the hundreds attention
+    is one-hot whatever the inputs (Dehghani et al. 2023; Wortsman et al.
+    2023). Computed in float64 from r × r Grams.
+    """
+    num_heads, r, d = q.shape
+    kv = kv_head_index(num_heads, k.shape[0]) if kv_index is None else kv_index
+    if q_norm_gain is not None and k_norm_gain is not None:
+        bound = q_norm_gain.to(_F64).abs().max() * k_norm_gain.to(_F64).abs().max() * math.sqrt(r)
+        return bound.expand(num_heads).clone()
+    q64, k64 = q.to(_F64), k.to(_F64)
+    if input_gain is not None:
+        q64 = q64 * input_gain.to(_F64)
+        k64 = k64 * input_gain.to(_F64)
+    q_norm = gram_singular_values(_gram(q64, q64), 1)[:, 0]
+    k_norm = gram_singular_values(_gram(k64, k64), 1)[:, 0]
+    return q_norm * k_norm[kv] * (d / math.sqrt(r))
 
 
 def _relative_norm(delta_gram: torch.Tensor, base_gram: torch.Tensor) -> float:

@@ -8,7 +8,7 @@ from dataclasses import fields, replace
 import torch
 
 from ckptscan.layouts import LayerWeights
-from ckptscan.monitors.attention import QKGrams, QKSpectra, qk_spectra
+from ckptscan.monitors.attention import QKGrams, QKSpectra, logit_scale, qk_spectra
 from ckptscan.monitors.spectral import SpectralStats, spectral_stats
 from ckptscan.monitors.whole_matrix import whole_matrix_singular_values
 from ckptscan.results import AttentionResult, HeadResult
@@ -24,6 +24,7 @@ def attention_result(a: LayerWeights, b: LayerWeights, grams_a: QKGrams | None, 
     spectra = _on_cpu(qk_spectra(a.q, a.k, b.q, b.k, compute_dtype=dtype, grams_a=grams_a,
                                  kv_index=heads.kv_index))
     result = _from_spectra(spectra, heads)
+    _fill_logit_scale(result, b, heads)
     if full_spectrum:
         _fill_full_spectrum(result, a, b, dtype)
     if a.rope_q is not None and b.rope_q is not None:
@@ -93,7 +94,21 @@ def _from_spectra(spectra: QKSpectra, selection: HeadSelection) -> AttentionResu
         q_spectral_norm_max=float(spectra.q_spectral_norm.max()),
         q_spectral_norm_growth=float(growth.max()),
         unchanged=bool(d2.unchanged.all()),
+        q_weight_cosine=finite_or_none(spectra.q_cosine),
+        k_weight_cosine=finite_or_none(spectra.k_cosine),
     )
+
+
+def _fill_logit_scale(result: AttentionResult, b: LayerWeights, selection: HeadSelection) -> None:
+    """The newer checkpoint's logit scale per head and its maximum, where the
+    layout gives what bounds it (the input norm's gain, or per-head QK-norm gains)."""
+    if b.input_gain is None and (b.q_norm_gain is None or b.k_norm_gain is None):
+        return
+    scale = logit_scale(b.q, b.k, input_gain=b.input_gain, q_norm_gain=b.q_norm_gain, k_norm_gain=b.k_norm_gain,
+                        kv_index=selection.kv_index).cpu()
+    for head, value in zip(result.heads, scale.tolist()):
+        head.logit_scale = finite_or_none(value)
+    result.logit_scale = finite_or_none(float(scale.max()))
 
 
 def _fill_rope(result: AttentionResult, a: LayerWeights, b: LayerWeights, dtype: torch.dtype) -> None:

@@ -49,7 +49,7 @@ def test_json_lists_roles_shapes_and_dtypes_per_layer(tmp_path):
     (layer,) = checkpoint["layers"]
     assert layer["layer"] == 1
     assert [(t["role"], t["shape"], t["dtype"]) for t in layer["tensors"]] == [
-        ("W_q", [32, 32], "BF16"), ("W_k", [16, 32], "BF16"), ("router", [4, 32], "BF16")]
+        ("W_q", [32, 32], "BF16"), ("W_k", [16, 32], "BF16"), ("input_norm", [32], "BF16"), ("router", [4, 32], "BF16")]
 
 
 def test_run_lists_steps_in_order_and_what_was_skipped(tmp_path):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
@@ -73,9 +74,15 @@ def test_checkpoints_of_different_runs_fail_the_gate_with_a_finding(runs, tmp_pa
     change = findings[0]["value"]
     assert change > 1.3 and findings[0]["threshold"] == UNRELATED_CHANGE  # independent draws: √2
     assert result.code == 1
+    # Independent draws share nothing: cos(W_a, W_b) ≈ 0 ± 1/√n in every layer.
+    cosines = [min(layer["attention"]["q_weight_cosine"], layer["attention"]["k_weight_cosine"])
+               for layer in report["pairs"][0]["layers"]]
+    assert all(abs(c) < 0.05 for c in cosines)
+    related = statistics.median(cosines)
     assert _stderr_lines(result)[-1] == (
         f"gate failed (--fail-on alert): ALERT: step 1000 → step 1100 is not an update of one run: the update is as "
-        f"large as the weights (‖ΔW‖/‖W‖ {change:.2f}, median over layers, ≥ 1): not two steps of one run "
+        f"large as the weights (‖ΔW‖/‖W‖ {change:.2f}, median over layers, ≥ 1) and the weights are unrelated "
+        f"(cos(W_a, W_b) {related:.2f}, median over layers, < 0.1): not two steps of one run "
         "(different runs, a restart, or a checkpoint from another folder)")
     assert report["summary"]["rollback_candidate"] is None
     assert report["summary"]["interventions"] == []  # the input is wrong, not the training

@@ -41,6 +41,7 @@ from ckptscan.monitors.attention import (
     QKGrams,
     QKSpectra,
     kv_head_index,
+    logit_scale,
     product_singular_values,
     qk_grams,
     qk_spectra,
@@ -420,3 +421,90 @@ def test_each_checkpoint_folds_its_own_gain_before_differencing(compute):
     spectra = qk_spectra(*folded, compute_dtype=compute)
     exact = [explicit_fold(w.double(), g.double()) for w, g in ((q_a, gq_a), (k_a, gk_a), (q_b, gq_b), (k_b, gk_b))]
     assert_layer(spectra, dense_qk(*exact), precise=compute == torch.float64)
+
+
+# ------------------------------------------------- relatedness of weights ---
+
+
+@pytest.mark.parametrize("rel", [1e-3, 1.0, 10.0])
+def test_weight_cosine_is_that_of_the_whole_projections_however_large_the_update(rel):
+    stored, exact = make_layer(29, 4, 2, 6, 24, rel=rel)
+    q_a, k_a, q_b, k_b = exact
+    spectra = qk_spectra(*stored, compute_dtype=torch.float64)
+
+    def cosine(a, b):
+        a, b = a.reshape(-1), b.reshape(-1)
+        return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+    assert spectra.q_cosine == pytest.approx(cosine(q_a, q_b), rel=1e-10, abs=1e-12)
+    assert spectra.k_cosine == pytest.approx(cosine(k_a, k_b), rel=1e-10, abs=1e-12)
+    # An update of `rel` times the weights, independent of them: cos ≈ 1/√(1 + rel²), still well above 0
+    # (⟨W_a, ΔW⟩ ≈ ±‖W_a‖‖ΔW‖/√n: three such deviations allowed).
+    spread = 3 * rel / math.sqrt(q_a.size) / math.sqrt(1 + rel ** 2)
+    assert spectra.q_cosine == pytest.approx(1 / math.sqrt(1 + rel ** 2), abs=spread + 1e-6)
+
+
+def test_unrelated_weights_have_a_cosine_near_zero():
+    (q_a, k_a, _, _), _ = make_layer(31, 4, 2, 16, 64)
+    (q_b, k_b, _, _), _ = make_layer(37, 4, 2, 16, 64)
+    spectra = qk_spectra(q_a, k_a, q_b, k_b, compute_dtype=torch.float64)
+    n = q_a.numel()
+    assert abs(spectra.q_cosine) < 4 / math.sqrt(n) and abs(spectra.k_cosine) < 4 / math.sqrt(k_a.numel())
+
+
+# ------------------------------------------------------------ logit scale ---
+
+
+def _orthogonal_map(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """An orthogonal R with R v = u for unit vectors (a Householder reflection)."""
+    w = v - u
+    if np.linalg.norm(w) < 1e-15:
+        return np.eye(len(u))
+    w = w / np.linalg.norm(w)
+    return np.eye(len(u)) - 2 * np.outer(w, w)
+
+
+@pytest.mark.parametrize("num_kv", [1, 2, 4])
+def test_logit_scale_is_the_largest_logit_any_normalised_input_and_rotation_reach(num_kv):
+    rng = np.random.default_rng(41)
+    h, r, d = 4, 6, 20
+    q = rng.normal(size=(h, r, d))
+    k = rng.normal(size=(num_kv, r, d))
+    gain = rng.uniform(0.2, 3.0, size=d)
+    got = logit_scale(torch.tensor(q), torch.tensor(k), input_gain=torch.tensor(gain)).numpy()
+    group = h // num_kv
+    for head in range(h):
+        qd, kd = q[head] * gain, k[head // group] * gain  # Q_h D_γ, K_g D_γ
+        uq, sq, vq = np.linalg.svd(qd)
+        uk, sk, vk = np.linalg.svd(kd)
+        # Attained: x̂_i = √d v_q, x̂_j = √d v_k (‖x̂‖² = d), R turning K's direction onto Q's.
+        x_i, x_j = gain * math.sqrt(d) * vq[0], gain * math.sqrt(d) * vk[0]
+        rotation = _orthogonal_map(uq[:, 0], uk[:, 0])
+        attained = (q[head] @ x_i) @ rotation @ (k[head // group] @ x_j) / math.sqrt(r)
+        assert got[head] == pytest.approx(abs(attained), rel=1e-10)
+        assert got[head] == pytest.approx(sq[0] * sk[0] * d / math.sqrt(r), rel=1e-10)
+        # Never exceeded by random normalised inputs under random rotations.
+        for _ in range(50):
+            a, b = rng.normal(size=d), rng.normal(size=d)
+            a, b = gain * a * math.sqrt(d) / np.linalg.norm(a), gain * b * math.sqrt(d) / np.linalg.norm(b)
+            rot, _ = np.linalg.qr(rng.normal(size=(r, r)))
+            assert abs((q[head] @ a) @ rot @ (k[head // group] @ b)) / math.sqrt(r) <= got[head] * (1 + 1e-12)
+
+
+def test_logit_scale_with_qk_norm_depends_on_the_gains_alone():
+    rng = np.random.default_rng(43)
+    h, g, r, d = 4, 2, 8, 16
+    q_gain, k_gain = rng.uniform(0.5, 4.0, size=r), rng.uniform(0.5, 4.0, size=r)
+    got = logit_scale(torch.tensor(rng.normal(size=(h, r, d))), torch.tensor(rng.normal(size=(g, r, d))),
+                      q_norm_gain=torch.tensor(q_gain), k_norm_gain=torch.tensor(k_gain)).numpy()
+    # RMSNorm to norm √r, then the gain: the largest logit puts all of q (k) on its largest gain.
+    q_hat, k_hat = np.zeros(r), np.zeros(r)
+    q_hat[q_gain.argmax()], k_hat[k_gain.argmax()] = math.sqrt(r), math.sqrt(r)
+    q_vec, k_vec = q_gain * q_hat, k_gain * k_hat
+    rotation = _orthogonal_map(q_vec / np.linalg.norm(q_vec), k_vec / np.linalg.norm(k_vec))
+    attained = q_vec @ rotation @ k_vec / math.sqrt(r)
+    assert np.allclose(got, attained, rtol=1e-12)
+    for _ in range(100):
+        a, b = rng.normal(size=r), rng.normal(size=r)
+        a, b = q_gain * a * math.sqrt(r) / np.linalg.norm(a), k_gain * b * math.sqrt(r) / np.linalg.norm(b)
+        assert abs(a @ b) / math.sqrt(r) <= got[0] * (1 + 1e-12)

@@ -1,0 +1,197 @@
+"""Judge generation 4 (natural instabilities, nothing injected) and print what
+ckptscan says beside the inside view no checkpoint keeps.
+
+    python -m experiments.natural [--split heldout|calibration|all] [--corpus corpus]
+        [--references healthy-seeds] [--partial] [--calibrate]
+
+The truth of each run is its training log (experiments/train.py logs every
+step's largest attention logit and mean log Z):
+- saturation: the first logged step whose largest attention logit exceeds
+  SATURATED (100: softmax puts e^100 times more weight on one key; Wortsman
+  et al. 2023 find every run whose logits passed 1e4 diverged);
+- divergence: experiments/divergence.py on the loss;
+- onset: 0 for a recipe changed from the start, the jump step for a resume
+  with another LR (`--lr-jump-step`).
+
+Per run: ckptscan's first alert, its primary family, the rollback candidate,
+and whether the verdict is right:
+- a healthy run: no alert (else a false alarm);
+- an alert on a pair whose newer checkpoint is at or before the onset: a
+  pre-onset alarm;
+- a run that saturates: an attention alert at most one checkpoint after the
+  saturation and before divergence, with a rollback candidate before it;
+- QK-norm runs (dense Qwen3): never blamed on attention;
+- a resume with another LR: the learning rate ("update") named primary.
+`--calibrate` prints, per recipe, the largest logit scale of the healthy
+calibration runs and, per saturating calibration run, the logit scale at
+its first checkpoint after saturation: what `logit_scale_ceiling` is set from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from ckptscan.detection.rules import Thresholds
+from ckptscan.results import ScanReport
+from experiments.corpus import DEFAULT_OUT, healthy_seed_references, load_manifest
+from experiments.divergence import divergence_step
+from experiments.judge import judge_run, load_report
+
+SATURATED = 100.0
+
+
+def inside_view(run_dir: Path) -> tuple[list[int], list[float | None], list[float | None]]:
+    steps, logits, losses = [], [], []
+    with open(run_dir / "train_log.jsonl") as fh:
+        for line in fh:
+            rec = json.loads(line)
+            steps.append(rec["step"])
+            logits.append(rec.get("max_attn_logit"))
+            losses.append(rec.get("loss"))
+    return steps, logits, losses
+
+
+def saturation_step(steps: list[int], logits: list[float | None]) -> int | None:
+    """The first step whose largest attention logit exceeds SATURATED (a
+    non-finite logit, logged as null, counts as saturated)."""
+    return next((s for s, v in zip(steps, logits) if v is None or v > SATURATED), None)
+
+
+def onset_of(run: dict) -> int | None:
+    flags = run["fault_flags"]
+    if run["fault"] == "none":
+        return None
+    if "--lr-jump-step" in flags:
+        return int(flags[flags.index("--lr-jump-step") + 1])
+    return 0
+
+
+def logit_scales(report: ScanReport) -> dict[int, float]:
+    """The newer checkpoint's largest logit scale over layers, by its step."""
+    found = {}
+    for pair in report.pairs:
+        values = [layer.attention.logit_scale for layer in pair.layers
+                  if layer.attention is not None and layer.attention.logit_scale is not None]
+        if values and pair.to_step is not None:
+            found[pair.to_step] = max(values)
+    return found
+
+
+def first_alert(report: ScanReport) -> int | None:
+    steps = [step for step in report.summary.first_alert_step.values() if step is not None]
+    return min(steps) if steps else None
+
+
+def verdict_row(run: dict, run_dir: Path, report: ScanReport, every: int) -> dict:
+    steps, logits, losses = inside_view(run_dir)
+    saturation = saturation_step(steps, logits)
+    divergence = divergence_step(steps, losses)
+    onset = onset_of(run)
+    alert = first_alert(report)
+    s = report.summary
+    family = s.primary_family or s.first_family
+    rollback = s.rollback_candidate.step if s.rollback_candidate is not None else None
+    qk_norm = "qwen3" in load_manifest()["recipes"][run["recipe"]]
+    problems = []
+    if run["fault"] == "none":
+        if alert is not None:
+            problems.append("false alarm")
+    else:
+        if alert is not None and onset is not None and alert <= onset:
+            problems.append("pre-onset alarm")
+        if saturation is not None and not qk_norm:
+            attention = s.first_alert_step.get("attention")
+            deadline = (saturation // every + 1) * every + every  # one checkpoint after the first one past it
+            if attention is None or attention > deadline or (divergence is not None and attention > divergence):
+                problems.append(f"attention late ({attention})")
+            if rollback is not None and rollback > saturation:
+                problems.append(f"rollback {rollback} after saturation")
+        if qk_norm and s.first_alert_step.get("attention") is not None and family == "attention":
+            problems.append("QK-norm run blamed on attention")
+        if "--lr-jump-step" in run["fault_flags"] and alert is not None and family != "update":
+            problems.append(f"LR jump named {family}")
+    return {"run": run["name"], "split": run["split"], "onset": onset, "saturation": saturation,
+            "divergence": divergence, "alert": alert, "family": family, "rollback": rollback,
+            "verdict": s.message.split(":")[0], "problems": problems}
+
+
+def evaluate(corpus: Path, split: str, references: bool, partial: bool) -> list[dict]:
+    manifest = load_manifest()
+    rows = []
+    every = 100
+    for run in manifest["runs"]:
+        if run.get("generation") != 4 or split != "all" and run["split"] != split:
+            continue
+        run_dir = corpus / run["name"]
+        if not (run_dir / "metrics.json").exists():
+            if partial:
+                continue
+            raise SystemExit(f"{run_dir}: no metrics.json (python -m experiments.corpus --generation 4)")
+        refs = None
+        if references:
+            names = [n for n in healthy_seed_references(manifest, run) if (corpus / n / "metrics.json").exists()]
+            refs = [corpus / n for n in names] or None
+        report = judge_run(run_dir, Thresholds(), None, refs)
+        rows.append(verdict_row(run, run_dir, report, every))
+    return rows
+
+
+def calibrate(corpus: Path) -> None:
+    manifest = load_manifest()
+    healthy: dict[str, list[float]] = {}
+    saturating = []
+    for run in manifest["runs"]:
+        run_dir = corpus / run["name"]
+        if run.get("generation") != 4 or run["split"] != "calibration" or not (run_dir / "metrics.json").exists():
+            continue
+        scales = logit_scales(load_report(run_dir))
+        steps, logits, _ = inside_view(run_dir)
+        observed = max((v for v in logits if v is not None), default=None)
+        if run["fault"] == "none":
+            healthy.setdefault(run["recipe"], []).append(max(scales.values()))
+            print(f"healthy {run['name']}: largest logit scale {max(scales.values()):.4g}, "
+                  f"largest logged logit {observed}")
+            continue
+        saturation = saturation_step(steps, logits)
+        if saturation is None:
+            print(f"{run['name']}: never saturates (largest logged logit {observed}); "
+                  f"largest logit scale {max(scales.values()):.4g}")
+            continue
+        after = min((s for s in scales if s >= saturation), default=None)
+        saturating.append(scales.get(after) if after is not None else None)
+        print(f"{run['name']}: saturates at step {saturation}; logit scale at checkpoint {after}: "
+              f"{scales.get(after)}; before it: {[round(scales[s]) for s in sorted(scales) if s < saturation]}")
+    for recipe, values in healthy.items():
+        print(f"{recipe}: healthy largest logit scale {max(values):.4g} over {len(values)} runs")
+    known = [v for v in saturating if v is not None]
+    if known:
+        print(f"saturating runs at their first checkpoint after saturation: min {min(known):.4g}, "
+              f"median {statistics.median(known):.4g}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", type=Path, default=Path(DEFAULT_OUT))
+    p.add_argument("--split", choices=["heldout", "calibration", "all"], default="heldout")
+    p.add_argument("--references", choices=["healthy-seeds"], help="judge against the band of healthy seeds")
+    p.add_argument("--partial", action="store_true", help="judge the runs whose metrics exist")
+    p.add_argument("--calibrate", action="store_true", help="the logit-scale figures the ceiling is set from")
+    args = p.parse_args(argv)
+    if args.calibrate:
+        calibrate(args.corpus)
+        return
+    rows = evaluate(args.corpus, args.split, args.references is not None, args.partial)
+    print("| run | onset | saturation | divergence | first alert | primary | rollback | verdict | problems |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['run']} | {r['onset']} | {r['saturation']} | {r['divergence']} | {r['alert']} | "
+              f"{r['family']} | {r['rollback']} | {r['verdict']} | {', '.join(r['problems']) or 'ok'} |")
+    wrong = sum(bool(r["problems"]) for r in rows)
+    print(f"{len(rows)} runs, {wrong} with a problem")
+
+
+if __name__ == "__main__":
+    main()
