@@ -145,7 +145,7 @@ class SummaryState:
 
     def _strength(self, finding: Finding, onset: Onset) -> tuple[int, float, int, int]:
         """Sort key of alerts on one pair, strongest first (the module docstring's order)."""
-        return (onset[0], -self._past_level(finding), _rank(finding), MECHANISM_ORDER.index(finding.family))
+        return (onset[0], -self._past_level(finding), _rank(finding), _mechanism_rank(finding.family))
 
     def _past_level(self, finding: Finding) -> float:
         """How many times its alert level the finding's statistic reached, in its rule's units."""
@@ -285,6 +285,11 @@ def _walk_back(pairs: list[PairResult], index: int, step: int | None) -> Onset:
     found = next((i for i in range(index, -1, -1) if pairs[i].to_step == step), index)
     pair = pairs[found]
     return found, pair.to_step, pair.from_path, pair.from_step
+
+
+def _mechanism_rank(family: str) -> int:
+    """A family's place in MECHANISM_ORDER; a registered family it does not name comes after those it does."""
+    return MECHANISM_ORDER.index(family) if family in MECHANISM_ORDER else len(MECHANISM_ORDER)
 
 
 def _rank(finding: Finding) -> int:
