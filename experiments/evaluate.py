@@ -42,7 +42,7 @@ Definitions (one place):
   entropy and router ε; the bound and ε on a log scale, as ckptscan judges
   them), the twin's jitter is the robust sigma of its successive
   differences over its whole series (1.4826 × MAD / √2), floored at the
-  monitor's `min_scale` (ckptscan.detection.catalog). The run departs on a
+  monitor's `min_scale` (its Judging, ckptscan/monitors/). The run departs on a
   pair when run − twin at the pair's step, toward the monitor's alarm side
   (for a two-sided monitor, one side for both pairs), exceeds 3 × that
   jitter. The oracle's step is the newer step of the second of the first two

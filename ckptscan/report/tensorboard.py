@@ -2,7 +2,7 @@
 
 What is written, per pair of the report, at the pair's newer step:
 
-- one scalar per (layer, monitor): tag `{monitor}/layer_{i}` (the catalog's
+- one scalar per (layer, monitor): tag `{monitor}/layer_{i}` (the registry's
   monitors, grouped by monitor so a chart section compares the layers);
 - per family, the worst severity of its findings over the layers
   (`ckptscan/{family}_severity`: 0 ok, 1 info, 2 warn, 3 alert) and how many
