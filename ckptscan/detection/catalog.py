@@ -1,11 +1,10 @@
 """The judged monitors as detection's series rules take them: each
-registered monitor with a `Judging` (ckptscan/monitors/registry.py, where
-each family states why it is judged so) turned into a `SeriesSpec` beside
+registered monitor with a `Judging` (ckptscan/monitors/registry.py; each
+family's module says why it is judged so) turned into a `SeriesSpec` beside
 its words and reader."""
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable, Mapping
@@ -28,20 +27,36 @@ class JudgedMonitor:
     per_update: bool = False
 
 
+@dataclass(frozen=True, eq=False)
+class Catalog:
+    """The judged monitors of one state of the registry; compared (and
+    hashed) by identity, so that what is derived from it can be cached on it."""
+
+    monitors: tuple[JudgedMonitor, ...]  # in the registry's order
+    by_name: Mapping[str, JudgedMonitor]
+
+
+# The registry's judged monitors the catalog was built from, and it.
+_current: tuple[tuple[MonitorSpec, ...], Catalog] | None = None
+
+
+def catalog() -> Catalog:
+    """The judged monitors of the registry as it is now: rebuilt only when it changed."""
+    global _current
+    specs = registry.judged()
+    if _current is None or _current[0] is not specs:
+        monitors = tuple(_judged(m) for m in specs)
+        _current = (specs, Catalog(monitors, MappingProxyType({m.name: m for m in monitors})))
+    return _current[1]
+
+
 def judged_monitors() -> tuple[JudgedMonitor, ...]:
     """Every judged monitor, in the registry's order."""
-    return tuple(judged_by_name().values())
+    return catalog().monitors
 
 
 def judged_by_name() -> Mapping[str, JudgedMonitor]:
-    """The judged monitors by name, in the registry's order."""
-    return _converted(registry.judged())
-
-
-@functools.cache
-def _converted(monitors: tuple[MonitorSpec, ...]) -> Mapping[str, JudgedMonitor]:
-    """Built once per set of registered monitors: looked up per (layer, monitor) judged."""
-    return MappingProxyType({m.name: _judged(m) for m in monitors})
+    return catalog().by_name
 
 
 def _judged(monitor: MonitorSpec) -> JudgedMonitor:

@@ -30,10 +30,11 @@ the run-band rule needs two layers with a mean (one layer: the layer rule).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from ckptscan.detection.catalog import JudgedMonitor, judged_monitors
+from ckptscan.detection.catalog import Catalog, JudgedMonitor, catalog
 from ckptscan.detection.series import Point
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.results import Finding
@@ -41,7 +42,13 @@ from ckptscan.results import Finding
 
 def layer_band() -> tuple[JudgedMonitor, ...]:
     """The update monitors of attention compared across runs: what a band judges together."""
-    return tuple(m for m in judged_monitors() if m.family == "attention" and m.per_update and m.across_runs)
+    return _layer_band(catalog())
+
+
+@functools.cache
+def _layer_band(judged: Catalog) -> tuple[JudgedMonitor, ...]:
+    """Worked out once per state of the registry: asked per layer and pair."""
+    return tuple(m for m in judged.monitors if m.family == "attention" and m.per_update and m.across_runs)
 
 
 # Fewest of them with a band departure on a pair for the layer to have a mean there.

@@ -19,8 +19,11 @@ from ckptscan.monitors.spec import FamilySpec, MonitorSpec
 # non-finite value in a monitored tensor (detection/numerics.py).
 NUMERIC = "numeric"
 
-_families: list[FamilySpec] = []
-# Monitors by name, rebuilt on every change: looked up once per (layer, monitor) judged.
+# The registered families and what is derived from them, rebuilt on every
+# change (read per layer and pair judged: a lookup, never a rebuild).
+_families: tuple[FamilySpec, ...] = ()
+_monitors: tuple[MonitorSpec, ...] = ()
+_judged: tuple[MonitorSpec, ...] = ()
 _by_name: dict[str, MonitorSpec] = {}
 
 
@@ -29,14 +32,21 @@ def register(family: FamilySpec) -> None:
     taken = [m.name for m in family.monitors if m.name in _by_name]
     if family.name in family_names() or taken:
         raise ValueError(f"family {family.name!r}: already registered, or monitors {taken} of another family")
-    _families.append(family)
-    _by_name.update((m.name, m) for m in family.monitors)
+    _set((*_families, family))
 
 
 def unregister(family: FamilySpec) -> None:
-    _families.remove(family)
-    for monitor in family.monitors:
-        del _by_name[monitor.name]
+    if family not in _families:
+        raise ValueError(f"family {family.name!r} is not registered")
+    _set(tuple(f for f in _families if f is not family))
+
+
+def _set(families: tuple[FamilySpec, ...]) -> None:
+    global _families, _monitors, _judged, _by_name
+    monitors = tuple(m for f in families for m in f.monitors)
+    _families, _monitors = families, monitors
+    _judged = tuple(m for m in monitors if m.judging is not None)
+    _by_name = {m.name: m for m in monitors}
 
 
 @contextmanager
@@ -50,7 +60,7 @@ def registered(family: FamilySpec) -> Iterator[FamilySpec]:
 
 
 def families() -> tuple[FamilySpec, ...]:
-    return tuple(_families)
+    return _families
 
 
 def family_names() -> tuple[str, ...]:
@@ -64,12 +74,13 @@ def finding_families() -> tuple[str, ...]:
 
 def monitors() -> tuple[MonitorSpec, ...]:
     """Every monitor, family by family, in the order detection judges them and reports list them."""
-    return tuple(m for f in _families for m in f.monitors)
+    return _monitors
 
 
 def judged() -> tuple[MonitorSpec, ...]:
-    """The monitors detection judges (those with a `judging`), in that order."""
-    return tuple(m for m in monitors() if m.judging is not None)
+    """The monitors detection judges (those with a `judging`), in that order;
+    the same tuple until the registry changes."""
+    return _judged
 
 
 def spec(name: str) -> MonitorSpec:
