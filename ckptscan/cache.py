@@ -42,6 +42,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 import ckptscan
+from ckptscan.monitors import registry
 from ckptscan.output import write_output
 from ckptscan.paths import expand_path
 from ckptscan.readers import Checkpoint
@@ -174,7 +175,10 @@ def metrics_dict(layer: LayerResult) -> dict[str, Any]:
 
 
 def _key(older: dict[str, Any], newer: dict[str, Any], settings: dict[str, str]) -> dict[str, Any]:
-    return {"format": CACHE_FORMAT, "tool": tool_fingerprint(), "settings": settings, "older": older, "newer": newer}
+    # A family registered at run time computes values the sources do not show.
+    computed = [f.name for f in registry.families() if f.compute is not None]
+    return {"format": CACHE_FORMAT, "tool": tool_fingerprint(), "families": computed, "settings": settings,
+            "older": older, "newer": newer}
 
 
 def checkpoint_identity(ckpt: Checkpoint) -> dict[str, Any]:

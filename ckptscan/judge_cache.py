@@ -23,6 +23,7 @@ from ckptscan.detection.rules import unjudged
 from ckptscan.detection.state import JudgeState
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.errors import CkptScanError
+from ckptscan.monitors import registry
 from ckptscan.output import write_output
 from ckptscan.results import Finding, PairResult, ScanReport, SeriesPoint, from_dict
 
@@ -30,8 +31,15 @@ if TYPE_CHECKING:
     from ckptscan.metrics import Metrics
 
 JUDGE_FORMAT = 1
-# Modules whose code decides a judgement.
-_JUDGE_SOURCES = ("detection", "results.py", "vocabulary.py", "interventions.py")
+# Modules whose code decides a judgement (the monitor families' declarations
+# among them; one registered at run time is named in the digest instead).
+_JUDGE_SOURCES = ("detection", "results.py", "monitors/spec.py", "monitors/registry.py", "monitors/attention_family.py",
+                  "monitors/router_family.py", "interventions.py")
+
+
+def _code() -> dict[str, Any]:
+    """What of the code decides a judgement: its sources and the families registered."""
+    return {"sources": tool_fingerprint(_JUDGE_SOURCES), "families": registry.family_names()}
 
 
 class JudgeCache:
@@ -100,7 +108,7 @@ class JudgeCache:
         it judges every reference, as costly as judging them."""
         if not judging.screens:
             return
-        key = digest({"format": JUDGE_FORMAT, "code": tool_fingerprint(_JUDGE_SOURCES), "basis": basis})
+        key = digest({"format": JUDGE_FORMAT, "code": _code(), "basis": basis})
         path = self.directory / "screened" / f"{key}.json"
         try:
             judging.screened(thresholds, _read(path))
@@ -145,7 +153,7 @@ class JudgeCache:
 def _chain(basis: dict[str, Any], pair_keys: list[str], link: str | None = None) -> list[str]:
     """c_1 … c_k of `pair_keys` (see JudgeCache), going on from `link` when given."""
     if link is None:
-        link = digest({"format": JUDGE_FORMAT, "code": tool_fingerprint(_JUDGE_SOURCES), "basis": basis})
+        link = digest({"format": JUDGE_FORMAT, "code": _code(), "basis": basis})
     chain = []
     for key in pair_keys:
         link = hashlib.sha256(f"{link} {key}".encode()).hexdigest()

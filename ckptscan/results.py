@@ -20,7 +20,12 @@ SCHEMA_VERSION = 1
 
 # Severity order used by every rule and the CI gate.
 SEVERITIES = ("ok", "info", "warn", "alert")
-FAMILIES = ("attention", "router", "numeric", "update")
+
+
+def worst(statuses: list[str]) -> str:
+    """The most severe of `statuses` in SEVERITIES' order; others ("unchanged") are ignored."""
+    ranked = [s for s in statuses if s in SEVERITIES]
+    return max(ranked, key=SEVERITIES.index, default="ok")
 
 
 @dataclass
@@ -165,6 +170,9 @@ class LayerResult:
     changed_fraction: dict[str, float] = field(default_factory=dict)
     # Per judged monitor (trend runs): detection's verdict on this pair.
     judgements: dict[str, SeriesPoint] = field(default_factory=dict)
+    # Values of the families with their own `compute` (ckptscan/monitors/spec.py), family -> monitor -> value;
+    # left out of the JSON report while empty (no such family is registered).
+    families: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
 
 @dataclass

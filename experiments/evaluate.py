@@ -42,7 +42,7 @@ Definitions (one place):
   entropy and router ε; the bound and ε on a log scale, as ckptscan judges
   them), the twin's jitter is the robust sigma of its successive
   differences over its whole series (1.4826 × MAD / √2), floored at the
-  monitor's `min_scale` (ckptscan.detection.catalog). The run departs on a
+  monitor's `min_scale` (its Judging, ckptscan/monitors/). The run departs on a
   pair when run − twin at the pair's step, toward the monitor's alarm side
   (for a two-sided monitor, one side for both pairs), exceeds 3 × that
   jitter. The oracle's step is the newer step of the second of the first two
@@ -73,7 +73,7 @@ import math
 import statistics
 from pathlib import Path
 
-from ckptscan.detection.catalog import BY_NAME, Monitor
+from ckptscan.detection.catalog import JudgedMonitor, judged_by_name
 from ckptscan.detection.rules import Thresholds
 from ckptscan.detection.series import difference_scale, judged_value
 from ckptscan.results import PairResult, ScanReport, Summary
@@ -155,7 +155,7 @@ def oracle_step(report: ScanReport, twin: ScanReport, families: set[str], onset:
     twin_pairs = {p.to_step: p for p in twin.pairs}
     numbers = sorted({layer.layer for pair in report.pairs for layer in pair.layers})
     first = None
-    for monitor in [BY_NAME[name] for family in sorted(families) for name in ORACLE_MONITORS[family]]:
+    for monitor in [judged_by_name()[name] for family in sorted(families) for name in ORACLE_MONITORS[family]]:
         sides = {"low": (-1.0,), "high": (1.0,), "both": (1.0, -1.0)}[monitor.spec.bad]
         for number in numbers:
             twin_series = [y for y in (_judged(monitor, p, number) for p in sorted(twin.pairs, key=lambda p: p.to_step))
@@ -177,7 +177,7 @@ def oracle_step(report: ScanReport, twin: ScanReport, families: set[str], onset:
     return first
 
 
-def _judged(monitor: Monitor, pair: PairResult | None, number: int) -> float:
+def _judged(monitor: JudgedMonitor, pair: PairResult | None, number: int) -> float:
     """`monitor`'s judged value in layer `number` of `pair`; nan where there is none."""
     layer = next((r for r in pair.layers if r.layer == number), None) if pair is not None else None
     return judged_value(monitor.read(layer) if layer is not None else None, monitor.spec.log)

@@ -18,9 +18,9 @@ import math
 from pathlib import Path
 from typing import Sequence, Union
 
-from ckptscan.detection.catalog import BY_NAME, MONITORS
+from ckptscan.detection.catalog import judged_by_name, judged_monitors
 from ckptscan.detection.changepoint import Cusum
-from ckptscan.detection.layer_band import LAYER_BAND, MIN_MONITORS, run_band_departure
+from ckptscan.detection.layer_band import MIN_MONITORS, layer_band, run_band_departure
 from ckptscan.detection.reference import Reference, reference_from_reports
 from ckptscan.detection.rules import Thresholds, assess_report, first_judged_pair, pooled_departures
 from ckptscan.detection.series import _judge as departure  # the reference rule's own one-sided departure
@@ -82,7 +82,7 @@ def changepoint_maxima(runs: list[Path], thresholds: Thresholds | None = None) -
         for position in range(len(pairs[0].layers)):
             layers = [pair.layers[position] for pair in pairs]
             per_monitor = {}
-            for monitor in MONITORS:
+            for monitor in judged_monitors():
                 values = [monitor.read(layer) for layer in layers]
                 if all(v is None for v in values):
                     continue
@@ -91,7 +91,7 @@ def changepoint_maxima(runs: list[Path], thresholds: Thresholds | None = None) -
         cusum = Cusum(t.cusum_drift, t.cusum_cap)
         best = {"cusum specific": -math.inf, "cusum all": -math.inf,
                 "pooled_cusum specific": -math.inf, "pooled_cusum all": -math.inf}
-        for monitor in MONITORS:
+        for monitor in judged_monitors():
             if not monitor.spec.sequential:
                 continue
             kinds = ["all"] + (["specific"] if monitor.alone == "alert" else [])
@@ -169,7 +169,7 @@ def departures(run: Path, reference_dirs: list[Path], base: Thresholds, single_f
     found: Departures = []
     for position in range(len(report.pairs[0].layers)):
         series: dict[str, list[tuple[float, bool] | None]] = {}
-        for monitor in (m for m in MONITORS if m.across_runs):
+        for monitor in (m for m in judged_monitors() if m.across_runs):
             values = series[monitor.name] = []
             for index, pair in enumerate(report.pairs):
                 layer = pair.layers[position]
@@ -194,7 +194,7 @@ def largest_departure(found: Departures, per_update: bool | None = None) -> floa
     (`per_update`: only update (True) or state (False) monitors)."""
     return max((_two_in_a_row([d[0] if d is not None else None for d in values])
                 for series in found for name, values in series.items()
-                if per_update is None or BY_NAME[name].per_update == per_update), default=-math.inf)
+                if per_update is None or judged_by_name()[name].per_update == per_update), default=-math.inf)
 
 
 def layer_means(found: Departures) -> list[list[float | None]]:
@@ -203,7 +203,7 @@ def layer_means(found: Departures) -> list[list[float | None]]:
     mean of those a band judged on the pair, at least MIN_MONITORS), else None."""
     means = []
     for series in found:
-        pairs = zip(*(series[m.name] for m in LAYER_BAND))
+        pairs = zip(*(series[m.name] for m in layer_band()))
         banded = [[d[0] for d in here if d is not None and d[1]] for here in pairs]
         means.append([sum(d) / len(d) if len(d) >= MIN_MONITORS else None for d in banded])
     return means

@@ -9,19 +9,20 @@ import pytest
 
 from ckptscan import scan_run
 from ckptscan.interventions import INTERVENTIONS, RESTART, family_lines, intervention_lines, interventions_for
+from ckptscan.monitors import registry
 from ckptscan.report.json import report_dict
-from ckptscan.results import FAMILIES, Summary
+from ckptscan.results import Summary
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_checkpoints"
 
 
 def summary(first_family=None, **alerts):
     return Summary(status="alert" if alerts else "ok", flagged_layers=[], first_family=first_family,
-                   first_alert_step={family: alerts.get(family) for family in FAMILIES})
+                   first_alert_step={family: alerts.get(family) for family in registry.finding_families()})
 
 
 def test_every_family_has_cited_interventions():
-    assert set(INTERVENTIONS) == set(FAMILIES)
+    assert set(INTERVENTIONS) == set(registry.finding_families())
     for family, interventions in INTERVENTIONS.items():
         assert interventions and all(i.family == family and i.action for i in interventions)
         assert all(re.search(r"arXiv:\d{4}\.\d{4,5}", i.source) for i in interventions), family

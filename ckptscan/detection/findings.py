@@ -11,11 +11,10 @@
 
 from __future__ import annotations
 
-from ckptscan.detection.catalog import BY_NAME, Monitor
+from ckptscan.detection.catalog import JudgedMonitor, judged_by_name
 from ckptscan.detection.series import Point, robust_center_scale
 from ckptscan.detection.thresholds import Thresholds
-from ckptscan.results import Finding, LayerResult, PairResult, SeriesPoint
-from ckptscan.vocabulary import worst
+from ckptscan.results import Finding, LayerResult, PairResult, SeriesPoint, worst
 
 
 def numeric_findings(layer: LayerResult) -> list[Finding]:
@@ -87,16 +86,17 @@ def point_findings(points: dict[str, Point], onsets: dict[str, int | None], t: T
     monitor) and the newer step where each verdict's departure began; a
     monitor that may not alert alone needs a specific monitor of its family
     at ≥ warn on the same pair."""
+    by_name = judged_by_name()
     elevated = {
-        BY_NAME[name].family
+        by_name[name].family
         for name, point in points.items()
-        if BY_NAME[name].alone == "alert" and point.state in ("warn", "alert")
+        if by_name[name].alone == "alert" and point.state in ("warn", "alert")
     }
     findings = []
     for name, point in points.items():
         if point.state not in ("warn", "alert"):
             continue
-        monitor = BY_NAME[name]
+        monitor = by_name[name]
         severity = point.state
         corroborated = monitor.alone == "alert" or monitor.family in elevated
         if severity == "alert" and not corroborated:
@@ -111,7 +111,7 @@ def judgement(point: Point, onset: int | None) -> SeriesPoint:
                        point.excess, onset, point.cusum)
 
 
-def _series_finding(monitor: Monitor, point: Point, severity: str, onset: int | None, t: Thresholds) -> Finding:
+def _series_finding(monitor: JudgedMonitor, point: Point, severity: str, onset: int | None, t: Thresholds) -> Finding:
     if point.rule == "cusum":
         return _cusum_finding(monitor, point, severity, onset, t)
     side = "below" if point.warn_at is not None and point.warn_at < point.expected else "above"
@@ -135,7 +135,7 @@ def _series_finding(monitor: Monitor, point: Point, severity: str, onset: int | 
     )
 
 
-def _cusum_finding(monitor: Monitor, point: Point, severity: str, onset: int | None, t: Thresholds) -> Finding:
+def _cusum_finding(monitor: JudgedMonitor, point: Point, severity: str, onset: int | None, t: Thresholds) -> Finding:
     """A finding of the sequential rule: `score` is the CUSUM statistic and
     `threshold` the level it reached (both in accumulated robust sigmas)."""
     threshold = t.cusum_alert if point.state == "alert" else t.cusum_warn

@@ -30,25 +30,36 @@ the run-band rule needs two layers with a mean (one layer: the layer rule).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from ckptscan.detection.catalog import MONITORS, Monitor
+from ckptscan.detection.catalog import Catalog, JudgedMonitor, catalog
 from ckptscan.detection.series import Point
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.results import Finding
 
-# The update monitors of attention compared across runs: what a band judges together.
-LAYER_BAND = tuple(m for m in MONITORS if m.family == "attention" and m.per_update and m.across_runs)
+
+def layer_band() -> tuple[JudgedMonitor, ...]:
+    """The update monitors of attention compared across runs: what a band judges together."""
+    return _layer_band(catalog())
+
+
+@functools.cache
+def _layer_band(judged: Catalog) -> tuple[JudgedMonitor, ...]:
+    """Worked out once per state of the registry: asked per layer and pair."""
+    return tuple(m for m in judged.monitors if m.family == "attention" and m.per_update and m.across_runs)
+
+
 # Fewest of them with a band departure on a pair for the layer to have a mean there.
 MIN_MONITORS = 2
 
 
 def layer_band_departure(points: Mapping[str, Point]) -> float | None:
     """The mean band departure (band sigmas, factor 1, toward each monitor's
-    alarm side) of the layer's LAYER_BAND monitors on one pair; None with
+    alarm side) of the layer's `layer_band` monitors on one pair; None with
     fewer than MIN_MONITORS of them judged against a band."""
-    departures = [points[m.name].band_departure for m in LAYER_BAND
+    departures = [points[m.name].band_departure for m in layer_band()
                   if m.name in points and points[m.name].band_departure is not None]
     return sum(departures) / len(departures) if len(departures) >= MIN_MONITORS else None
 
@@ -82,15 +93,15 @@ class TwoInARow:
         return {"previous": self.previous, "previous_step": self.previous_step}
 
 
-def _departing_most(points: Mapping[str, Point]) -> tuple[Monitor, Point]:
-    """The layer's LAYER_BAND monitor departing most from the band: what a
+def _departing_most(points: Mapping[str, Point]) -> tuple[JudgedMonitor, Point]:
+    """The layer's `layer_band` monitor departing most from the band: what a
     finding of a band statistic names (the statistic is the layer's or run's)."""
-    return max(((m, points[m.name]) for m in LAYER_BAND
+    return max(((m, points[m.name]) for m in layer_band()
                 if m.name in points and points[m.name].band_departure is not None),
                key=lambda mp: mp[1].band_departure)
 
 
-def _finding(monitor: Monitor, point: Point, judged: tuple[float, str, float, int | None], rule: str, what: str,
+def _finding(monitor: JudgedMonitor, point: Point, judged: tuple[float, str, float, int | None], rule: str, what: str,
              mean: float, previous: float, pointer: str) -> Finding:
     both, severity, threshold, onset = judged
     return Finding(

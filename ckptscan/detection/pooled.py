@@ -13,14 +13,15 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ckptscan.detection.catalog import MONITORS, Monitor
+from ckptscan.detection.catalog import JudgedMonitor, judged_monitors
 from ckptscan.detection.changepoint import Cusum, Excursion
 from ckptscan.detection.series import Point
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.results import Finding
 
-# Pooled over layers: the specific monitors only (the others drift together in healthy runs).
-POOLED = tuple(m for m in MONITORS if m.alone == "alert" and m.spec.sequential)
+def pooled() -> tuple[JudgedMonitor, ...]:
+    """The monitors pooled over layers: the specific ones only (the others drift together in healthy runs)."""
+    return tuple(m for m in judged_monitors() if m.alone == "alert" and m.spec.sequential)
 
 
 def pooled_departure(points: Sequence[Point | None], cap: float) -> float | None:
@@ -42,7 +43,7 @@ def pooled_departures(verdicts: list[dict[str, list[Point]]], monitor: str, cap:
 class PooledCusum:
     """The pooled CUSUM of one monitor, one pair at a time."""
 
-    def __init__(self, monitor: Monitor, total: float = 0.0, excursion: Excursion | None = None) -> None:
+    def __init__(self, monitor: JudgedMonitor, total: float = 0.0, excursion: Excursion | None = None) -> None:
         self.monitor, self.total = monitor, total
         self.excursion = excursion or Excursion()
 

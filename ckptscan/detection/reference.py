@@ -36,7 +36,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ckptscan.detection.catalog import MONITORS, Monitor
+from ckptscan.detection.catalog import JudgedMonitor, judged_monitors
 from ckptscan.detection.series import (
     Expectation,
     difference_scale,
@@ -100,14 +100,14 @@ class Reference:
             raise CkptScanError(f"the reference run is of a different model ({'; '.join(mismatched)})",
                                 path=self.path)
 
-    def expectations(self, layer: int, monitor: Monitor, steps: Sequence[float], count: int, scale_factor: float,
+    def expectations(self, layer: int, monitor: JudgedMonitor, steps: Sequence[float], count: int, scale_factor: float,
                      band_factor: float = 1.0, interval: float | None = None) -> list[Expectation | None] | None:
         """`expectation` at each step; None where no reference has a value of `monitor` in `layer`."""
         if not any(self._known(m, layer, monitor, False).points for m in range(len(self.members))):
             return None
         return [self.expectation(layer, monitor, step, count, scale_factor, band_factor, interval) for step in steps]
 
-    def expectation(self, layer: int, monitor: Monitor, step: float, count: int, scale_factor: float,
+    def expectation(self, layer: int, monitor: JudgedMonitor, step: float, count: int, scale_factor: float,
                     band_factor: float = 1.0, interval: float | None = None, warmup: bool = False
                     ) -> Expectation | None:
         """Expected value and sigma of `monitor` in `layer` at `step`, in the
@@ -129,7 +129,7 @@ class Reference:
             return self._single(covering[0], layer, monitor, step, count, scale_factor)
         return None
 
-    def _single(self, m: int, layer: int, monitor: Monitor, step: float, count: int, scale_factor: float
+    def _single(self, m: int, layer: int, monitor: JudgedMonitor, step: float, count: int, scale_factor: float
                 ) -> Expectation | None:
         """One run's local level: the median of its `count` judged pairs
         nearest in step; its sigma widened by `scale_factor` for the spread
@@ -141,7 +141,7 @@ class Reference:
         center, scale = robust_center_scale([y for _, y in nearest], monitor.spec.min_scale)
         return Expectation(center, scale * math.sqrt(1 + 1 / len(nearest)) * scale_factor)
 
-    def _band(self, members: list[int], layer: int, monitor: Monitor, step: float, count: int, band_factor: float
+    def _band(self, members: list[int], layer: int, monitor: JudgedMonitor, step: float, count: int, band_factor: float
               ) -> Expectation:
         """The band of several runs at `step` (see the module docstring)."""
         series = [self._known(m, layer, monitor, True) for m in members]
@@ -165,14 +165,14 @@ class Reference:
         scale = max(math.sqrt(between ** 2 + jitter), monitor.spec.min_scale)
         return Expectation(center, scale * math.sqrt(1 + 1 / len(members)) * band_factor, band_factor)
 
-    def _covers(self, m: int, layer: int, monitor: Monitor, step: float) -> bool:
+    def _covers(self, m: int, layer: int, monitor: JudgedMonitor, step: float) -> bool:
         steps = self._known(m, layer, monitor, True).steps
         if not steps:
             return False
         slack = (self.members[m].interval or 0.0) / 2  # a checkpoint's worth either side
         return steps[0] - slack <= step <= steps[-1] + slack
 
-    def _known(self, m: int, layer: int, monitor: Monitor, everything: bool) -> Known:
+    def _known(self, m: int, layer: int, monitor: JudgedMonitor, everything: bool) -> Known:
         """Member `m`'s (step, judged value) pairs of a series; `everything`:
         every pair (the band's), sorted by step, else the pairs after warm-up
         in report order. Worked out once per series, not per judged pair."""
@@ -201,13 +201,13 @@ class Reference:
                 notes.append(f"reference {member.path} ends at step {max(member.all_steps):.0f}: later pairs "
                              "are judged against the other references, or only against the run's own history")
             if not _same_interval(member.interval, interval):
-                updates = ", ".join(m.name for m in MONITORS if m.per_update and m.across_runs)
+                updates = ", ".join(m.name for m in judged_monitors() if m.per_update and m.across_runs)
                 notes.append(f"reference {member.path} was saved every {member.interval:.0f} steps, this run every "
                              f"{interval:.0f}: not compared on the update monitors ({updates})")
         return notes
 
 
-def _comparable(member: Member, monitor: Monitor, interval: float | None) -> bool:
+def _comparable(member: Member, monitor: JudgedMonitor, interval: float | None) -> bool:
     return not monitor.per_update or _same_interval(member.interval, interval)
 
 

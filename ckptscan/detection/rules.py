@@ -51,8 +51,7 @@ from ckptscan.detection.series import first_judged
 from ckptscan.detection.state import JudgeState
 from ckptscan.detection.summary import SummaryState, summarize
 from ckptscan.detection.thresholds import Thresholds
-from ckptscan.results import PairResult, ScanReport
-from ckptscan.vocabulary import worst
+from ckptscan.results import PairResult, ScanReport, worst
 
 __all__ = ["Thresholds", "assess_report", "cross_layer_findings", "first_judged_pair", "floor_findings",
            "judge_alone", "layer_status", "numeric_findings", "pooled_departures", "summarize", "worst"]

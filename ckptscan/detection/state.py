@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ckptscan.detection.catalog import MONITORS, Monitor
+from ckptscan.detection.catalog import JudgedMonitor, judged_monitors
 from ckptscan.detection.changepoint import Excursion
 from ckptscan.detection.findings import (
     ceiling_findings,
@@ -47,22 +47,21 @@ from ckptscan.detection.findings import (
 )
 from ckptscan.detection.layer_band import LayerBand, RunBand
 from ckptscan.detection.numerics import precision_findings
-from ckptscan.detection.pooled import POOLED, PooledCusum
+from ckptscan.detection.pooled import PooledCusum, pooled
 from ckptscan.detection.provenance import update_of_one_run_findings
 from ckptscan.detection.reference import Reference
 from ckptscan.detection.series import Point, SeriesState
 from ckptscan.detection.summary import Baselines, Onset, SummaryState
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.errors import CkptScanError
-from ckptscan.results import PairResult
-from ckptscan.vocabulary import worst
+from ckptscan.results import PairResult, worst
 
 # 2: the summary keeps the families alerting with the first (primary family); 3: each layer's LayerBand;
 # 4: the run's RunBand; 5: the newest pair's learning rate
 STATE_VERSION = 5
 
 
-def band_factor(t: Thresholds, monitor: Monitor) -> float:
+def band_factor(t: Thresholds, monitor: JudgedMonitor) -> float:
     """How much a band of references is widened for `monitor` (its calibration differs for updates and states)."""
     return t.band_scale_factor if monitor.per_update else t.band_state_scale_factor
 
@@ -80,13 +79,13 @@ class JudgeState:
         self.warmup_end: int | None = None  # its older step
         self.layers: list[int] | None = None  # layer number at each position, from the first pair
         self.series: list[dict[str, SeriesState]] = []
-        self.pooled = {m.name: PooledCusum(m) for m in POOLED if m.name not in thresholds.disabled_monitors}
+        self.pooled = {m.name: PooledCusum(m) for m in pooled() if m.name not in thresholds.disabled_monitors}
         self.layer_bands: list[LayerBand] = []
         self.run_band = RunBand()
         self.summary = SummaryState(thresholds)
         self.onsets: dict[int, Onset] = {}  # newer step -> the newest pair with it (until the first alert)
         self.lr_before: float | None = None  # the learning rate of the newest pair judged (update.py)
-        self.monitors: list[Monitor] = [m for m in MONITORS if m.name not in thresholds.disabled_monitors]
+        self.monitors = [m for m in judged_monitors() if m.name not in thresholds.disabled_monitors]
 
     def add(self, pair: PairResult) -> PairResult:
         """Judge the next pair: its layers' findings, judgements and statuses,

@@ -42,14 +42,14 @@ import dataclasses
 import math
 from typing import Any, Callable
 
-from ckptscan.detection.catalog import BY_NAME
+from ckptscan.detection.catalog import judged_by_name
 from ckptscan.detection.provenance import RULE_IDENTICAL, RULE_UNRELATED
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.detection.update import FAMILY as LR_FAMILY
 from ckptscan.detection.update import RULE_LR_RISE
 from ckptscan.interventions import interventions_for
+from ckptscan.monitors import registry
 from ckptscan.results import (
-    FAMILIES,
     CheckpointRef,
     Finding,
     LayerResult,
@@ -58,8 +58,8 @@ from ckptscan.results import (
     ScanReport,
     Summary,
     from_dict,
+    worst,
 )
-from ckptscan.vocabulary import worst
 
 # Findings about the input rather than the run's dynamics (detection/provenance.py).
 MISUSE_RULES = (RULE_UNRELATED, RULE_IDENTICAL)
@@ -109,8 +109,8 @@ class SummaryState:
         self.pairs = 0
         self.status = "ok"  # the worst pair status so far
         self.unchanged = True  # every layer of every pair so far is unchanged
-        self.first_alert: dict[str, int | None] = {family: None for family in FAMILIES}
-        self.first_warn: dict[str, int | None] = {family: None for family in FAMILIES}
+        self.first_alert: dict[str, int | None] = {family: None for family in registry.finding_families()}
+        self.first_warn: dict[str, int | None] = {family: None for family in registry.finding_families()}
         self.alerted: list[str] = []  # families in the order they first alerted (steps may be unnamed)
         self.layers: dict[int, LayerSummary] = {}
         # The first alert: (pair index, layer, finding) of the primary family, and where its departure began.
@@ -159,11 +159,12 @@ class SummaryState:
                 self.lr_cause = self.lr_rise
         else:
             families = {f.family for _, f in alerts}
-            self.alerted += [family for family in FAMILIES if family in families and family not in self.alerted]
+            self.alerted += [family for family in registry.finding_families()
+                             if family in families and family not in self.alerted]
 
     def _strength(self, finding: Finding, onset: Onset) -> tuple[int, float, int, int]:
         """Sort key of alerts on one pair, strongest first (the module docstring's order)."""
-        return (onset[0], -self._past_level(finding), _rank(finding), MECHANISM_ORDER.index(finding.family))
+        return (onset[0], -self._past_level(finding), _rank(finding), _mechanism_rank(finding.family))
 
     def _past_level(self, finding: Finding) -> float:
         """How many times its alert level the finding's statistic reached, in its rule's units."""
@@ -325,11 +326,16 @@ def _walk_back(pairs: list[PairResult], index: int, step: int | None) -> Onset:
     return found, pair.to_step, pair.from_path, pair.from_step
 
 
+def _mechanism_rank(family: str) -> int:
+    """A family's place in MECHANISM_ORDER; a registered family it does not name comes after those it does."""
+    return MECHANISM_ORDER.index(family) if family in MECHANISM_ORDER else len(MECHANISM_ORDER)
+
+
 def _rank(finding: Finding) -> int:
     """Plainer evidence first: non-finite values, then the specific monitors, then the others."""
     if finding.family == "numeric":
         return 0
-    monitor = BY_NAME.get(finding.monitor)
+    monitor = judged_by_name().get(finding.monitor)
     return 1 if monitor is None or monitor.alone == "alert" else 2
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
-from ckptscan.detection.catalog import BY_NAME
+from ckptscan.detection.catalog import judged_by_name
 from ckptscan.detection.series import SeriesSettings
 from ckptscan.errors import CkptScanError
 
@@ -122,9 +122,10 @@ class Thresholds:
         if not 0 < self.run_band_warn <= self.run_band_alert:
             problems.append(f"need 0 < run_band_warn ≤ run_band_alert (got {self.run_band_warn}, "
                             f"{self.run_band_alert})")
-        unknown = sorted(set(self.disabled_monitors) - set(BY_NAME))
+        known = judged_by_name()
+        unknown = sorted(set(self.disabled_monitors) - set(known))
         if unknown:
-            problems.append(f"disabled_monitors: unknown monitor(s) {unknown}; known: {sorted(BY_NAME)}")
+            problems.append(f"disabled_monitors: unknown monitor(s) {unknown}; known: {sorted(known)}")
         if problems:
             raise CkptScanError("invalid thresholds: " + "; ".join(problems))
 

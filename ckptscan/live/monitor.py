@@ -52,13 +52,13 @@ from ckptscan.errors import CkptScanError
 from ckptscan.live.report_file import ReportFile
 from ckptscan.live.snapshot import ModelView, model_config
 from ckptscan.loss_log import LossLog
+from ckptscan.monitors import registry
 from ckptscan.paths import expand_path
 from ckptscan.probe import Probe, capture_probe, load_probe
 from ckptscan.readers import Checkpoint
 from ckptscan.report.json import PER_HEAD, keeps_heads
 from ckptscan.results import SEVERITIES, CheckpointRef, Finding, PairResult, ScanReport
 from ckptscan.scan import ScanOptions, scan_layers
-from ckptscan.vocabulary import MONITORS
 
 log = logging.getLogger("ckptscan.live")
 
@@ -352,7 +352,7 @@ def interval_metrics(pair: PairResult) -> dict[str, float]:
     `ckptscan/L{layer}/{monitor}`, and `ckptscan/status` (0 ok … 3 alert)."""
     found: dict[str, float] = {}
     for layer in pair.layers:
-        for monitor in MONITORS:
+        for monitor in registry.monitors():
             value = monitor.read(layer)
             if value is not None:
                 found[f"{METRIC_PREFIX}/L{layer.layer}/{monitor.name}"] = float(value)

@@ -24,9 +24,8 @@ from ckptscan.output import own_descriptor, write_output
 from ckptscan.report.figures import Figure, run_figures
 from ckptscan.report.load import as_json_values, report_from_dict
 from ckptscan.report.table import fmt
-from ckptscan.report.trend_table import first_alert_text, first_findings, router_monitor
+from ckptscan.report.trend_table import first_alert_text, first_findings, headline_monitors
 from ckptscan.results import ScanReport
-from ckptscan.vocabulary import BY_NAME
 
 SECTIONS = ("verdict", "timeline", "monitors", "layers", "findings", "thresholds", "run")
 
@@ -189,10 +188,7 @@ def _verdict(report: ScanReport) -> str:
 
 
 def _layers_table(report: ScanReport) -> str:
-    monitors = [BY_NAME["delta2_entropy_norm"]]
-    router = router_monitor(report)
-    if router is not None:
-        monitors.append(router)
+    monitors = headline_monitors(report)
     header = ["layer", "status", "first alert", "first warning"]
     for m in monitors:
         header += [f"{m.label} now", "baseline"]

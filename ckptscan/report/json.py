@@ -46,6 +46,7 @@ def report_dict(report: ScanReport, per_head: str = "all") -> dict[str, Any]:
     check_per_head(per_head)
     body = _plain(dataclasses.asdict(report))
     command = body.pop("command")
+    _omit_empty_families(body)
     if per_head != "all":
         newest = len(body["pairs"]) - 1
         for index, pair in enumerate(body["pairs"]):
@@ -59,6 +60,15 @@ def report_dict(report: ScanReport, per_head: str = "all") -> dict[str, Any]:
         "command": command,
         **body,
     }
+
+
+def _omit_empty_families(body: dict[str, Any]) -> None:
+    """A layer's `families` is written only when a registered family computed
+    values: without one the report is what it was before the field existed."""
+    for pair in body["pairs"]:
+        for layer in pair["layers"]:
+            if not layer["families"]:
+                del layer["families"]
 
 
 def keeps_heads(per_head: str, layer_status: str, newest: bool) -> bool:

@@ -2,6 +2,7 @@
 
 One test case per (layer, family): classname `ckptscan.layer_{i}`, name the
 family ("attention" for every layer with attention, "router" for MoE layers,
+a registered family with its own values for the layers it has them for,
 "numeric" for every layer). A case fails when a finding of its family in its
 layer reaches the gate level (`--fail-on`, default alert); the failure's
 message is the first such finding (earliest step, most severe first), its
@@ -25,7 +26,8 @@ from xml.etree import ElementTree as ET
 
 from ckptscan.atomic import write_atomic
 from ckptscan.errors import CkptScanError
-from ckptscan.results import FAMILIES, SEVERITIES, Finding, ScanReport
+from ckptscan.monitors import registry
+from ckptscan.results import SEVERITIES, Finding, ScanReport
 
 GATE_LEVELS = ("warn", "alert")
 BODY_LINES = 40  # findings listed in a failure's text; a long run would bury the first ones
@@ -98,7 +100,9 @@ def _cases(report: ScanReport) -> dict[tuple[int, str], list[tuple[int | None, F
                 families.add("attention")
             if result.router is not None:
                 families.add("router")
-    cases = {(layer, family): [] for layer in sorted(has) for family in FAMILIES if family in has[layer]}
+            families.update(result.families)
+    listed = registry.finding_families()
+    cases = {(layer, family): [] for layer in sorted(has) for family in listed if family in has[layer]}
     for pair in report.pairs:
         for result in pair.layers:
             for f in result.findings:

@@ -11,9 +11,8 @@ from pathlib import Path
 from ckptscan.output import write_output
 from ckptscan.report.sparkline import sparkline
 from ckptscan.report.table import fmt
-from ckptscan.report.trend_table import SPARK_WIDTH, first_alert_text, first_findings, router_monitor, series
+from ckptscan.report.trend_table import SPARK_WIDTH, first_alert_text, first_findings, headline_monitors, series
 from ckptscan.results import ScanReport
-from ckptscan.vocabulary import BY_NAME
 
 ICONS = {"alert": "🔴", "warn": "🟡", "ok": "🟢", "unchanged": "⚪"}
 
@@ -49,16 +48,15 @@ def append_markdown(report: ScanReport, path: str | Path) -> None:
 
 
 def _trend_table(report: ScanReport) -> list[str]:
-    attention = BY_NAME["delta2_entropy_norm"]
-    router = router_monitor(report)
-    header = ["layer", f"{attention.label} over the run", "now", "baseline"]
-    if router is not None:
-        header += [f"{router.label} over the run", "now", "baseline"]
+    monitors = headline_monitors(report)
+    header = ["layer"]
+    for monitor in monitors:
+        header += [f"{monitor.label} over the run", "now", "baseline"]
     header += ["first alert", "status"]
     rows = [header, ["---"] * len(header)]
     for summary in report.summary.layers:
         row = [str(summary.layer)]
-        for monitor in [attention] + ([router] if router is not None else []):
+        for monitor in monitors:
             row += [sparkline(series(report, summary.layer, monitor.read), SPARK_WIDTH),
                     fmt(summary.current.get(monitor.name)), fmt(summary.baseline.get(monitor.name))]
         row += [first_alert_text(summary), f"{ICONS.get(summary.status, '')} {summary.status}"]

@@ -31,8 +31,9 @@ import math
 import time
 
 from ckptscan.errors import CkptScanError
+from ckptscan.monitors import registry
 from ckptscan.report.destinations import require_package, run_location
-from ckptscan.results import FAMILIES, ScanReport
+from ckptscan.results import ScanReport
 
 DEFAULT_ADDR = "127.0.0.1"  # the endpoint has no authentication: exposing it (0.0.0.0) is the caller's choice
 
@@ -85,7 +86,7 @@ class MetricsServer:
         steps = [p.to_step for p in report.pairs if p.to_step is not None]
         self.newest_step.labels(run).set(max(steps) if steps else math.nan)
         self.pairs.labels(run).set(len(report.pairs))
-        for family in FAMILIES:
+        for family in registry.finding_families():
             self.severity.labels(run, family).set(family_severity(report, family))
         self.flagged.labels(run).set(len(s.flagged_layers))
         first = s.first_alert_step.get(s.first_family) if s.first_family is not None else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ckptscan.vocabulary import worst
+from ckptscan.results import worst
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 

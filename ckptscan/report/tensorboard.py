@@ -2,7 +2,7 @@
 
 What is written, per pair of the report, at the pair's newer step:
 
-- one scalar per (layer, monitor): tag `{monitor}/layer_{i}` (the catalog's
+- one scalar per (layer, monitor): tag `{monitor}/layer_{i}` (the registry's
   monitors, grouped by monitor so a chart section compares the layers);
 - per family, the worst severity of its findings over the layers
   (`ckptscan/{family}_severity`: 0 ok, 1 info, 2 warn, 3 alert) and how many
@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ckptscan.errors import CkptScanError
+from ckptscan.monitors import registry
 from ckptscan.report.destinations import require_package
-from ckptscan.results import FAMILIES, PairResult, ScanReport
-from ckptscan.vocabulary import MONITORS, worst
+from ckptscan.results import PairResult, ScanReport, worst
 
 EVENT_SUFFIX = ".ckptscan"
 SEVERITY_LEVEL = {"ok": 0, "unchanged": 0, "info": 1, "warn": 2, "alert": 3}
@@ -68,12 +68,12 @@ def pair_step(index: int, pair: PairResult) -> int:
 
 def report_points(report: ScanReport) -> list[Point]:
     """Everything the event files show, in step order."""
-    families = [f for f in FAMILIES if f != "router" or _has_router(report)]
+    families = [f for f in registry.finding_families() if f != "router" or _has_router(report)]
     points: list[Point] = []
     for index, pair in enumerate(report.pairs):
         step = pair_step(index, pair)
         for layer in pair.layers:
-            for monitor in MONITORS:
+            for monitor in registry.monitors():
                 value = monitor.read(layer)
                 if value is not None and math.isfinite(value):
                     points.append(Point(step, f"{monitor.name}/layer_{layer.layer}", float(value),

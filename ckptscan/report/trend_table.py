@@ -1,7 +1,7 @@
 """Terminal rendering of a run (`ckptscan trend`): one row per layer.
 
-Each row: a sparkline of the normalised Δ2 entropy and of the router's
-headline monitor (routing entropy with a probe, else ε) over the run, each
+Each row: a sparkline of each family's headline monitor (the normalised Δ2
+entropy; the router's routing entropy with a probe, else ε) over the run, each
 cell coloured by the worst finding of that monitor's family in its pairs;
 the newest value against its baseline; the layer's first alert (step and
 family); its worst status. Below: the loss, the skipped checkpoints, the verdict, rollback candidate
@@ -32,8 +32,9 @@ from ckptscan.discovery import CORRUPT
 from ckptscan.interventions import family_lines
 from ckptscan.report.sparkline import cell_statuses, sparkline
 from ckptscan.report.table import STATUS_STYLE, fmt, print_model, print_reference_notes
-from ckptscan.results import Finding, LayerResult, LayerSummary, ScanReport
-from ckptscan.vocabulary import BY_NAME, MonitorInfo, worst
+from ckptscan.monitors import registry
+from ckptscan.monitors.spec import MonitorSpec
+from ckptscan.results import Finding, LayerResult, LayerSummary, ScanReport, worst
 
 SPARK_WIDTH = 30  # at most this many cells per sparkline
 MIN_SPARK_WIDTH = 6
@@ -109,13 +110,11 @@ def layer_family_statuses(by_pair: list[dict[int, LayerResult]], layer: int, fam
             for by_layer in by_pair]
 
 
-def router_monitor(report: ScanReport) -> MonitorInfo | None:
-    """Routing entropy when a probe gave it, else router ε; None without routers."""
-    for name in ("routing_entropy_norm", "epsilon"):
-        monitor = BY_NAME[name]
-        if any(monitor.read(layer) is not None for pair in report.pairs for layer in pair.layers):
-            return monitor
-    return None
+def headline_monitors(report: ScanReport) -> list[MonitorSpec]:
+    """Per family, the first of its headline monitors with a value in the
+    report (the router's: routing entropy when a probe gave it, else ε)."""
+    return registry.headlines(lambda monitor: any(monitor.read(layer) is not None
+                                                  for pair in report.pairs for layer in pair.layers))
 
 
 def first_findings(report: ScanReport, layer: int, count: int = FINDINGS_PER_LAYER) -> list[tuple[int | None, Finding]]:
@@ -152,14 +151,13 @@ def first_alert_text(summary: LayerSummary) -> str:
 
 def trend_table(report: ScanReport, width: int = 160) -> Table:
     """The per-layer table; sparklines take what `width` columns leave."""
-    router = router_monitor(report)
-    sparks = 2 if router is not None else 1
+    monitors = headline_monitors(report)
+    sparks = max(1, len(monitors))
     room = width - OTHER_COLUMNS_WIDTH - NUMBER_COLUMNS_WIDTH * sparks
     spark_width = max(MIN_SPARK_WIDTH, min(SPARK_WIDTH, room // sparks - 2))
     table = Table(title=_title(report), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
                   pad_edge=False)
     table.add_column("layer", justify="right", no_wrap=True)
-    monitors = [BY_NAME["delta2_entropy_norm"]] + ([router] if router is not None else [])
     for monitor in monitors:
         table.add_column(monitor.label, no_wrap=True, min_width=spark_width)
         table.add_column("now", justify="right", no_wrap=True, min_width=5)
@@ -189,7 +187,7 @@ def print_trend(console: Console, report: ScanReport) -> None:
     _print_summary(console, report)
 
 
-def _spark_cells(by_pair: list[dict[int, LayerResult]], layer: int, monitor: MonitorInfo, current: dict,
+def _spark_cells(by_pair: list[dict[int, LayerResult]], layer: int, monitor: MonitorSpec, current: dict,
                  baseline: dict, width: int) -> list[Text | str]:
     values = layer_series(by_pair, layer, monitor.read)
     line = sparkline(values, width)

@@ -1,7 +1,7 @@
 """The rows `ckptscan watch` prints: one line per new pair, as it is judged.
 
-A row: the newer step, the pair, the attention headline (Δ2 H/ln n) and the
-router headline (routing entropy with a probe, else ε; only for models with
+A row: the newer step, the pair, each family's headline monitor (attention:
+Δ2 H/ln n; router: routing entropy with a probe, else ε; only for models with
 routers) at the pair's worst layer for that family, each with that layer's
 baseline, the pair's loss (with a loss log), its status and its flagged
 layers. Under a flagged row, each warning and alert of the pair. The same
@@ -15,18 +15,17 @@ from rich.text import Text
 
 from ckptscan.report.markdown import ICONS, escape
 from ckptscan.report.table import STATUS_STYLE, fmt
-from ckptscan.report.trend_table import router_monitor
+from ckptscan.monitors.spec import MonitorSpec
+from ckptscan.report.trend_table import headline_monitors
 from ckptscan.results import SEVERITIES, LayerResult, PairResult, ScanReport
-from ckptscan.vocabulary import BY_NAME, MonitorInfo
 
 WIDTHS = {"step": 8, "pair": 15, "value": 14, "base": 6, "loss": 7, "status": 7}
 
 
 def columns(report: ScanReport) -> list[str]:
-    names = ["step", "pair", BY_NAME["delta2_entropy_norm"].label, "base"]
-    router = router_monitor(report)
-    if router is not None:
-        names += [router.label, "base"]
+    names = ["step", "pair"]
+    for monitor in headline_monitors(report):
+        names += [monitor.label, "base"]
     if "loss_log" in report.settings:
         names.append("loss")
     return names + ["status", "flagged layers"]
@@ -36,8 +35,7 @@ def pair_cells(report: ScanReport, index: int) -> list[str]:
     """The row of `report.pairs[index]`, as strings, in `columns` order."""
     pair = report.pairs[index]
     cells = [str(pair.to_step), f"{pair.from_step}→{pair.to_step}"]
-    monitors = [BY_NAME["delta2_entropy_norm"]] + ([router] if (router := router_monitor(report)) else [])
-    for monitor in monitors:
+    for monitor in headline_monitors(report):
         layer = worst_layer(pair, monitor)
         if layer is None:
             cells += ["–", "–"]
@@ -50,7 +48,7 @@ def pair_cells(report: ScanReport, index: int) -> list[str]:
     return cells + [pair.status, ",".join(flagged) or "–"]
 
 
-def worst_layer(pair: PairResult, monitor: MonitorInfo) -> LayerResult | None:
+def worst_layer(pair: PairResult, monitor: MonitorSpec) -> LayerResult | None:
     """The layer whose findings of the monitor's family are the most severe,
     ties going to the lowest value (both headlines alarm low)."""
     def rank(layer: LayerResult) -> tuple[int, float]:

@@ -1,12 +1,14 @@
 """Comparing a layer of two checkpoints: (older, newer) loaded layers -> the
 pair's `LayerResult` (non-finite counts, the fraction of weights changed,
-and the attention and router results)."""
+the attention and router results, and the values of each registered family
+that computes its own)."""
 
 from __future__ import annotations
 
 import torch
 
 from ckptscan.layouts import LayerWeights
+from ckptscan.monitors import registry
 from ckptscan.results import LayerResult
 from ckptscan.scan.attention_result import attention_result
 from ckptscan.scan.loading import LoadedLayer
@@ -29,6 +31,9 @@ def compare(
         result.attention = attention_result(wa, wb, a.grams, dtype, selection, options.full_spectrum)
     if wa.router is not None and wb.router is not None and "router" not in result.nonfinite:
         result.router = router_result(wa, wb, a.routing, b.routing)
+    for family in registry.families():
+        if family.compute is not None:
+            result.families[family.name] = family.compute(wa, wb)
     return result
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ckptscan.detection.judge import judge
-from ckptscan.detection.layer_band import LAYER_BAND
+from ckptscan.detection.layer_band import layer_band
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.metrics import Metrics
 from detection.helpers import MODEL, run_report
@@ -29,12 +29,12 @@ def layer_band_findings(report, rule="layer_band"):
 
 
 def brute_force_means(run, references, layer):
-    """Per pair, the mean departure of the layer's LAYER_BAND monitors from
+    """Per pair, the mean departure of the layer's `layer_band` monitors from
     the band of `references` (band sigmas, factor 1), in float64 numpy."""
     means = []
     for index, pair in enumerate(run.pairs):
         departures = []
-        for monitor in LAYER_BAND:
+        for monitor in layer_band():
             series = [([float(p.to_step) for p in r.pairs], [monitor.read(p.layers[layer]) for p in r.pairs])
                       for r in references]
             center, scale = brute_force_band(series, float(pair.to_step), 5, monitor.spec.min_scale, 1.0)

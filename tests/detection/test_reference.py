@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from ckptscan.detection.catalog import BY_NAME
+from ckptscan.detection.catalog import judged_by_name
 from ckptscan.detection.judge import judge
 from ckptscan.detection.reference import reference_from_report, reference_from_reports
 from ckptscan.detection.thresholds import Thresholds
@@ -16,8 +16,8 @@ from ckptscan.metrics import Metrics
 from ckptscan.results import PairResult, ScanReport, Summary
 from detection.helpers import MODEL, layer_result, run_report
 
-D2N = BY_NAME["delta2_entropy_norm"]
-LOGIT = BY_NAME["qk_logit_bound"]
+D2N = judged_by_name()["delta2_entropy_norm"]
+LOGIT = judged_by_name()["qk_logit_bound"]
 
 
 def report_at(steps, values, layers=1, name="ref"):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from detection.helpers import run_report
 
-from ckptscan.detection.catalog import BY_NAME
+from ckptscan.detection.catalog import judged_by_name
 from ckptscan.results import Summary
 from experiments.corpus import healthy_seed_references, load_manifest
 from experiments.evaluate import ORACLE_MONITORS, family_verdict, main, oracle_step
@@ -27,7 +27,7 @@ def numpy_oracle(run, twin, families, onset):
     best = math.inf
     for family in families:
         for name in ORACLE_MONITORS[family]:
-            monitor = BY_NAME[name]
+            monitor = judged_by_name()[name]
             for number in range(len(run.pairs[0].layers)):
                 r = np.array([monitor.read(p.layers[number]) for p in run.pairs], dtype=float)
                 t = np.array([monitor.read(p.layers[number]) for p in twin.pairs], dtype=float)

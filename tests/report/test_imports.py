@@ -1,4 +1,4 @@
-"""The reports render the results in the vocabulary's words; they never
+"""The reports render the results in the monitor registry's words; they never
 reach into detection, which judges. Read from the source, not imported:
 an import anywhere in a report module (at the top, in a function, under
 TYPE_CHECKING) counts."""
@@ -46,4 +46,4 @@ def test_every_way_of_naming_detection_is_caught():
     source = "\n".join(f"def f{i}():\n    {s}" for i, s in enumerate(spellings))
     caught = {line for line, _ in naming_detection(imported_modules(source, ["ckptscan", "report", "figures"]))}
     assert caught == {2 * i + 2 for i in range(len(spellings))}
-    assert naming_detection(imported_modules("from ckptscan.vocabulary import BY_NAME", ["ckptscan", "report"])) == []
+    assert naming_detection(imported_modules("from ckptscan.monitors import registry", ["ckptscan", "report"])) == []

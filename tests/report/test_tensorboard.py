@@ -26,7 +26,7 @@ runner = CliRunner()
 MONITOR_SECTIONS = {
     "delta2_entropy_norm": "attention", "delta2_entropy_norm_min": "attention", "dwq_entropy_norm": "attention",
     "dwk_entropy_norm": "attention", "qk_logit_bound": "attention", "routing_entropy_norm": "router",
-    "load_cv": "router", "cosine_similarity": "router", "epsilon": "router",
+    "load_cv": "router", "cosine_similarity": "router", "epsilon": "router", "logit_scale": "attention",
 }
 LEVEL = {"ok": 0, "unchanged": 0, "info": 1, "warn": 2, "alert": 3}
 
@@ -49,7 +49,12 @@ def expected_scalars(data):
                 value = (layer[section] or {}).get(monitor)
                 if value is not None:
                     expected.setdefault(f"{monitor}/layer_{layer['layer']}", {})[step] = np.float32(value)
-        for family in ("attention", "router", "numeric"):
+            attention = layer["attention"] or {}
+            if attention.get("dwq_rel_norm") is not None and attention.get("dwk_rel_norm") is not None:
+                # The update family's one monitor: the larger relative update of W_q and W_k.
+                expected.setdefault(f"update_size/layer_{layer['layer']}", {})[step] = \
+                    np.float32(max(attention["dwq_rel_norm"], attention["dwk_rel_norm"]))
+        for family in ("attention", "router", "update", "numeric"):
             levels = [[LEVEL[f["severity"]] for f in layer["findings"] if f["family"] == family]
                       for layer in pair["layers"]]
             expected.setdefault(f"ckptscan/{family}_severity", {})[step] = np.float32(max(sum(levels, []), default=0))

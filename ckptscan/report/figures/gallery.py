@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ckptscan.monitors import registry
 from ckptscan.report.figures.canvas import png_bytes, require_matplotlib
 from ckptscan.report.figures.grid import Grid
 from ckptscan.report.figures.heatmap import HEATMAPS, draw_heatmap
 from ckptscan.report.figures.layer_profile import draw_layer_profile
 from ckptscan.report.figures.timeline import draw_timeline
 from ckptscan.results import ScanReport
-from ckptscan.vocabulary import BY_NAME
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,6 @@ def run_figures(report: ScanReport) -> list[Figure]:
         drawn = draw_heatmap(grid, name)
         if drawn is not None:
             fig, caption = drawn
-            figures.append(Figure(f"heatmap_{name}", f"{BY_NAME[name].label} (layers × {grid.step_label}s)",
+            figures.append(Figure(f"heatmap_{name}", f"{registry.spec(name).label} (layers × {grid.step_label}s)",
                                   caption, png_bytes(fig)))
     return figures

@@ -8,8 +8,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ckptscan.monitors import registry
+from ckptscan.monitors.spec import MonitorSpec
 from ckptscan.results import Finding, LayerResult, ScanReport
-from ckptscan.vocabulary import BY_NAME, MonitorInfo
 
 
 @dataclass
@@ -79,12 +80,7 @@ def nan_reduce(reduce: Callable[..., np.ndarray], block: np.ndarray) -> np.ndarr
     return out
 
 
-def headline_monitors(grid: Grid) -> list[MonitorInfo]:
-    """The monitors a figure leads with, of those the report has values for: routing entropy stands for ε."""
-    present = []
-    for name in ("delta2_entropy_norm", "routing_entropy_norm", "epsilon"):
-        if not np.isnan(grid.values(BY_NAME[name].read)).all():
-            present.append(BY_NAME[name])
-    if BY_NAME["routing_entropy_norm"] in present and BY_NAME["epsilon"] in present:
-        present.remove(BY_NAME["epsilon"])
-    return present
+def headline_monitors(grid: Grid) -> list[MonitorSpec]:
+    """The monitors a figure leads with: per family, the first of its headline
+    monitors the report has values for (routing entropy stands for ε)."""
+    return registry.headlines(lambda monitor: not np.isnan(grid.values(monitor.read)).all())

@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ckptscan.monitors import registry
+from ckptscan.monitors.spec import MonitorSpec
 from ckptscan.report.figures.canvas import WIDTH, matplotlib_pieces
 from ckptscan.report.figures.grid import Grid, nan_reduce
 from ckptscan.report.sparkline import cells
-from ckptscan.vocabulary import BY_NAME, MonitorInfo
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure as MplFigure
@@ -26,25 +27,23 @@ MAX_ROWS = 96
 @dataclass(frozen=True)
 class Heatmap:
     marked: tuple[str, ...]  # monitors whose findings are marked on it
-    title: str
-    unit: str  # colour-bar and y-axis label
+    title: str  # the colour bar and y-axis are labelled with the monitor's unit
 
 
 # One heatmap per headline monitor, in this order.
 HEATMAPS = {
     "delta2_entropy_norm": Heatmap(("delta2_entropy_norm", "delta2_entropy_norm_min"),
-                                   "Δ2 (QK update) spectral entropy, mean over heads", "H / ln n"),
-    "dwq_entropy_norm": Heatmap(("dwq_entropy_norm",), "ΔW_q spectral entropy, mean over heads", "H / ln r"),
-    "epsilon": Heatmap(("epsilon",), "router ε = max_e ‖w_e − w̄‖ / ‖w̄‖", "ε"),
-    "routing_entropy_norm": Heatmap(("routing_entropy_norm",), "routing entropy on the probe, mean over tokens",
-                                    "H(p) / ln E"),
+                                   "Δ2 (QK update) spectral entropy, mean over heads"),
+    "dwq_entropy_norm": Heatmap(("dwq_entropy_norm",), "ΔW_q spectral entropy, mean over heads"),
+    "epsilon": Heatmap(("epsilon",), "router ε = max_e ‖w_e − w̄‖ / ‖w̄‖"),
+    "routing_entropy_norm": Heatmap(("routing_entropy_norm",), "routing entropy on the probe, mean over tokens"),
 }
 
 
 def draw_heatmap(grid: Grid, name: str) -> tuple[MplFigure, str] | None:
     """Layers × pairs of one monitor, its findings marked; None when it has no value."""
-    monitor, heat = BY_NAME[name], HEATMAPS[name]
-    unit = heat.unit
+    monitor, heat = registry.spec(name), HEATMAPS[name]
+    unit = axis_unit(monitor)
     values = grid.values(monitor.read)
     if np.isnan(values).all():
         return None
@@ -149,6 +148,6 @@ def _row_label(layers: list[int], rows: range) -> str:
     return str(first) if first == last else f"{first}–{last}"
 
 
-def axis_unit(monitor: MonitorInfo) -> str:
-    """What a monitor's axis is labelled: its heatmap's unit, else its label."""
-    return HEATMAPS[monitor.name].unit if monitor.name in HEATMAPS else monitor.label
+def axis_unit(monitor: MonitorSpec) -> str:
+    """What a monitor's axis is labelled: its unit, else its label."""
+    return monitor.unit if monitor.unit is not None else monitor.label

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ckptscan.monitors import registry
 from ckptscan.report.figures.canvas import ALARM_COLOR, WIDTH, matplotlib_pieces
 from ckptscan.report.figures.grid import Grid, headline_monitors
 from ckptscan.report.figures.heatmap import axis_unit
 from ckptscan.results import ScanReport
-from ckptscan.vocabulary import BY_NAME
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure as MplFigure
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def draw_layer_profile(report: ScanReport, grid: Grid) -> tuple[MplFigure, str]:
     """A single pair: each headline monitor against the layer, findings marked."""
     mpl = matplotlib_pieces()
-    monitors = headline_monitors(grid) or [BY_NAME["delta2_entropy_norm"]]
+    monitors = headline_monitors(grid) or [registry.spec("delta2_entropy_norm")]
     fig = mpl.Figure(figsize=(WIDTH, 1.0 + 2.2 * len(monitors)), layout="constrained")
     axes = fig.subplots(len(monitors), 1, sharex=True, squeeze=False)[:, 0]
     for ax, monitor in zip(axes, monitors):

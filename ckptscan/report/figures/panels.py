@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ckptscan.monitors import registry
+from ckptscan.monitors.spec import MonitorSpec
 from ckptscan.report.figures.canvas import ALARM_COLOR
 from ckptscan.report.figures.envelope import envelope
 from ckptscan.report.figures.grid import Grid, headline_monitors, nan_reduce
 from ckptscan.report.figures.heatmap import axis_unit
 from ckptscan.results import ScanReport, SeriesPoint
-from ckptscan.vocabulary import BY_NAME, MonitorInfo
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -81,7 +82,7 @@ def layer_panel(ax: Axes, report: ScanReport, grid: Grid, layer: int) -> list[st
     return notes
 
 
-def all_layers_panel(ax: Axes, grid: Grid, monitor: MonitorInfo) -> None:
+def all_layers_panel(ax: Axes, grid: Grid, monitor: MonitorSpec) -> None:
     """No layer flagged: one monitor's median over the layers, the range between the lowest and highest shaded."""
     values = grid.values(monitor.read)
     lo, hi, median = nan_reduce(np.nanmin, values), nan_reduce(np.nanmax, values), nan_reduce(np.nanmedian, values)
@@ -125,7 +126,7 @@ def _runs(indices: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def _lead_monitor(report: ScanReport, grid: Grid, layer: int) -> MonitorInfo:
+def _lead_monitor(report: ScanReport, grid: Grid, layer: int) -> MonitorSpec:
     """The monitor that fired first in a layer (its first alert, else its first warning)."""
     summary = next((s for s in report.summary.layers if s.layer == layer), None)
     names = [summary.first_alert_monitor] if summary is not None and summary.first_alert_monitor else []
@@ -133,10 +134,10 @@ def _lead_monitor(report: ScanReport, grid: Grid, layer: int) -> MonitorInfo:
         result = by_layer.get(layer)
         names += [f.monitor for f in result.findings if f.severity in ("warn", "alert")] if result else []
     for name in names:
-        if name in BY_NAME:
-            return BY_NAME[name]
+        if (monitor := registry.find(name)) is not None:
+            return monitor
     # A numeric finding (non-finite weights): show the layer's headline monitor.
-    return next((m for m in headline_monitors(grid)), BY_NAME["delta2_entropy_norm"])
+    return next((m for m in headline_monitors(grid)), registry.spec("delta2_entropy_norm"))
 
 
 def _level(report: ScanReport, name: str) -> float | None:
@@ -146,7 +147,7 @@ def _level(report: ScanReport, name: str) -> float | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _band_points(grid: Grid, layer: int, monitor: MonitorInfo) -> list[SeriesPoint | None] | None:
+def _band_points(grid: Grid, layer: int, monitor: MonitorSpec) -> list[SeriesPoint | None] | None:
     """What detection recorded at each pair of this (layer, monitor) series,
     or None when the report carries no judgements for it."""
     results = [by_layer.get(layer) for by_layer in grid.results]
@@ -154,7 +155,7 @@ def _band_points(grid: Grid, layer: int, monitor: MonitorInfo) -> list[SeriesPoi
     return points if any(p is not None for p in points) else None
 
 
-def _draw_band(ax: Axes, steps: list[float], points: list[SeriesPoint | None], monitor: MonitorInfo,
+def _draw_band(ax: Axes, steps: list[float], points: list[SeriesPoint | None], monitor: MonitorSpec,
                report: ScanReport) -> None:
     n = len(points)
     centre, lo, hi, alert_lo, alert_hi = (np.full(n, np.nan) for _ in range(5))

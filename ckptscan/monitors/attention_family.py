@@ -1,0 +1,52 @@
+"""The attention family's monitors: which numbers of a layer's
+`AttentionResult` (ckptscan/monitors/attention.py computes them) are
+monitored, in which words, and how detection judges each.
+
+Why these settings (measured on healthy and fault-injected runs of the
+experiments' trainer; docs/detection.md and docs/calibration.md have the numbers):
+
+- Normalised entropies are scale-free, so learning-rate warm-up and decay do
+  not move them; in healthy runs the Δ2 and ΔW entropies rise after warm-up
+  and then stay flat. Their baseline never follows a falling trend, and a
+  frozen post-warm-up level is checked too (a slow fault is still a fault).
+- Norms (the logit bound ‖Q_hᵀK_g‖₂) grow with the learning rate in healthy
+  runs: judged on a log scale, following the trend, upward only.
+- Not judged: update sizes (they follow the learning-rate schedule).
+- "alone": the Δ2 entropy is the family's specific monitor (it never came
+  near its alarm levels in healthy runs or in router faults) and may alert
+  alone; the others may warn alone and reach alert only when it is at least
+  at warn in the same layer on the same pair.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ckptscan.monitors.spec import FamilySpec, Judging, MonitorSpec
+from ckptscan.results import LayerResult
+
+
+def _attention(field: str) -> Callable[[LayerResult], float | None]:
+    return lambda layer: getattr(layer.attention, field) if layer.attention is not None else None
+
+
+def _monitor(name: str, label: str, unit: str | None, bad: str, log: bool, judging: Judging) -> MonitorSpec:
+    return MonitorSpec(name, "attention", label, unit, bad, log, _attention(name), judging)
+
+
+ATTENTION = FamilySpec(
+    "attention",
+    (
+        _monitor("delta2_entropy_norm", "Δ2 H/ln n", "H / ln n", "low", False,
+                 Judging(0.01, "alert", per_update=True)),
+        _monitor("delta2_entropy_norm_min", "Δ2 H/ln n (worst head)", None, "low", False,
+                 Judging(0.02, "warn", per_update=True)),
+        _monitor("dwq_entropy_norm", "ΔWq H/ln r", "H / ln r", "low", False, Judging(0.01, "warn", per_update=True)),
+        _monitor("dwk_entropy_norm", "ΔWk H/ln r", None, "low", False, Judging(0.01, "warn", per_update=True)),
+        _monitor("qk_logit_bound", "logit bound", None, "high", True, Judging(0.05, "alert", follow_trend=True)),
+        # Absolute: judged against its ceiling from the first pair (detection/findings.py), not as a series.
+        MonitorSpec("logit_scale", "attention", "logit scale", "largest logit", "high", True,
+                    _attention("logit_scale")),
+    ),
+    headline=("delta2_entropy_norm",),
+)

@@ -1,0 +1,72 @@
+"""The router family's monitors: which numbers of a layer's `RouterResult`
+(ckptscan/monitors/router.py from the router weights, routing.py from a
+probe's routing) are monitored, in which words, and how detection judges each.
+
+Why these settings (measured on healthy and fault-injected runs of the
+experiments' trainer; docs/detection.md and docs/calibration.md have the numbers):
+
+- Routing entropy falls for hundreds of steps in healthy MoE runs as experts
+  specialise, and router ε keeps rising: their baselines follow the trend
+  (Theil–Sen slope) and only a departure from it counts.
+- Router ε and row cosine similarity move either way in router faults (rows
+  diverge in a stable-winner collapse; the paper's collapse makes them
+  alike), so both sides are judged. Cosine similarity drifts in early
+  healthy training and is then nearly constant.
+- Sequential rule (CUSUM, detection/changepoint.py): every judged monitor
+  but router cosine similarity. Its healthy series creeps away from its
+  post-warm-up level by a fraction of a sigma per pair for the whole run, which
+  a CUSUM accumulates into 13–36 σ on every healthy calibration run of the
+  corpus (experiments/); no other monitor's healthy CUSUM exceeded 5.
+- Router monitors are never compared with a reference run, only with their
+  own history. Router ε is a ratio over the mean router row, a
+  near-cancellation whose level differs by 20–30 % between seeds of one
+  recipe; routing entropy, load and row similarity depend on which experts
+  specialise in what, which the seed decides: against the healthy run of
+  the other seed, they raised router alerts on 2 of the 12 healthy
+  calibration runs at the calibrated reference scale (experiments/evaluate.py
+  --reference-seed). Router faults are seen by the self-baseline at once.
+- Not judged: the router update's entropy ΔWr (flat in router faults, moved
+  by attention faults: no information about the router's mechanism).
+- "alone": routing entropy is the family's specific monitor (it never came
+  near its alarm levels in healthy runs or in attention faults) and may
+  alert alone; the others may warn alone and reach alert only when it is at
+  least at warn in the same layer on the same pair. Without a probe the
+  family has no specific monitor: weight-only router findings then warn,
+  and only the hard floors alert.
+- Headline: routing entropy when a probe gave it, else router ε.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ckptscan.monitors.spec import FamilySpec, Judging, MonitorSpec
+from ckptscan.results import LayerResult
+
+
+def _router(field: str) -> Callable[[LayerResult], float | None]:
+    def read(layer: LayerResult) -> float | None:
+        value = getattr(layer.router, field) if layer.router is not None else None
+        return None if value is None else float(value)
+
+    return read
+
+
+def _monitor(name: str, label: str, unit: str | None, bad: str, log: bool, judging: Judging) -> MonitorSpec:
+    return MonitorSpec(name, "router", label, unit, bad, log, _router(name), judging)
+
+
+ROUTER = FamilySpec(
+    "router",
+    (
+        _monitor("routing_entropy_norm", "routing H/ln E", "H(p) / ln E", "low", False,
+                 Judging(0.01, "alert", follow_trend=True, across_runs=False)),
+        _monitor("load_cv", "load CV", None, "high", False,
+                 Judging(0.05, "warn", follow_trend=True, across_runs=False)),
+        _monitor("cosine_similarity", "router cos", None, "both", False,
+                 Judging(0.01, "warn", sequential=False, across_runs=False)),
+        _monitor("epsilon", "router ε", "ε", "both", True,
+                 Judging(0.02, "warn", follow_trend=True, across_runs=False)),
+    ),
+    headline=("routing_entropy_norm", "epsilon"),
+)

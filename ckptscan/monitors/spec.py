@@ -1,0 +1,59 @@
+"""What a monitor is, declared once: its name, family and words (shared by
+detection and every report), where its value is read in a layer's result,
+and how detection judges it. A family groups its monitors with the ones a
+report's table heads with. The families are registered in
+`ckptscan.monitors.registry`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ckptscan.layouts import LayerWeights
+from ckptscan.results import LayerResult
+
+
+@dataclass(frozen=True)
+class Judging:
+    """How detection judges a monitor's (layer, monitor) series."""
+
+    min_scale: float  # smallest sigma (in judged units): the resolution below which changes do not matter
+    alone: str  # "alert" | "warn": the most severe finding it may raise by itself
+    follow_trend: bool = False  # healthy runs drift: its baseline follows the trend (Theil–Sen slope)
+    sequential: bool = True  # also judged by the CUSUM (off for a monitor that creeps in healthy runs)
+    # Is the level comparable between two runs of one recipe (a reference run)?
+    across_runs: bool = True
+    # Is it a property of the update between two checkpoints (so its level
+    # depends on how many steps apart they are), not of one checkpoint?
+    per_update: bool = False
+
+
+@dataclass(frozen=True)
+class MonitorSpec:
+    name: str  # the field name in the JSON report
+    family: str  # the family's name, e.g. "attention" | "router"
+    label: str  # short name for tables and messages
+    unit: str | None  # what a figure's axis of it is labelled; None: its label
+    bad: str  # "low" | "high" | "both": the alarm side
+    log: bool  # a positive, scale-dependent value: judged (and coloured) on a log scale
+    read: Callable[[LayerResult], float | None]
+    judging: Judging | None = None  # None: reported, never judged
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    name: str  # what findings of its monitors name as their family
+    monitors: tuple[MonitorSpec, ...]  # in the order detection judges them and reports list them
+    # The monitors a report's table heads the family with, in preference
+    # order: the table shows the first one with values in the report.
+    headline: tuple[str, ...]
+    # For a family whose values are not one of the built-in results: its
+    # values on a pair of one layer's weights (older, newer), by monitor
+    # name, stored in `LayerResult.families[name]` (`family_value` reads them).
+    compute: Callable[[LayerWeights, LayerWeights], dict[str, float | None]] | None = None
+
+
+def family_value(family: str, name: str) -> Callable[[LayerResult], float | None]:
+    """The reader of a monitor whose value its family's `compute` gave."""
+    return lambda layer: layer.families.get(family, {}).get(name)
