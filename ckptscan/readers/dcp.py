@@ -51,13 +51,22 @@ from ckptscan.storage.ranged import abandoner
 NOT_MODEL = {"optimizer", "optim", "lr_scheduler", "dataloader", "train_state", "rng_state", "rng_states",
              "rerun_state_machine_state", "common_state", "scheduler"}
 
-# Everything a DCP `.metadata` pickle may construct (torch 2.0-2.13 names).
+# Everything a DCP `.metadata` pickle may construct (torch 2.0-2.14 names).
+# Megatron-Core's default save (`state_dict_saver.save_state_dict_async_plan`,
+# cached for reuse by the next save) also stores every rank's SavePlan in
+# `metadata.all_local_plans`: the planner's dataclasses and its WriteItemType
+# enum. Unpickling these only fills fields (NEWOBJ + BUILD; an Enum by value),
+# no method of theirs runs.
 _METADATA_CLASSES = {
     ("torch.distributed.checkpoint.metadata", name)
     for name in ("Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata",
                  "TensorProperties", "_MEM_FORMAT_ENCODING", "MetadataIndex", "StorageMeta")
 } | {
+    ("torch.distributed.checkpoint.planner", name)
+    for name in ("SavePlan", "WriteItem", "WriteItemType", "TensorWriteData", "BytesIOWriteData")
+} | {
     ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch.distributed.checkpoint.filesystem", "_StoragePrefix"),  # a SavePlan's storage_data
     ("torch.distributed._shard.sharded_tensor.metadata", "TensorProperties"),
     ("torch.distributed._shard.sharded_tensor.metadata", "MEM_FORMAT_ENCODING"),
     ("torch", "Size"),
