@@ -11,6 +11,7 @@ to the one Megatron's OptimizerParamScheduler set.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 import shutil
@@ -230,7 +231,8 @@ def test_a_class_outside_the_allow_list_in_a_save_plan_is_refused_and_never_runs
     shutil.copytree(MEGATRON / "dense" / _iter(10), checkpoint)
     metadata = _metadata(checkpoint)
     marker = tmp_path / "ran"
-    metadata.all_local_plans[0].planner_data = RunsCommand(f"touch {marker}")
+    plans = metadata.all_local_plans
+    plans[0] = dataclasses.replace(plans[0], planner_data=RunsCommand(f"touch {marker}"))
     (checkpoint / ".metadata").write_bytes(pickle.dumps(metadata))
     with pytest.raises(CkptScanError, match=r"\.metadata: refusing to unpickle DCP metadata: '(posix|os)\.system' "
                                             r"is not a DCP metadata type"):
