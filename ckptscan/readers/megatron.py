@@ -45,6 +45,7 @@ from ckptscan.errors import CkptScanError
 from ckptscan.readers.base import Checkpoint, Format, dtype_name
 from ckptscan.readers.bounded import MAX_CONFIG_BYTES, load_json
 from ckptscan.readers.megatron_schedule import learning_rate
+from ckptscan.readers.sidecars import check_counts
 from ckptscan.readers.steps import step_from_name
 from ckptscan.readers.torch_pickle import flat_tensors, load_pickle, plain
 
@@ -85,6 +86,8 @@ def meta_from(common: dict[str, Any], where: str | Path, held_in: str) -> dict[s
     meta = {k: plain(common[k]) for k in ("args", "iteration", "checkpoint_version") if k in common}
     if meta.get("args") is not None and not isinstance(meta["args"], dict):
         meta.pop("args")
+    if "args" in meta:
+        check_counts(meta["args"], where, "args.")
     lr = learning_rate(common, meta.get("args") or {}, where, held_in)
     if lr is not None:
         meta["lr"], meta["lr_source"] = lr

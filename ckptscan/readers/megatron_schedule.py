@@ -33,8 +33,9 @@ def learning_rate(common: Mapping[str, Any], args: Mapping[str, Any], where: str
                   held_in: str) -> tuple[float, str] | None:
     """(LR of the next update, where it came from) for a Megatron state dict
     `common` (read from `where`, named `held_in` for the user) with its plain
-    `args`; None when neither states one (or a WSD schedule's anneal length
-    is not in the args)."""
+    `args`; None when neither states one, when the scheduler state is not
+    `OptimizerParamScheduler`'s (a field missing), or when a WSD schedule's
+    anneal length is not in the args."""
     state = common.get(SCHEDULER_KEY)
     if state is None:
         lr = args.get("lr")
@@ -59,8 +60,16 @@ def _number(mapping: Mapping[str, Any], key: str, where: str | Path, what: str) 
     return float(value)
 
 
+# What `OptimizerParamScheduler.state_dict()` has held since Megatron-LM
+# renamed AnnealingLR's fields (2022); older saves state no LR we can compute.
+SCHEDULE_FIELDS = ("max_lr", "min_lr", "lr_warmup_steps", "lr_decay_steps", "num_steps", "lr_decay_style")
+
+
 def _scheduled(state: Mapping[str, Any], args: Mapping[str, Any], where: str | Path) -> float | None:
+    """None when a field is missing; a field of the wrong type is refused."""
     what = SCHEDULER_KEY
+    if any(state.get(field) is None for field in SCHEDULE_FIELDS):
+        return None
     max_lr, min_lr = _number(state, "max_lr", where, what), _number(state, "min_lr", where, what)
     warmup, decay = _number(state, "lr_warmup_steps", where, what), _number(state, "lr_decay_steps", where, what)
     steps = _number(state, "num_steps", where, what)

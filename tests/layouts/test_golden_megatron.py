@@ -238,3 +238,10 @@ def test_a_class_outside_the_allow_list_in_a_save_plan_is_refused_and_never_runs
                                             r"is not a DCP metadata type"):
         open_checkpoint(checkpoint)
     assert not marker.exists()
+
+
+def test_scheduler_state_of_another_form_states_no_learning_rate():
+    """AnnealingLR (Megatron-LM before 2022) saved other field names: no LR, and not the peak either."""
+    old = {"max_lr": 3e-4, "warmup_steps": 10, "num_steps": 20, "decay_style": "cosine", "decay_steps": 100,
+           "min_lr": 0.0}
+    assert learning_rate({"opt_param_scheduler": old}, {"lr": 3e-4}, Path("common.pt"), "common.pt") is None
