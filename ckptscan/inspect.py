@@ -27,7 +27,7 @@ from ckptscan.storage import as_path
 
 # Metadata worth showing; `args` and the like are too large to print whole.
 SHOWN_META = ("key_prefix", "checkpoint_version", "tensor_parallel", "pipeline_parallel", "expert_parallel",
-              "stacked_layers", "sharded_backend", "iteration", "iter_num")
+              "stacked_layers", "sharded_backend", "iteration", "iter_num", "lr", "lr_source")
 _LAYER_NUMBER = re.compile(r"(?<=\.)\d+(?=\.)|^\d+(?=\.)")
 
 

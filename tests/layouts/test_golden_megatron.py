@@ -245,3 +245,22 @@ def test_scheduler_state_of_another_form_states_no_learning_rate():
     old = {"max_lr": 3e-4, "warmup_steps": 10, "num_steps": 20, "decay_style": "cosine", "decay_steps": 100,
            "min_lr": 0.0}
     assert learning_rate({"opt_param_scheduler": old}, {"lr": 3e-4}, Path("common.pt"), "common.pt") is None
+
+
+def test_inspect_of_an_iteration_folder_that_does_not_open_gives_its_own_error(tmp_path):
+    """Not "skipped common.pt: one shard of a model-parallel Megatron checkpoint",
+    as when the folder was tried as a run of the .pt files inside it."""
+    checkpoint = tmp_path / _iter(10)
+    shutil.copytree(MEGATRON / "dense" / _iter(10), checkpoint)
+    (checkpoint / "__0_1.distcp").write_bytes(b"")  # a data file cut short
+    result = runner.invoke(app, ["inspect", str(checkpoint)])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"error: {checkpoint}: '__0_1.distcp' is 0 bytes but the metadata needs ")
+    assert result.output.count("\n") == 1 and "common.pt" not in result.output
+
+
+def test_common_pt_opened_alone_says_what_it_is():
+    result = runner.invoke(app, ["inspect", str(MEGATRON / "dense" / _iter(10) / "common.pt")])
+    assert result.exit_code == 2
+    assert result.output == (f"error: {MEGATRON / 'dense' / _iter(10) / 'common.pt'}: the common state of a Megatron "
+                             "torch_dist checkpoint (args, iteration; no weights): open the folder that holds it\n")
