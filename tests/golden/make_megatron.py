@@ -10,7 +10,8 @@ trained with SGD on random tokens, and saved as Megatron-LM's
 {args, checkpoint_version, iteration, model, opt_param_scheduler} (no
 optimizer state, as with --no-save-optim), written with
 `dist_checkpointing.save` (`--ckpt-format torch_dist`, the default) or
-`torch.save` of `mp_rank_00/model_optim_rng.pt` (`--ckpt-format torch`).
+`torch.save` of each rank's `mp_rank_TT[_PPP]/model_optim_rng.pt`
+(`--ckpt-format torch`).
 Megatron-LM itself (megatron.training) is not on PyPI; `args` holds the
 argparse fields it would, named as its flags are.
 
@@ -21,12 +22,19 @@ Runs: `dense` (torch_dist, iterations 10 and 20), `moe` (4 experts, top-2,
 no grouped GEMM; iterations 10 and 20), `legacy` (the dense weights in the
 torch format), and `tp2` / `pp2`: the dense run loaded back with
 `dist_checkpointing.load` into a model sharded over two gloo ranks (tensor
-parallel 2, or pipeline parallel 2) and saved again, started under torchrun
-by this script. tests/golden/megatron/ holds `dense`, `moe` and `legacy`,
+parallel 2, or pipeline parallel 2) and saved again, in both formats
+(`tp2/`, `legacy_tp2/`; `pp2/`, `legacy_pp2/`), by this script started
+again under torchrun (both in one world: one start-up of megatron-core per
+rank). Beside the runs, megatron_split/ holds Megatron's own q/k split, router
+weights and learning rates of each saved iteration (`megatron_split`), and
+its scheduler's learning rate for every decay style (`lr_schedules`).
+tests/golden/megatron/ holds `dense`, `moe`, `legacy` and megatron_split/,
 written with megatron-core 0.16.1, torch 2.13.0+cpu, Python 3.11.
 
-Running megatron-core without a GPU needs these shims (each named where Megatron
-calls CUDA or Transformer Engine unconditionally).
+megatron-core needs a few shims to run without a GPU (`cpu_shims`); the
+default causal mask is built on CUDA, so the training step passes
+`pretrain_gpt`'s explicit one; the RNG tracker is the inference one, whose
+`fork()` needs no CUDA; layers use the local spec (no Transformer Engine).
 """
 
 from __future__ import annotations
@@ -169,6 +177,18 @@ def save_torch_dist(gpt, state: dict, directory: Path) -> None:
     dist_checkpointing.save({**state, "model": gpt.sharded_state_dict()}, str(directory))
 
 
+def save_legacy(gpt, state: dict, directory: Path) -> None:
+    """`--ckpt-format torch`: each rank's own state dict, in the folder
+    Megatron-LM's `get_checkpoint_name` gives it (`mp_rank_TT`, `_PPP`
+    appended when pipeline parallel)."""
+    from megatron.core import parallel_state
+
+    tp, pp = parallel_state.get_tensor_model_parallel_rank(), parallel_state.get_pipeline_model_parallel_rank()
+    name = f"mp_rank_{tp:02d}" + (f"_{pp:03d}" if parallel_state.get_pipeline_model_parallel_world_size() > 1 else "")
+    (directory / name).mkdir(parents=True)
+    torch.save({**state, "model": gpt.state_dict_for_save_checkpoint()}, directory / name / "model_optim_rng.pt")
+
+
 def common_state(moe: bool, iteration: int, ckpt_format: str, sched, tp: int = 1, pp: int = 1) -> dict:
     return {"args": args(moe, iteration, ckpt_format, tp, pp), "checkpoint_version": 3.0, "iteration": iteration,
             "opt_param_scheduler": sched.state_dict()}
@@ -244,10 +264,7 @@ def train_and_save(out: Path, moe: bool, legacy: bool) -> None:
         splits.mkdir(parents=True, exist_ok=True)
         torch.save(megatron_split(gpt, optimizer), splits / f"iter_{iteration:07d}.pt")
         if legacy_save is not None:
-            rank_dir = iteration_dir(legacy_save, iteration) / "mp_rank_00"
-            rank_dir.mkdir(parents=True)
-            torch.save({**common_state(moe, iteration, "torch", sched),
-                        "model": gpt.state_dict_for_save_checkpoint()}, rank_dir / "model_optim_rng.pt")
+            save_legacy(gpt, common_state(moe, iteration, "torch", sched), iteration_dir(legacy_save, iteration))
             mark_latest(legacy_save, iteration)
 
 
@@ -257,12 +274,15 @@ def _fresh(directory: Path) -> Path:
     return directory
 
 
-def reshard(dense: Path, save: Path, tp: int, pp: int) -> None:
+def reshard(dense: Path, out: Path, name: str) -> None:
     """On each rank of a torchrun world: the dense run's every iteration loaded
     into a (tp, pp)-sharded model and saved again, as Megatron-LM does when a
-    run resumes with other parallel sizes."""
+    run resumes with other parallel sizes: as torch_dist into `name` and in the
+    torch format into `legacy_{name}`."""
     from megatron.core import dist_checkpointing, parallel_state
 
+    tp, pp = RESHARDED[name]
+    save, legacy_save = out / name, out / f"legacy_{name}"
     init_model_parallel(tp, pp)
     gpt = model(False, tp, pp)
     for iteration in ITERATIONS:
@@ -273,8 +293,11 @@ def reshard(dense: Path, save: Path, tp: int, pp: int) -> None:
         common["args"].tensor_model_parallel_size, common["args"].pipeline_model_parallel_size = tp, pp
         state = {k: common[k] for k in ("args", "checkpoint_version", "iteration", "opt_param_scheduler")}
         save_torch_dist(gpt, state, iteration_dir(save, iteration))
+        legacy_args = argparse.Namespace(**{**vars(common["args"]), "ckpt_format": "torch"})
+        save_legacy(gpt, {**state, "args": legacy_args}, iteration_dir(legacy_save, iteration))
         torch.distributed.barrier()
         mark_latest(save, iteration)
+        mark_latest(legacy_save, iteration)
     parallel_state.destroy_model_parallel()
 
 
@@ -285,6 +308,7 @@ def run_resharding(out: Path, names: list[str]) -> None:
     """`tp2` / `pp2`: this script again, on two gloo ranks under one torchrun."""
     for name in names:
         _fresh(out / name)
+        _fresh(out / f"legacy_{name}")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-port",
                str(_free_port()), __file__, str(out), *names, "--ranks"]
@@ -306,7 +330,7 @@ def main() -> None:
         cpu_shims()
         init_process_group()
         for name in resharded:
-            reshard(out / "dense", out / name, *RESHARDED[name])
+            reshard(out / "dense", out, name)
         torch.distributed.destroy_process_group()
         return
     if set(runs) & {"dense", "legacy", "moe"} or not (out / "dense").is_dir():
