@@ -48,8 +48,12 @@ import sys
 import warnings
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
+# The async checkpoint writer's results queue is a spawn-context Manager, whose
+# server process imports this file as __mp_main__ and uses nothing from it:
+# torch is not imported there (seconds per rank on a small machine).
+if __name__ != "__mp_main__":
+    import torch
+    import torch.nn.functional as F
 
 HIDDEN, LAYERS, HEADS, GROUPS, HEAD_DIM, FFN, VOCAB, SEQ, EXPERTS, TOP_K = 32, 2, 4, 2, 8, 64, 64, 16, 4, 2
 MOE_FFN = 32  # per expert: keeps the committed MoE run small
@@ -63,11 +67,20 @@ RUNS = ("dense", "moe", "legacy", "tp2", "pp2")
 SPLITS = "megatron_split"
 
 
+def _not_compiled(model=None, **options):
+    """`torch.compile` as Megatron's own `disable_jit_fuser` makes its `jit_fuser`: the function as it is."""
+    return model if model is not None else (lambda function: function)
+
+
 def cpu_shims() -> None:
     """megatron-core 0.16 calls `torch.cuda.current_device()` in the rotary
     embedding, the router and the checkpoint saver, `torch.cuda.synchronize()`
     in the async file writer, and names Transformer Engine's `te_general_gemm`
-    in the router's logits without importing it when TE is absent."""
+    in the router's logits without importing it when TE is absent. Its fused
+    GPU kernels are wrapped in `torch.compile` when megatron.core is imported,
+    which imports Inductor: half of megatron-core's start-up, for kernels
+    these models never call (no bias-activation or RoPE fusion)."""
+    torch.compile = _not_compiled
     torch.cuda.current_device = lambda: "cpu"
     torch.cuda.synchronize = lambda *args, **kwargs: None
     warnings.filterwarnings("ignore", message=".*(Apex|Transformer Engine|TE) .*")
