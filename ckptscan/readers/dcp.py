@@ -9,8 +9,9 @@ overlap it (`create_read_items_for_chunk_list`, DCP's resharding planner).
 
 `.metadata` is a pickle, and torch 2.13's `FileSystemReader.read_metadata`
 reads it with plain `pickle.load`, which would run any code the file names.
-We unpickle it ourselves with an allow-list of DCP's metadata dataclasses and
-torch dtypes/sizes instead. The chunk data itself is read by DCP with
+We unpickle it ourselves with an allow-list of DCP's metadata dataclasses
+(and the planner's, which Megatron-Core's saves keep in it), torch
+dtypes/sizes instead. The chunk data itself is read by DCP with
 `torch.load(weights_only=True)`. Byte entries (pickled objects) are never
 loaded by DCP's planner; the one we need (Megatron's common state) goes
 through our safe torch unpickler.

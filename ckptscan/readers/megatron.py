@@ -28,7 +28,8 @@ We merge the shards into one view of the global model:
 `decoder.layers.<name>` [L, ...] (`transformer_block.py` sharded_state_dict).
 We expose each layer as `decoder.layers.{i}.<name>`, the same names as the
 legacy format, reading only that layer's chunks. Common state (`args`,
-`iteration`) is `common.pt` or the `common_state` byte entry.
+`iteration`, `opt_param_scheduler`) is `common.pt` or the `common_state` byte
+entry; the learning rate is computed from it (`megatron_schedule`).
 """
 
 from __future__ import annotations
