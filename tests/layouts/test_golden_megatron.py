@@ -276,3 +276,15 @@ def test_common_pt_opened_alone_says_what_it_is():
     assert result.exit_code == 2
     assert result.output == (f"error: {MEGATRON / 'dense' / _iter(10) / 'common.pt'}: the common state of a Megatron "
                              "torch_dist checkpoint (args, iteration; no weights): open the folder that holds it\n")
+
+
+def test_an_args_count_of_the_wrong_type_is_refused_naming_common_pt_and_the_key(tmp_path):
+    checkpoint = tmp_path / _iter(10)
+    shutil.copytree(MEGATRON / "dense" / _iter(10), checkpoint)
+    common = torch.load(checkpoint / "common.pt", weights_only=False)  # our own golden file
+    common["args"].num_layers = "2"
+    torch.save(common, checkpoint / "common.pt")
+    result = runner.invoke(app, ["inspect", str(checkpoint)])
+    assert result.exit_code == 2
+    assert result.output == (f"error: {checkpoint}/common.pt: 'args.num_layers' is '2' (str), expected an "
+                             "integer\n")
