@@ -86,6 +86,9 @@ def _scheduled(state: Mapping[str, Any], args: Mapping[str, Any], where: str | P
         return min_lr
     if style == "inverse-square-root":
         return max(min_lr, max_lr * max(warmup, 1) ** 0.5 / max(steps, 1) ** 0.5)
+    if decay <= warmup:  # Megatron's scheduler asserts warmup < decay: no such state is saved by it
+        raise CkptScanError(f"{what}.lr_decay_steps is {state['lr_decay_steps']!r}, not above lr_warmup_steps "
+                            f"{state['lr_warmup_steps']!r}", path=where)
     ratio = (steps - warmup) / (decay - warmup)
     if style == "linear":
         coeff = 1.0 - ratio

@@ -252,6 +252,15 @@ def test_a_class_outside_the_allow_list_in_a_save_plan_is_refused_and_never_runs
     assert not marker.exists()
 
 
+def test_a_decay_no_longer_than_the_warmup_is_refused():
+    state = {"max_lr": 0.1, "min_lr": 0.0, "lr_warmup_steps": 10, "lr_decay_steps": 10, "num_steps": 10,
+             "lr_decay_style": "linear"}
+    assert learning_rate({"opt_param_scheduler": state}, {}, Path("common.pt"), "common.pt")[0] == 0.1  # in warmup
+    with pytest.raises(CkptScanError, match=r"opt_param_scheduler\.lr_decay_steps is 0, not above lr_warmup_steps 0"):
+        learning_rate({"opt_param_scheduler": {**state, "lr_warmup_steps": 0, "lr_decay_steps": 0, "num_steps": 0}},
+                      {}, Path("common.pt"), "common.pt")
+
+
 def test_scheduler_state_of_another_form_states_no_learning_rate():
     """AnnealingLR (Megatron-LM before 2022) saved other field names: no LR, and not the peak either."""
     old = {"max_lr": 3e-4, "warmup_steps": 10, "num_steps": 20, "decay_style": "cosine", "decay_steps": 100,
