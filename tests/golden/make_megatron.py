@@ -145,8 +145,8 @@ def args(moe: bool, iteration: int, ckpt_format: str, tp: int = 1, pp: int = 1) 
         group_query_attention=True, num_query_groups=GROUPS, kv_channels=HEAD_DIM, swiglu=True,
         normalization="RMSNorm", position_embedding_type="rope", untie_embeddings_and_output_weights=True,
         add_bias_linear=False, seq_length=SEQ, max_position_embeddings=SEQ, padded_vocab_size=VOCAB,
-        num_experts=EXPERTS if moe else None, moe_ffn_hidden_size=MOE_FFN if moe else None, moe_router_topk=TOP_K, moe_grouped_gemm=False,
-        moe_router_score_function="softmax", transformer_impl="local", params_dtype=torch.float32,
+        num_experts=EXPERTS if moe else None, moe_ffn_hidden_size=MOE_FFN if moe else None,
+        moe_router_topk=TOP_K, moe_grouped_gemm=False, moe_router_score_function="softmax", transformer_impl="local", params_dtype=torch.float32,
         tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, expert_model_parallel_size=1,
         micro_batch_size=GLOBAL_BATCH, global_batch_size=GLOBAL_BATCH, train_iters=DECAY_ITERS, lr=LR,
         min_lr=MIN_LR, lr_warmup_init=0.0, lr_warmup_iters=WARMUP_ITERS, lr_decay_iters=DECAY_ITERS,
@@ -242,10 +242,10 @@ def lr_schedules() -> list[dict]:
                     lr_decay_style=style, start_wd=0.0, end_wd=0.0, wd_incr_steps=64, wd_incr_style="constant",
                     wsd_decay_steps=24 if style == "WSD" else None, lr_wsd_decay_style=wsd_style)
                 sched.step(increment=num_steps)
-                args = {"lr": LR, "lr_warmup_init": 0.001, "global_batch_size": GLOBAL_BATCH}
+                flags = {"lr": LR, "lr_warmup_init": 0.001, "global_batch_size": GLOBAL_BATCH}
                 if style == "WSD":
-                    args.update(lr_wsd_decay_iters=24 // GLOBAL_BATCH, lr_wsd_decay_style=wsd_style)
-                cases.append({"state": sched.state_dict(), "args": args, "lr": optimizer.param_groups[0]["lr"]})
+                    flags.update(lr_wsd_decay_iters=24 // GLOBAL_BATCH, lr_wsd_decay_style=wsd_style)
+                cases.append({"state": sched.state_dict(), "args": flags, "lr": optimizer.param_groups[0]["lr"]})
     return cases
 
 
