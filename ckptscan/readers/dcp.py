@@ -36,7 +36,7 @@ from torch.distributed.checkpoint.metadata import (
     MetadataIndex,
     TensorStorageMetadata,
 )
-from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem, SavePlan
 from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
 
 from ckptscan.errors import CkptScanError
@@ -78,9 +78,15 @@ _METADATA_CLASSES = {
     ("pathlib", "PosixPath"),
     ("pathlib", "PurePosixPath"),
 }
-# The same class under another module name (Python 3.13 moved pathlib's classes).
+# The same class under another module name (Python 3.13 moved pathlib's classes);
+# and megatron-core's subclasses of Metadata and SavePlan (before 0.16,
+# `dist_checkpointing/strategies/torch.py`), which add one field of plain
+# dicts (`mcore_data`): read as the DCP classes they extend, megatron never imported.
+_MCORE = "megatron.core.dist_checkpointing.strategies.torch"
 _METADATA_ALIASES = {("pathlib._local", "PosixPath"): pathlib.PosixPath,
-                     ("pathlib._local", "PurePosixPath"): pathlib.PurePosixPath}
+                     ("pathlib._local", "PurePosixPath"): pathlib.PurePosixPath,
+                     (_MCORE, "MCoreMetadata"): Metadata,
+                     (_MCORE, "MCoreSavePlan"): SavePlan}
 
 
 class _MetadataUnpickler(pickle.Unpickler):

@@ -29,7 +29,12 @@ rank). Beside the runs, megatron_split/ holds Megatron's own q/k split, router
 weights and learning rates of each saved iteration (`megatron_split`), and
 its scheduler's learning rate for every decay style (`lr_schedules`).
 tests/golden/megatron/ holds `dense`, `moe`, `legacy` and megatron_split/,
-written with megatron-core 0.16.1, torch 2.13.0+cpu, Python 3.11.
+written with megatron-core 0.16.1, torch 2.13.0+cpu, Python 3.11; and
+`dense-0.15.3`, the dense run written with megatron-core 0.15.3 (installed
+with `pip install --no-deps --target DIR megatron-core==0.15.3`, the script
+run with PYTHONPATH=DIR), whose `.metadata` pickles megatron's own
+subclasses of DCP's classes. Every file but `.metadata` (which records the
+save's id and path) comes out byte for byte the same when regenerated.
 
 megatron-core needs a few shims to run without a GPU (`cpu_shims`); the
 default causal mask is built on CUDA, so the training step passes

@@ -85,6 +85,30 @@ def test_dense_gqa_torch_dist_per_head_numbers_equal_megatrons_split():
     _check_against_megatron(MEGATRON / "dense", "dense")
 
 
+def test_megatron_core_0_15_metadata_subclasses_are_read_as_dcp_data():
+    """megatron-core 0.15.3 pickles MCoreMetadata and MCoreSavePlan (with their
+    `mcore_data`) into `.metadata`; its files are the 0.16.1 dense run's
+    otherwise (the same weights, byte for byte)."""
+    classes = _pickled_classes(MEGATRON / "dense-0.15.3" / _iter(10) / ".metadata")
+    assert {"MCoreMetadata", "MCoreSavePlan"} <= {name for module, name in classes if module.startswith("megatron")}
+    _check_against_megatron(MEGATRON / "dense-0.15.3", "dense")
+
+
+def _pickled_classes(path: Path) -> set[tuple[str, str]]:
+    """The (module, name) of every class a pickle names; megatron's are not
+    imported (an empty class takes their place). Our own golden file: trusted."""
+    found: set[tuple[str, str]] = set()
+
+    class Recording(pickle.Unpickler):
+        def find_class(self, module, name):
+            found.add((module, name))
+            return type(name, (), {}) if module.startswith("megatron") else super().find_class(module, name)
+
+    with open(path, "rb") as f:
+        Recording(f).load()
+    return found
+
+
 def test_legacy_torch_format_per_head_numbers_equal_megatrons_split():
     """`--ckpt-format torch` of the same training: iter_N/mp_rank_00/model_optim_rng.pt."""
     _check_against_megatron(MEGATRON / "legacy", "dense")
