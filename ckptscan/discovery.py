@@ -118,11 +118,15 @@ def discover_run(run_dir: str | Path, opened: OpenedRecord | None = None) -> Run
         checkpoint.step = step
         found.append((step, bool(LAST.match(entry.stem)), entry.name, checkpoint))
     found.sort(key=lambda o: (o[0], o[1] or o[2] == LITGPT_FINAL, o[2]))
-    for step, _, name, checkpoint in found:
+    for step, is_last, name, checkpoint in found:
         if run.checkpoints and run.checkpoints[-1].step == step:
-            run.skipped.append({"path": str(checkpoint.path), "reason": f"same step {step} as "
-                                f"{run.checkpoints[-1].path.name} (a copy, e.g. Lightning's last.ckpt or litgpt's "
-                                "final/)", "kind": DUPLICATE})
+            kept = run.checkpoints[-1].path.name
+            if is_last or name == LITGPT_FINAL:
+                reason = f"same step {step} as {kept} (a copy, e.g. Lightning's last.ckpt or litgpt's final/)"
+            else:  # two saves claim one step (`checkpoint-100` beside `checkpoint-0100`): neither is a known copy
+                reason = (f"{kept} is also step {step}: two checkpoints of this run claim it and only {kept} is "
+                          f"read; rename or move the other")
+            run.skipped.append({"path": str(checkpoint.path), "reason": reason, "kind": DUPLICATE})
             continue
         run.checkpoints.append(checkpoint)
     if not run.checkpoints:

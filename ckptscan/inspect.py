@@ -21,11 +21,13 @@ from ckptscan.discovery import discover_run, looks_like_run
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts import HeadOverrides, TensorMap, resolve_layout
 from ckptscan.readers import Checkpoint, open_checkpoint
+from ckptscan.readers.formats import DCP, recognise
+from ckptscan.readers.megatron import LEGACY
 from ckptscan.storage import as_path
 
 # Metadata worth showing; `args` and the like are too large to print whole.
 SHOWN_META = ("key_prefix", "checkpoint_version", "tensor_parallel", "pipeline_parallel", "expert_parallel",
-              "stacked_layers", "sharded_backend", "iteration", "iter_num")
+              "stacked_layers", "sharded_backend", "iteration", "iter_num", "lr", "lr_source")
 _LAYER_NUMBER = re.compile(r"(?<=\.)\d+(?=\.)|^\d+(?=\.)")
 
 
@@ -38,13 +40,16 @@ def inspect_path(
     """Describe a checkpoint, or a run directory of checkpoints.
 
     A path that opens as a checkpoint is one; otherwise a directory with
-    step-named entries is a run. `layers` limits the per-layer listing.
+    step-named entries is a run. A folder that can only be one checkpoint
+    (`is_one_checkpoint`) is not tried as a run when it does not open: its
+    own error is what the user needs, not that of a file inside it.
+    `layers` limits the per-layer listing.
     """
     path = as_path(path)
     try:
         checkpoint = open_checkpoint(path)
     except CkptScanError:
-        if not looks_like_run(path):
+        if not looks_like_run(path) or is_one_checkpoint(path):
             raise
         run = discover_run(path)
         return {
@@ -59,6 +64,16 @@ def inspect_path(
         }
     return {"path": str(path), "kind": "checkpoint",
             "checkpoint": describe_checkpoint(checkpoint, overrides, tensor_map, layers)}
+
+
+def is_one_checkpoint(path: Path) -> bool:
+    """A DCP folder (`.metadata`, which Megatron's torch_dist is too) or a
+    Megatron iteration folder of `mp_rank_*` shards: its files (common.pt, a
+    rank's model_optim_rng.pt) are parts of one checkpoint, never a run's."""
+    if not path.is_dir():
+        return False
+    recognised = recognise(path, folder=True)
+    return recognised is not None and recognised[0] in (DCP, LEGACY) and recognised[1] == path
 
 
 def describe_checkpoint(

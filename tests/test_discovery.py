@@ -145,3 +145,29 @@ def test_a_single_nanogpt_checkpoint_is_not_a_run(tmp_path):
 def test_empty_directory_is_not_a_run(tmp_path):
     with pytest.raises(CkptScanError, match="no checkpoint directories"):
         discover_run(tmp_path)
+
+
+def test_two_folders_for_one_step_are_both_named(tmp_path):
+    hf(tmp_path / "checkpoint-100", seed=1)
+    hf(tmp_path / "checkpoint-0100", seed=2)
+    hf(tmp_path / "checkpoint-200", seed=3)
+    run = discover_run(tmp_path)
+    assert [c.path.name for c in run.checkpoints] == ["checkpoint-0100", "checkpoint-200"]
+    assert skipped(run) == {"checkpoint-100": "checkpoint-0100 is also step 100: two checkpoints of this run claim "
+                                              "it and only checkpoint-0100 is read; rename or move the other"}
+    assert [s["kind"] for s in run.skipped] == ["duplicate"]
+
+
+def test_a_config_count_of_the_wrong_type_is_refused_naming_the_file_and_key(tmp_path):
+    from typer.testing import CliRunner
+
+    from ckptscan.cli import app
+
+    for step in (100, 200):
+        hf(tmp_path / f"checkpoint-{step}", seed=step)
+        config = tmp_path / f"checkpoint-{step}" / "config.json"
+        config.write_text(json.dumps({**CONFIG, "num_hidden_layers": str(CONFIG["num_hidden_layers"])}))
+    result = CliRunner().invoke(app, ["inspect", str(tmp_path / "checkpoint-100")])
+    assert result.exit_code == 2
+    assert result.output == (f"error: {tmp_path}/checkpoint-100/config.json: 'num_hidden_layers' is '1' (str), "
+                             "expected an integer\n")

@@ -9,8 +9,9 @@ overlap it (`create_read_items_for_chunk_list`, DCP's resharding planner).
 
 `.metadata` is a pickle, and torch 2.13's `FileSystemReader.read_metadata`
 reads it with plain `pickle.load`, which would run any code the file names.
-We unpickle it ourselves with an allow-list of DCP's metadata dataclasses and
-torch dtypes/sizes instead. The chunk data itself is read by DCP with
+We unpickle it ourselves with an allow-list of DCP's metadata dataclasses
+(and the planner's, which Megatron-Core's saves keep in it), torch
+dtypes/sizes instead. The chunk data itself is read by DCP with
 `torch.load(weights_only=True)`. Byte entries (pickled objects) are never
 loaded by DCP's planner; the one we need (Megatron's common state) goes
 through our safe torch unpickler.
@@ -35,7 +36,7 @@ from torch.distributed.checkpoint.metadata import (
     MetadataIndex,
     TensorStorageMetadata,
 )
-from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem, SavePlan
 from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
 
 from ckptscan.errors import CkptScanError
@@ -51,13 +52,22 @@ from ckptscan.storage.ranged import abandoner
 NOT_MODEL = {"optimizer", "optim", "lr_scheduler", "dataloader", "train_state", "rng_state", "rng_states",
              "rerun_state_machine_state", "common_state", "scheduler"}
 
-# Everything a DCP `.metadata` pickle may construct (torch 2.0-2.13 names).
+# Everything a DCP `.metadata` pickle may construct (torch 2.0-2.14 names).
+# Megatron-Core's default save (`state_dict_saver.save_state_dict_async_plan`,
+# cached for reuse by the next save) also stores every rank's SavePlan in
+# `metadata.all_local_plans`: the planner's dataclasses and its WriteItemType
+# enum. Unpickling these only fills fields (NEWOBJ + BUILD; an Enum by value),
+# no method of theirs runs.
 _METADATA_CLASSES = {
     ("torch.distributed.checkpoint.metadata", name)
     for name in ("Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata",
                  "TensorProperties", "_MEM_FORMAT_ENCODING", "MetadataIndex", "StorageMeta")
 } | {
+    ("torch.distributed.checkpoint.planner", name)
+    for name in ("SavePlan", "WriteItem", "WriteItemType", "TensorWriteData", "BytesIOWriteData")
+} | {
     ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch.distributed.checkpoint.filesystem", "_StoragePrefix"),  # a SavePlan's storage_data
     ("torch.distributed._shard.sharded_tensor.metadata", "TensorProperties"),
     ("torch.distributed._shard.sharded_tensor.metadata", "MEM_FORMAT_ENCODING"),
     ("torch", "Size"),
@@ -68,9 +78,15 @@ _METADATA_CLASSES = {
     ("pathlib", "PosixPath"),
     ("pathlib", "PurePosixPath"),
 }
-# The same class under another module name (Python 3.13 moved pathlib's classes).
+# The same class under another module name (Python 3.13 moved pathlib's classes);
+# and megatron-core's subclasses of Metadata and SavePlan (before 0.16,
+# `dist_checkpointing/strategies/torch.py`), which add one field of plain
+# dicts (`mcore_data`): read as the DCP classes they extend, megatron never imported.
+_MCORE = "megatron.core.dist_checkpointing.strategies.torch"
 _METADATA_ALIASES = {("pathlib._local", "PosixPath"): pathlib.PosixPath,
-                     ("pathlib._local", "PurePosixPath"): pathlib.PurePosixPath}
+                     ("pathlib._local", "PurePosixPath"): pathlib.PurePosixPath,
+                     (_MCORE, "MCoreMetadata"): Metadata,
+                     (_MCORE, "MCoreSavePlan"): SavePlan}
 
 
 class _MetadataUnpickler(pickle.Unpickler):

@@ -28,7 +28,8 @@ We merge the shards into one view of the global model:
 `decoder.layers.<name>` [L, ...] (`transformer_block.py` sharded_state_dict).
 We expose each layer as `decoder.layers.{i}.<name>`, the same names as the
 legacy format, reading only that layer's chunks. Common state (`args`,
-`iteration`) is `common.pt` or the `common_state` byte entry.
+`iteration`, `opt_param_scheduler`) is `common.pt` or the `common_state` byte
+entry; the learning rate is computed from it (`megatron_schedule`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ import torch
 from ckptscan.errors import CkptScanError
 from ckptscan.readers.base import Checkpoint, Format, dtype_name
 from ckptscan.readers.bounded import MAX_CONFIG_BYTES, load_json
+from ckptscan.readers.megatron_schedule import learning_rate
+from ckptscan.readers.sidecars import check_counts
 from ckptscan.readers.steps import step_from_name
 from ckptscan.readers.torch_pickle import flat_tensors, load_pickle, plain
 
@@ -61,6 +64,7 @@ REPLICATED = re.compile(r"(layernorm\.(weight|bias)|layer_norm_(weight|bias)|nor
                         r"|router\.(weight|bias|expert_bias))$")
 EXPERTS = re.compile(r"\.experts\.")
 COMMON_STATE_KEY = "common_state/shard_0_1"  # ShardedObject("common_state", ..., (1,), (0,)).unique_key
+COMMON_FILE = "common.pt"  # torch_dist's state that is not sharded (args, iteration, scheduler)
 
 
 def is_legacy_dir(directory: Path) -> bool:
@@ -77,10 +81,17 @@ def is_torch_dist(directory: Path) -> bool:
         return False
 
 
-def meta_from(common: dict[str, Any]) -> dict[str, Any]:
+def meta_from(common: dict[str, Any], where: str | Path, held_in: str) -> dict[str, Any]:
+    """`args`, `iteration`, `checkpoint_version` and the learning rate
+    (`lr`, `lr_source`) of Megatron's common state, read from `where`."""
     meta = {k: plain(common[k]) for k in ("args", "iteration", "checkpoint_version") if k in common}
     if meta.get("args") is not None and not isinstance(meta["args"], dict):
         meta.pop("args")
+    if "args" in meta:
+        check_counts(meta["args"], where, "args.")
+    lr = learning_rate(common, meta.get("args") or {}, where, held_in)
+    if lr is not None:
+        meta["lr"], meta["lr_source"] = lr
     return meta
 
 
@@ -149,7 +160,7 @@ def open_legacy(directory: Path) -> tuple[MegatronLegacySource, dict[str, Any], 
     first_state = load_pickle(first_file)
     if not isinstance(first_state, dict):
         raise CkptScanError("not a Megatron checkpoint (expected a dict with 'args' and 'model')", path=first_file)
-    meta = meta_from(first_state)
+    meta = meta_from(first_state, first_file, RANK_FILE)
     args = meta.get("args")
     if not isinstance(args, dict):
         raise CkptScanError("Megatron checkpoint without 'args': cannot tell how it is sharded", path=first_file)
@@ -272,10 +283,11 @@ def open_torch_dist(source: DcpSource) -> tuple[StackedLayers, dict[str, Any]]:
     """Unstacked layers plus `args`/`iteration` from the common state."""
     directory = source.directory
     meta: dict[str, Any] = {"sharded_backend": "torch_dist"}
-    if (directory / "common.pt").is_file():
-        common = load_pickle(directory / "common.pt")
+    where, held_in = directory / COMMON_FILE, COMMON_FILE
+    if (directory / COMMON_FILE).is_file():
+        common = load_pickle(directory / COMMON_FILE)
     elif COMMON_STATE_KEY in source.metadata.state_dict_metadata:
-        where = f"{directory} ({COMMON_STATE_KEY})"
+        where, held_in = f"{directory} ({COMMON_STATE_KEY})", f"the {COMMON_STATE_KEY} entry"
         loaded = load_pickle(io.BytesIO(source.read_bytes(COMMON_STATE_KEY)), where=where)
         if isinstance(loaded, io.BytesIO):  # written by a planner that pickles byte entries once more
             loaded = load_pickle(loaded, where=where)
@@ -283,7 +295,7 @@ def open_torch_dist(source: DcpSource) -> tuple[StackedLayers, dict[str, Any]]:
     else:
         common = {}
     if isinstance(common, dict):
-        meta.update(meta_from(common))
+        meta.update(meta_from(common, where, held_in))
     stacked = StackedLayers(source)
     if stacked.num_layers:
         meta["stacked_layers"] = stacked.num_layers

@@ -11,12 +11,35 @@ from ckptscan.errors import CkptScanError
 from ckptscan.readers.bounded import MAX_CONFIG_BYTES, MAX_INDEX_BYTES, check_depth, load_json, read_limited
 
 
+# Counts the head geometry is read from, under config.json's names and the
+# names frameworks use for them (layouts.stated_config.ALIASES), and the MoE
+# counts. A value of another type (a layer count written as the string "32")
+# would otherwise be passed over as if the key were absent.
+GEOMETRY_COUNTS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "num_attention_heads", "n_head",
+                   "n_heads", "num_heads", "num_key_value_heads", "n_query_groups", "n_kv_heads", "num_kv_heads",
+                   "num_query_groups", "head_dim", "head_size", "kv_channels", "hidden_size", "n_embd", "d_model",
+                   "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "moe_router_topk")
+
+
+def check_counts(values: dict[str, Any], path: Path | str, scope: str = "") -> None:
+    """Refuse a geometry count in `values` (and its `text_config`) that is
+    not a whole number, naming the file and the key."""
+    for key in GEOMETRY_COUNTS:
+        value = values.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise CkptScanError(f"'{scope}{key}' is {value!r} ({type(value).__name__}), expected an integer",
+                                path=path)
+    if not scope and isinstance(values.get("text_config"), dict):
+        check_counts(values["text_config"], path, "text_config.")
+
+
 def read_config(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     config = load_json(path, MAX_CONFIG_BYTES, "config")
     if not isinstance(config, dict):
         raise CkptScanError("config is not a JSON object", path=path)
+    check_counts(config, path)
     return config
 
 

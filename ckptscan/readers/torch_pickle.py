@@ -296,6 +296,9 @@ def split_state(obj: Any, where: Path) -> tuple[Any, dict[str, Any], str]:
         args = meta.get("args") if isinstance(meta.get("args"), dict) else {}
         sharded = [k for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size")
                    if (args.get(k) or 1) != 1]
+        if "model" not in obj and where.name == "common.pt":
+            raise CkptScanError("the common state of a Megatron torch_dist checkpoint (args, iteration; no "
+                                "weights): open the folder that holds it", path=where)
         if sharded or "model" not in obj:
             raise CkptScanError("one shard of a model-parallel Megatron checkpoint; open its iter_NNNNNNN "
                                 "directory so the shards are merged", path=where)

@@ -2,9 +2,10 @@
 sample runs, and prints what the page shows (the rules: tests/docs/examples.py).
 
 Each page's examples run in order, in one working directory shared by the
-session (sample_checkpoints/ and docs/ linked into it), with the worktree's
-ckptscan first on PATH and a pair cache of the session's own, so an example
-may use a file an earlier one wrote and repeated trends reuse their pairs.
+session (sample_checkpoints/, docs/ and tests/golden/megatron/ linked into
+it), with the worktree's ckptscan first on PATH and a pair cache of the
+session's own, so an example may use a file an earlier one wrote and
+repeated trends reuse their pairs.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ def shell(tmp_path_factory) -> dict:
     work = tmp_path_factory.mktemp("examples")
     for name in ("sample_checkpoints", "docs"):
         (work / name).symlink_to(ROOT / name)
+    (work / "tests" / "golden").mkdir(parents=True)  # the Megatron-LM save directory of supported-checkpoints.md
+    (work / "tests" / "golden" / "megatron").symlink_to(ROOT / "tests" / "golden" / "megatron")
     bin_dir = tmp_path_factory.mktemp("bin")
     wrapper = bin_dir / "ckptscan"
     wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys; sys.argv[0] = \"ckptscan\"; "

@@ -168,3 +168,24 @@ def test_metadata_pointing_outside_the_checkpoint_is_refused(tmp_path):
     path.write_bytes(pickle.dumps(metadata))
     with pytest.raises(CkptScanError, match="points outside the checkpoint"):
         open_checkpoint(tmp_path / "step-1")
+
+
+def test_the_planner_classes_allowed_in_metadata_are_plain_data():
+    """Megatron-Core's `all_local_plans` bring the planner's classes into
+    `.metadata`: each is a dataclass (unpickled by filling its fields) or an
+    Enum (looked up by value), with no unpickling hook of its own."""
+    import dataclasses
+    import enum
+    import importlib
+
+    from ckptscan.readers.dcp import _METADATA_CLASSES
+
+    planner = [(m, n) for m, n in _METADATA_CLASSES if m == "torch.distributed.checkpoint.planner"
+               or n == "_StoragePrefix"]
+    assert len(planner) == 6
+    for module, name in planner:
+        cls = getattr(importlib.import_module(module), name)
+        assert dataclasses.is_dataclass(cls) or issubclass(cls, enum.Enum), name
+        base = enum.Enum if issubclass(cls, enum.Enum) else object
+        for hook in ("__new__", "__reduce__", "__reduce_ex__", "__setstate__"):
+            assert getattr(cls, hook, None) == getattr(base, hook, None), (name, hook)

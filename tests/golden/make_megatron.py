@@ -1,0 +1,368 @@
+"""Megatron-LM save directories written by real megatron-core, on CPU.
+
+Unlike make_golden.py this runs in ckptscan's own test environment (the test
+extra installs megatron-core and psutil), so the tests run it too. A tiny GPT
+(hidden 32, 2 layers, 4 query heads in 2 query groups, head_dim 8, SwiGLU
+FFN 64, vocabulary 64, float32) is built from Megatron's local layer spec,
+trained with SGD on random tokens, and saved as Megatron-LM's
+`save_checkpoint` does: a `--save` directory of `iter_NNNNNNN/` folders and
+`latest_checkpointed_iteration.txt`, each checkpoint the state dict
+{args, checkpoint_version, iteration, model, opt_param_scheduler} (no
+optimizer state, as with --no-save-optim), written with
+`dist_checkpointing.save` (`--ckpt-format torch_dist`, the default) or
+`torch.save` of each rank's `mp_rank_TT[_PPP]/model_optim_rng.pt`
+(`--ckpt-format torch`).
+Megatron-LM itself (megatron.training) is not on PyPI; `args` holds the
+argparse fields it would, named as its flags are.
+
+    python tests/golden/make_megatron.py OUT            # every run below, into OUT
+    python tests/golden/make_megatron.py OUT dense moe  # some of them
+
+Runs: `dense` (torch_dist, iterations 10 and 20), `moe` (4 experts, top-2,
+no grouped GEMM; iterations 10 and 20), `legacy` (the dense weights in the
+torch format), and `tp2` / `pp2`: the dense run loaded back with
+`dist_checkpointing.load` into a model sharded over two gloo ranks (tensor
+parallel 2, or pipeline parallel 2) and saved again, in both formats
+(`tp2/`, `legacy_tp2/`; `pp2/`, `legacy_pp2/`), by this script started
+again under torchrun (both in one world: one start-up of megatron-core per
+rank). Beside the runs, megatron_split/ holds Megatron's own q/k split, router
+weights and learning rates of each saved iteration (`megatron_split`), and
+its scheduler's learning rate for every decay style (`lr_schedules`).
+tests/golden/megatron/ holds `dense`, `moe`, `legacy` and megatron_split/,
+written with megatron-core 0.16.1, torch 2.13.0+cpu, Python 3.11; and
+`dense-0.15.3`, the dense run written with megatron-core 0.15.3 (installed
+with `pip install --no-deps --target DIR megatron-core==0.15.3`, the script
+run with PYTHONPATH=DIR), whose `.metadata` pickles megatron's own
+subclasses of DCP's classes. Every file but `.metadata` (which records the
+save's id and path) comes out byte for byte the same when regenerated.
+
+megatron-core needs a few shims to run without a GPU (`cpu_shims`); the
+default causal mask is built on CUDA, so the training step passes
+`pretrain_gpt`'s explicit one; the RNG tracker is the inference one, whose
+`fork()` needs no CUDA; layers use the local spec (no Transformer Engine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+# The async checkpoint writer's results queue is a spawn-context Manager, whose
+# server process imports this file as __mp_main__ and uses nothing from it:
+# torch is not imported there (seconds per rank on a small machine).
+if __name__ != "__mp_main__":
+    import torch
+    import torch.nn.functional as F
+
+HIDDEN, LAYERS, HEADS, GROUPS, HEAD_DIM, FFN, VOCAB, SEQ, EXPERTS, TOP_K = 32, 2, 4, 2, 8, 64, 64, 16, 4, 2
+MOE_FFN = 32  # per expert: keeps the committed MoE run small
+ITERATIONS = (10, 20)
+GLOBAL_BATCH = 2
+# The learning-rate schedule, in Megatron-LM's flags (iterations; the
+# scheduler counts samples: iterations x global batch size).
+LR, MIN_LR, WARMUP_ITERS, DECAY_ITERS, LR_DECAY_STYLE = 0.05, 0.005, 4, 30, "cosine"
+RUNS = ("dense", "moe", "legacy", "tp2", "pp2")
+# Megatron's own q/k split of each saved iteration, beside the runs (never inside one).
+SPLITS = "megatron_split"
+
+
+def _not_compiled(model=None, **options):
+    """`torch.compile` as Megatron's own `disable_jit_fuser` makes its `jit_fuser`: the function as it is."""
+    return model if model is not None else (lambda function: function)
+
+
+def cpu_shims() -> None:
+    """megatron-core 0.16 calls `torch.cuda.current_device()` in the rotary
+    embedding, the router and the checkpoint saver, `torch.cuda.synchronize()`
+    in the async file writer, and names Transformer Engine's `te_general_gemm`
+    in the router's logits without importing it when TE is absent. Its fused
+    GPU kernels are wrapped in `torch.compile` when megatron.core is imported,
+    which imports Inductor: half of megatron-core's start-up, for kernels
+    these models never call (no bias-activation or RoPE fusion)."""
+    torch.compile = _not_compiled
+    torch.cuda.current_device = lambda: "cpu"
+    torch.cuda.synchronize = lambda *args, **kwargs: None
+    warnings.filterwarnings("ignore", message=".*(Apex|Transformer Engine|TE) .*")
+    from megatron.core.transformer.moe import moe_utils
+
+    moe_utils.te_general_gemm = None
+
+
+def init_process_group() -> None:
+    """A gloo process group: torchrun's environment, or a single rank."""
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    torch.distributed.init_process_group("gloo")
+
+
+def init_model_parallel(tp: int = 1, pp: int = 1) -> None:
+    """Megatron's model-parallel groups, and the RNG tracker that needs no CUDA."""
+    from megatron.core import parallel_state
+    from megatron.core.tensor_parallel import random
+
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    random.initialize_rng_tracker(inference_rng_tracker=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def config(moe: bool, tp: int = 1, pp: int = 1):
+    from megatron.core.transformer import TransformerConfig
+
+    extra = dict(num_moe_experts=EXPERTS, moe_router_topk=TOP_K, moe_grouped_gemm=False, moe_ffn_hidden_size=MOE_FFN,
+                 moe_aux_loss_coeff=0.0, moe_token_dispatcher_type="allgather") if moe else {}
+    return TransformerConfig(
+        num_layers=LAYERS, hidden_size=HIDDEN, ffn_hidden_size=FFN, num_attention_heads=HEADS,
+        num_query_groups=GROUPS, kv_channels=HEAD_DIM, gated_linear_unit=True, activation_func=F.silu,
+        add_bias_linear=False, normalization="RMSNorm", use_cpu_initialization=True, params_dtype=torch.float32,
+        pipeline_dtype=torch.float32, tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+        sequence_parallel=False, hidden_dropout=0.0, attention_dropout=0.0, bias_dropout_fusion=False,
+        apply_rope_fusion=False, masked_softmax_fusion=False, gradient_accumulation_fusion=False, **extra)
+
+
+def model(moe: bool, tp: int = 1, pp: int = 1):
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    spec = get_gpt_layer_local_spec(num_experts=EXPERTS if moe else None, moe_grouped_gemm=False,
+                                    normalization="RMSNorm")
+    return GPTModel(config(moe, tp, pp), spec, vocab_size=VOCAB, max_sequence_length=SEQ,
+                    pre_process=parallel_state.is_pipeline_first_stage(),
+                    post_process=parallel_state.is_pipeline_last_stage(),
+                    share_embeddings_and_output_weights=False, position_embedding_type="rope")
+
+
+def args(moe: bool, iteration: int, ckpt_format: str, tp: int = 1, pp: int = 1) -> argparse.Namespace:
+    """The fields of Megatron-LM's parsed arguments this model was built from."""
+    return argparse.Namespace(
+        num_layers=LAYERS, hidden_size=HIDDEN, ffn_hidden_size=FFN, num_attention_heads=HEADS,
+        group_query_attention=True, num_query_groups=GROUPS, kv_channels=HEAD_DIM, swiglu=True,
+        normalization="RMSNorm", position_embedding_type="rope", untie_embeddings_and_output_weights=True,
+        add_bias_linear=False, seq_length=SEQ, max_position_embeddings=SEQ, padded_vocab_size=VOCAB,
+        num_experts=EXPERTS if moe else None, moe_ffn_hidden_size=MOE_FFN if moe else None,
+        moe_router_topk=TOP_K, moe_grouped_gemm=False, moe_router_score_function="softmax", transformer_impl="local", params_dtype=torch.float32,
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, expert_model_parallel_size=1,
+        micro_batch_size=GLOBAL_BATCH, global_batch_size=GLOBAL_BATCH, train_iters=DECAY_ITERS, lr=LR,
+        min_lr=MIN_LR, lr_warmup_init=0.0, lr_warmup_iters=WARMUP_ITERS, lr_decay_iters=DECAY_ITERS,
+        lr_decay_style=LR_DECAY_STYLE, weight_decay=0.0, optimizer="sgd", ckpt_format=ckpt_format,
+        iteration=iteration, save="checkpoints")
+
+
+def scheduler(optimizer):
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+    return OptimizerParamScheduler(optimizer, init_lr=0.0, max_lr=LR, min_lr=MIN_LR,
+                                   lr_warmup_steps=WARMUP_ITERS * GLOBAL_BATCH,
+                                   lr_decay_steps=DECAY_ITERS * GLOBAL_BATCH, lr_decay_style=LR_DECAY_STYLE,
+                                   start_wd=0.0, end_wd=0.0, wd_incr_steps=DECAY_ITERS * GLOBAL_BATCH,
+                                   wd_incr_style="constant")
+
+
+def causal_mask() -> torch.Tensor:
+    """`pretrain_gpt`'s explicit mask (True = masked): the default is built on CUDA."""
+    return torch.triu(torch.ones(1, 1, SEQ, SEQ, dtype=torch.bool), diagonal=1)
+
+
+def train_step(gpt, optimizer, sched, iteration: int) -> None:
+    tokens = torch.randint(0, VOCAB, (GLOBAL_BATCH, SEQ + 1), generator=torch.Generator().manual_seed(iteration))
+    positions = torch.arange(SEQ).unsqueeze(0).expand(GLOBAL_BATCH, SEQ)
+    loss = gpt(tokens[:, :-1], positions, causal_mask(), labels=tokens[:, 1:]).float().mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    sched.step(increment=GLOBAL_BATCH)
+
+
+def iteration_dir(save: Path, iteration: int) -> Path:
+    return save / f"iter_{iteration:07d}"
+
+
+def save_torch_dist(gpt, state: dict, directory: Path) -> None:
+    from megatron.core import dist_checkpointing
+
+    directory.mkdir(parents=True, exist_ok=True)
+    dist_checkpointing.save({**state, "model": gpt.sharded_state_dict()}, str(directory))
+
+
+def save_legacy(gpt, state: dict, directory: Path) -> None:
+    """`--ckpt-format torch`: each rank's own state dict, in the folder
+    Megatron-LM's `get_checkpoint_name` gives it (`mp_rank_TT`, `_PPP`
+    appended when pipeline parallel)."""
+    from megatron.core import parallel_state
+
+    tp, pp = parallel_state.get_tensor_model_parallel_rank(), parallel_state.get_pipeline_model_parallel_rank()
+    name = f"mp_rank_{tp:02d}" + (f"_{pp:03d}" if parallel_state.get_pipeline_model_parallel_world_size() > 1 else "")
+    (directory / name).mkdir(parents=True)
+    torch.save({**state, "model": gpt.state_dict_for_save_checkpoint()}, directory / name / "model_optim_rng.pt")
+
+
+def common_state(moe: bool, iteration: int, ckpt_format: str, sched, tp: int = 1, pp: int = 1) -> dict:
+    return {"args": args(moe, iteration, ckpt_format, tp, pp), "checkpoint_version": 3.0, "iteration": iteration,
+            "opt_param_scheduler": sched.state_dict()}
+
+
+def megatron_split(gpt, optimizer) -> dict[str, torch.Tensor]:
+    """Per layer, the query and key head blocks [heads, head_dim, hidden] as
+    Megatron's own `SelfAttention.get_query_key_value_tensors` splits them, and
+    the router weight; and the learning rate Megatron's scheduler set for the
+    next update: the reference the tests hold ckptscan's numbers to.
+    The identity as hidden states makes the projection return the weight rows
+    exactly (no bias, no QK norm)."""
+    eye = torch.eye(HIDDEN).unsqueeze(1)  # [sequence = hidden, batch 1, hidden]
+    split = {"lr": torch.tensor(optimizer.param_groups[0]["lr"], dtype=torch.float64)}
+    with torch.no_grad():
+        for i, layer in enumerate(gpt.decoder.layers):
+            query, key = layer.self_attention.get_query_key_value_tensors(eye, None)[:2]
+            split[f"{i}.query"] = query[:, 0].permute(1, 2, 0).contiguous()  # [hidden, heads, d] -> [heads, d, hidden]
+            split[f"{i}.key"] = key[:, 0].permute(1, 2, 0).contiguous()
+            if hasattr(layer.mlp, "router"):
+                split[f"{i}.router"] = layer.mlp.router.weight.detach().clone()
+    return split
+
+
+def lr_schedules() -> list[dict]:
+    """Megatron's OptimizerParamScheduler of every decay style, stepped past
+    warmup, through decay and beyond it: each saved state dict with the
+    Megatron-LM args it needs besides, and the learning rate it computes."""
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=LR)
+    cases = []
+    for style in ("constant", "linear", "cosine", "inverse-square-root", "WSD"):
+        for wsd_style in (("linear", "cosine", "exponential", "minus_sqrt") if style == "WSD" else (None,)):
+            for num_steps in (0, 3, 8, 20, 45, 64, 80):
+                sched = OptimizerParamScheduler(
+                    optimizer, init_lr=0.001, max_lr=LR, min_lr=MIN_LR, lr_warmup_steps=8, lr_decay_steps=64,
+                    lr_decay_style=style, start_wd=0.0, end_wd=0.0, wd_incr_steps=64, wd_incr_style="constant",
+                    wsd_decay_steps=24 if style == "WSD" else None, lr_wsd_decay_style=wsd_style)
+                sched.step(increment=num_steps)
+                flags = {"lr": LR, "lr_warmup_init": 0.001, "global_batch_size": GLOBAL_BATCH}
+                if style == "WSD":
+                    flags.update(lr_wsd_decay_iters=24 // GLOBAL_BATCH, lr_wsd_decay_style=wsd_style)
+                cases.append({"state": sched.state_dict(), "args": flags, "lr": optimizer.param_groups[0]["lr"]})
+    return cases
+
+
+def mark_latest(save: Path, iteration: int) -> None:
+    if torch.distributed.get_rank() == 0:
+        (save / "latest_checkpointed_iteration.txt").write_text(str(iteration))
+
+
+def train_and_save(out: Path, moe: bool, legacy: bool) -> None:
+    """`moe` or `dense`; `legacy` writes the dense run's weights in the torch format too."""
+    torch.manual_seed(1234)
+    gpt = model(moe)
+    optimizer = torch.optim.SGD(gpt.parameters(), lr=LR)
+    sched = scheduler(optimizer)
+    save = _fresh(out / ("moe" if moe else "dense"))
+    shutil.rmtree(out / SPLITS / save.name, ignore_errors=True)
+    legacy_save = _fresh(out / "legacy") if legacy else None
+    if not moe:
+        (out / SPLITS).mkdir(parents=True, exist_ok=True)
+        torch.save(lr_schedules(), out / SPLITS / "lr_schedules.pt")
+    done = 0
+    for iteration in ITERATIONS:
+        while done < iteration:
+            done += 1
+            train_step(gpt, optimizer, sched, done)
+        save_torch_dist(gpt, common_state(moe, iteration, "torch_dist", sched), iteration_dir(save, iteration))
+        mark_latest(save, iteration)
+        splits = out / SPLITS / save.name
+        splits.mkdir(parents=True, exist_ok=True)
+        torch.save(megatron_split(gpt, optimizer), splits / f"iter_{iteration:07d}.pt")
+        if legacy_save is not None:
+            save_legacy(gpt, common_state(moe, iteration, "torch", sched), iteration_dir(legacy_save, iteration))
+            mark_latest(legacy_save, iteration)
+
+
+def _fresh(directory: Path) -> Path:
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    return directory
+
+
+def reshard(dense: Path, out: Path, name: str) -> None:
+    """On each rank of a torchrun world: the dense run's every iteration loaded
+    into a (tp, pp)-sharded model and saved again, as Megatron-LM does when a
+    run resumes with other parallel sizes: as torch_dist into `name` and in the
+    torch format into `legacy_{name}`."""
+    from megatron.core import dist_checkpointing, parallel_state
+
+    tp, pp = RESHARDED[name]
+    save, legacy_save = out / name, out / f"legacy_{name}"
+    init_model_parallel(tp, pp)
+    gpt = model(False, tp, pp)
+    for iteration in ITERATIONS:
+        source = iteration_dir(dense, iteration)
+        loaded = dist_checkpointing.load({"model": gpt.sharded_state_dict()}, str(source))
+        gpt.load_state_dict(loaded["model"])
+        common = dist_checkpointing.load_common_state_dict(str(source))
+        common["args"].tensor_model_parallel_size, common["args"].pipeline_model_parallel_size = tp, pp
+        state = {k: common[k] for k in ("args", "checkpoint_version", "iteration", "opt_param_scheduler")}
+        save_torch_dist(gpt, state, iteration_dir(save, iteration))
+        legacy_args = argparse.Namespace(**{**vars(common["args"]), "ckpt_format": "torch"})
+        save_legacy(gpt, {**state, "args": legacy_args}, iteration_dir(legacy_save, iteration))
+        torch.distributed.barrier()
+        mark_latest(save, iteration)
+        mark_latest(legacy_save, iteration)
+    parallel_state.destroy_model_parallel()
+
+
+RESHARDED = {"tp2": (2, 1), "pp2": (1, 2)}
+
+
+def run_resharding(out: Path, names: list[str]) -> None:
+    """`tp2` / `pp2`: this script again, on two gloo ranks under one torchrun."""
+    for name in names:
+        _fresh(out / name)
+        _fresh(out / f"legacy_{name}")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-port",
+               str(_free_port()), __file__, str(out), *names, "--ranks"]
+    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("runs", nargs="*", help=f"any of {', '.join(RUNS)} (default: all)")
+    parser.add_argument("--ranks", action="store_true", help=argparse.SUPPRESS)  # one rank, set by run_resharding
+    options = parser.parse_args()
+    out = options.out.resolve()
+    runs = options.runs or list(RUNS)
+    if set(runs) - set(RUNS):
+        parser.error(f"unknown run(s) {', '.join(sorted(set(runs) - set(RUNS)))}; choose from {', '.join(RUNS)}")
+    resharded = [name for name in RESHARDED if name in runs]
+    if options.ranks:
+        cpu_shims()
+        init_process_group()
+        for name in resharded:
+            reshard(out / "dense", out, name)
+        torch.distributed.destroy_process_group()
+        return
+    if set(runs) & {"dense", "legacy", "moe"} or not (out / "dense").is_dir():
+        cpu_shims()
+        init_process_group()
+        init_model_parallel()
+        if set(runs) & {"dense", "legacy"} or not (out / "dense").is_dir():
+            train_and_save(out, moe=False, legacy="legacy" in runs)
+        if "moe" in runs:
+            train_and_save(out, moe=True, legacy=False)
+        torch.distributed.destroy_process_group()
+    if resharded:
+        run_resharding(out, resharded)
+
+
+if __name__ == "__main__":
+    main()
