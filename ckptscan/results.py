@@ -20,6 +20,21 @@ SCHEMA_VERSION = 1
 
 # Severity order used by every rule and the CI gate.
 SEVERITIES = ("ok", "info", "warn", "alert")
+# The status of a pair, a layer or a run that was not judged (warm-up, no baseline yet): never "ok".
+NOT_JUDGED = "not_judged"
+# The CI gate's order of verdicts (`--fail-on LEVEL` fails those at LEVEL or after it). A run that could
+# not be judged comes after a warning, which is a judgement, and before an alert, which is evidence of a
+# fault: the default level, not_judged, fails an alert and an unjudged run and passes a warning.
+GATE_ORDER = ("ok", "info", "warn", NOT_JUDGED, "alert")
+# The levels `--fail-on` and the config's `fail_on` take, and the default: exit 0 says "healthy"
+# (docs/guides/ci-gate.md), which a run that was not judged is not, while a warning stays a pass.
+FAIL_ON_LEVELS = ("warn", NOT_JUDGED, "alert")
+DEFAULT_FAIL_ON = NOT_JUDGED
+
+
+def reaches(status: str, level: str) -> bool:
+    """Whether a verdict or a finding's severity fails a gate at `level` (GATE_ORDER; "unchanged" never does)."""
+    return status in GATE_ORDER and GATE_ORDER.index(status) >= GATE_ORDER.index(level)
 FAMILIES = ("attention", "router", "numeric")
 
 
@@ -172,6 +187,9 @@ class PairResult:
     # steps from_step … to_step − 1), when a loss log was given; None if any
     # of them was non-finite or none was logged.
     loss: float | None = None
+    # Why the pair was not judged (its status is then "not_judged" unless an absolute rule fired:
+    # non-finite values, the hard floors); None when it was.
+    not_judged_reason: str | None = None
 
 
 @dataclass
@@ -217,6 +235,14 @@ class Summary:
     primary_family: str | None = None
     primary_family_reason: str | None = None
     secondary_families: list[str] = field(default_factory=list)
+    # What the verdict rests on: the pairs judged by every rule of their position (a run's pairs after its
+    # warm-up once the series have a baseline, or a pair judged alone), and what was not judged and why
+    # (warm-up pairs, pairs without a baseline yet, routing without a probe, an order no step tells).
+    # status is "not_judged" when no pair was judged and no absolute rule fired; not_judged_reason then
+    # says why, in one sentence.
+    judged_pairs: int | None = None
+    not_judged: list[str] = field(default_factory=list)
+    not_judged_reason: str | None = None
 
 
 @dataclass
@@ -310,5 +336,5 @@ class SweepReport:
     runs: list[SweepRun]  # ranked, healthiest first
     status: str  # the worst run's
     notes: list[str] = field(default_factory=list)  # how the runs were aligned, where references fell short
-    fail_on: str = "alert"  # the config's gate level
+    fail_on: str = DEFAULT_FAIL_ON  # the config's gate level
     left_out: list[str] = field(default_factory=list)  # runs left out of the others' bands: they alert against all

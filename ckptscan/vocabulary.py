@@ -16,6 +16,11 @@ from typing import Callable
 from ckptscan.results import SEVERITIES, LayerResult
 
 
+def status_word(status: str) -> str:
+    """A status as a heading shows it: "ALERT", "NOT JUDGED"."""
+    return status.upper().replace("_", " ")
+
+
 def worst(statuses: list[str]) -> str:
     ranked = [s for s in statuses if s in SEVERITIES]
     return max(ranked, key=SEVERITIES.index, default="ok")

@@ -216,10 +216,9 @@ class RenderOutputs:
 
 def fails(report: ScanReport, fail_on: FailOn | str) -> bool:
     """Whether the verdict reaches the gate level."""
-    from ckptscan.results import SEVERITIES
+    from ckptscan.results import reaches
 
-    status = report.summary.status
-    return status in SEVERITIES and SEVERITIES.index(status) >= SEVERITIES.index(FailOn(fail_on).value)
+    return reaches(report.summary.status, FailOn(fail_on).value)
 
 
 def gate(report: ScanReport, fail_on: FailOn | str, allow_corrupt: bool = False) -> int:
@@ -246,7 +245,7 @@ def gate(report: ScanReport, fail_on: FailOn | str, allow_corrupt: bool = False)
 
 def emit(report: ScanReport, output: Format | str, json_path: Path | None, markdown_path: Path | None,
          print_table: Callable[[Console, ScanReport], None], junit_path: Path | None = None,
-         fail_on: FailOn | str = FailOn.alert, per_head: str = "all") -> None:
+         fail_on: FailOn | str = FailOn.not_judged, per_head: str = "all") -> None:
     """The report on stdout in the chosen format, the JSON and JUnit files, the
     Markdown summary (appended to --markdown-summary, else to $GITHUB_STEP_SUMMARY
     when set), and GitHub annotations on stderr when GITHUB_ACTIONS=true.

@@ -17,7 +17,7 @@ from ckptscan.report.markdown import ICONS, escape
 from ckptscan.report.table import STATUS_STYLE, fmt
 from ckptscan.report.trend_table import router_monitor
 from ckptscan.results import SEVERITIES, LayerResult, PairResult, ScanReport
-from ckptscan.vocabulary import BY_NAME, MonitorInfo
+from ckptscan.vocabulary import BY_NAME, MonitorInfo, status_word
 
 WIDTHS = {"step": 8, "pair": 15, "value": 14, "base": 6, "loss": 7, "status": 7}
 
@@ -90,7 +90,7 @@ def markdown_rows(report: ScanReport, new: list[int]) -> str:
     where = report.settings.get("run", "")
     status = report.summary.status
     newest = report.pairs[new[-1]].to_step
-    lines = [f"#### {ICONS.get(status, '')} ckptscan watch: `{escape(where)}` at step {newest} — {status.upper()}",
+    lines = [f"#### {ICONS.get(status, '')} ckptscan watch: `{escape(where)}` at step {newest} — {status_word(status)}",
              "", _row(names), _row(["---"] * len(names))]
     for index in new:
         cells = pair_cells(report, index)
