@@ -158,20 +158,41 @@ def resolve_pair(
     older: str | Path,
     newer: str | Path,
     *,
-    probe: str | Path | Probe | None = None,
+    probe: SideFile | Probe = AUTO,
+    loss_log: SideFile = AUTO,
     reference: ReferenceSources = None,
     config: SideFile = AUTO,
     settings: Sequence[str] = (),
     scan_reference: ScanReference | None = None,
 ) -> RunSpec:
     """Two checkpoints (older, newer) compared as one update. `probe`: a
-    probe file (or an already loaded `Probe`) for routing entropy. The same
-    checkpoint twice, or steps in the wrong order, are errors (`check_pair`)."""
+    probe file (or an already loaded `Probe`) for routing entropy; `probe`
+    and `loss_log` default, as for a run, to the run's own files when both
+    checkpoints sit in one run directory (so that `diff` of two checkpoints
+    of a run judges what `trend` of it does). The same checkpoint twice, or
+    steps in the wrong order, are errors (`check_pair`); steps that cannot
+    tell the order are a note."""
     checkpoints = open_checkpoints([older, newer])
     check_pair(*checkpoints)
-    spec = RunSpec("pair", str(newer), checkpoints, [(0, 1)], probe=_probe(probe), config=_config(config, settings))
+    spec = RunSpec("pair", str(newer), checkpoints, [(0, 1)], config=_config(config, settings))
+    run_dir = _shared_run_directory(*checkpoints)
+    if run_dir is not None:
+        spec.probe = _side_file(probe, run_dir / DEFAULT_PROBE, _probe, "probe", spec.notes)
+        spec.loss_log = _side_file(loss_log, run_dir / DEFAULT_LOSS_LOG, read_loss_log, "loss log", spec.notes)
+    else:
+        spec.probe = None if isinstance(probe, _Auto) else _probe(probe)
+        spec.loss_log = None if isinstance(loss_log, _Auto) or loss_log is None else read_loss_log(loss_log)
+    if checkpoints[0].step is None or checkpoints[1].step is None:
+        spec.notes.append("note: no step in the checkpoints' names: their order is not checked (give the older "
+                          "one first)")
     _reference(spec, reference, scan_reference)
     return spec
+
+
+def _shared_run_directory(older: Checkpoint, newer: Checkpoint) -> Path | RemotePath | None:
+    """The directory both checkpoints sit in (a run's), where its side files are; None when they are apart."""
+    parent = older.path.parent
+    return parent if _same_checkpoint(parent, newer.path.parent) else None
 
 
 def check_pair(older: Checkpoint, newer: Checkpoint) -> None:

@@ -119,3 +119,29 @@ def test_diff_takes_the_same_output_options_as_trend(tmp_path):
     assert json.loads(result.stdout)["command"] == "diff"
     assert html.is_file() and list(png.glob("*.png"))
     assert "wrote" not in result.stderr  # --quiet
+
+
+def test_checkpoints_whose_names_carry_no_step_are_judged_but_their_order_is_not(tmp_path):
+    a, b = _pair(tmp_path, plant=False)
+    after, before = (tmp_path / "checkpoint-10").rename(tmp_path / "after"), (tmp_path / "checkpoint-20").rename(
+        tmp_path / "before")
+    result = runner.invoke(app, ["diff", str(after), str(before), "--json", str(tmp_path / "r.json")])
+    assert result.exit_code == 0, result.output
+    assert "note: no step in the checkpoints' names: their order is not checked" in result.stderr
+    summary = _strict_json(tmp_path / "r.json")["summary"]
+    assert summary["status"] == "ok" and summary["judged_pairs"] == 1
+    assert summary["not_judged"] == [
+        "routing entropy and expert load: no probe (--probe FILE, or RUN/probe.safetensors)",
+        "the order of the checkpoints: no step in their names to check that the older one came first"]
+    assert "not judged: the order of the checkpoints" in summary["message"]
+
+
+def test_checkpoints_apart_use_no_run_side_files(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    a, b = _pair(tmp_path / "x", plant=False)
+    moved = (tmp_path / "x" / "checkpoint-20").rename(tmp_path / "y" / "checkpoint-20")
+    (tmp_path / "x" / "train_log.jsonl").write_text('{"step": 0, "loss": 3.0}\n')
+    result = runner.invoke(app, ["diff", a, str(moved)])
+    assert result.exit_code == 0, result.output
+    assert "using the run's" not in result.stderr
