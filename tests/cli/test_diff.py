@@ -133,7 +133,7 @@ def test_checkpoints_whose_names_carry_no_step_are_judged_but_their_order_is_not
     assert summary["not_judged"] == [
         "routing entropy and expert load: no probe (--probe FILE, or RUN/probe.safetensors)",
         "the order of the checkpoints: no step in their names to check that the older one came first"]
-    assert "not judged: the order of the checkpoints" in summary["message"]
+    assert "; the order of the checkpoints: no step in their names" in summary["message"]
 
 
 def test_checkpoints_apart_use_no_run_side_files(tmp_path):
