@@ -16,6 +16,11 @@ from typing import Callable
 from ckptscan.results import SEVERITIES, LayerResult
 
 
+def counted(count: int, noun: str) -> str:
+    """"1 pair", "2 pairs": a count with its noun (regular plurals only)."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def status_word(status: str) -> str:
     """A status as a heading shows it: "ALERT", "NOT JUDGED"."""
     return status.upper().replace("_", " ")

@@ -18,3 +18,9 @@ def test_each_monitor_reads_its_field_of_its_family():
     assert BY_NAME["epsilon"].read(layer) == 2.5 and BY_NAME["routing_entropy_norm"].read(layer) == 0.7
     without_router = layer_result(0, router=False)
     assert BY_NAME["epsilon"].read(without_router) is None and BY_NAME["load_cv"].read(without_router) is None
+
+
+def test_a_count_takes_its_noun_in_the_plural_only_when_it_is_not_one():
+    from ckptscan.vocabulary import counted
+
+    assert [counted(n, "pair") for n in (0, 1, 2)] == ["0 pairs", "1 pair", "2 pairs"]

@@ -33,5 +33,6 @@ def report(
 
         outputs.check()
         # The config is read only when it matters (a bad one must not stop an HTML rendering).
-        level = FailOn(fail_on).value if fail_on else (load_config().fail_on if outputs.junit is not None else DEFAULT_FAIL_ON)
+        level = FailOn(fail_on).value if fail_on else (
+            load_config().fail_on if outputs.junit is not None else DEFAULT_FAIL_ON)
         outputs.write(load_report(report_json), level, quiet)

@@ -55,7 +55,7 @@ from ckptscan.detection.summary import Baselines, Onset, SummaryState
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.errors import CkptScanError
 from ckptscan.results import NOT_JUDGED, PairResult
-from ckptscan.vocabulary import worst
+from ckptscan.vocabulary import counted, worst
 
 # 2: the summary keeps the families alerting with the first (primary family); 3: each layer's LayerBand;
 # 4: the run's RunBand; 5: the summary counts the pairs judged and why the others were not
@@ -151,8 +151,9 @@ class JudgeState:
         t = self.thresholds
         if not past_warmup:
             before = f" and those before step {t.warmup_steps}" if t.warmup_steps else ""
-            return f"warm-up (the first {t.warmup_pairs} pairs{before})"
-        return f"no baseline yet (the {t.min_baseline_pairs} pairs after the warm-up make each series' baseline)"
+            return f"warm-up (the first {counted(t.warmup_pairs, 'pair')}{before})"
+        return (f"no baseline yet (the {counted(t.min_baseline_pairs, 'pair')} after the warm-up make each series' "
+                "baseline)")
 
     @property
     def _band(self) -> bool:

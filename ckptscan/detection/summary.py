@@ -58,7 +58,7 @@ from ckptscan.results import (
     Summary,
     from_dict,
 )
-from ckptscan.vocabulary import worst
+from ckptscan.vocabulary import counted, worst
 
 # Findings about the input rather than the run's dynamics (detection/provenance.py).
 MISUSE_RULES = (RULE_UNRELATED, RULE_IDENTICAL)
@@ -200,7 +200,7 @@ class SummaryState:
             status = "unchanged"
         elif status == "ok" and not self.judged_pairs:
             status = NOT_JUDGED
-        unjudged = [f"{_pairs(count)}: {reason}" for reason, count in self.unjudged.items()]
+        unjudged = [f"{counted(count, 'pair')}: {reason}" for reason, count in self.unjudged.items()]
         if self.routing_unjudged:
             unjudged.append("routing entropy and expert load: no probe (--probe FILE, or RUN/probe.safetensors)")
         unjudged += not_judged or []
@@ -360,14 +360,10 @@ def _verdict(s: Summary, first: tuple[int, int, Finding] | None, num_pairs: int,
     if s.status == NOT_JUDGED:
         others = s.not_judged[unjudged_reasons:]
         either = f"; not judged either: {'; '.join(others)}" if others else ""
-        return (f"NOT JUDGED: none of the {_pairs(num_pairs)} could be judged yet: {s.not_judged_reason}; the hard "
-                f"floors and the non-finite check found nothing{either}")
+        return (f"NOT JUDGED: none of the {counted(num_pairs, 'pair')} could be judged yet: {s.not_judged_reason}; "
+                f"the hard floors and the non-finite check found nothing{either}")
     judged = f" ({s.judged_pairs} judged)" if s.judged_pairs != num_pairs else ""
-    return f"HEALTHY: no monitor fired over {_pairs(num_pairs)}{judged}{also}"
-
-
-def _pairs(count: int) -> str:
-    return f"{count} pair" if count == 1 else f"{count} pairs"
+    return f"HEALTHY: no monitor fired over {counted(num_pairs, 'pair')}{judged}{also}"
 
 
 def _pair_name(pair: PairResult) -> str:

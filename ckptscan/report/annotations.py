@@ -24,7 +24,8 @@ def github_annotations(report: ScanReport, fail_on: str = DEFAULT_FAIL_ON) -> li
     lines = []
     s = report.summary
     if s.status in ("warn", NOT_JUDGED, "alert"):
-        lines.append(_command(kind(s.status), {"title": f"ckptscan {report.command}: {status_word(s.status)}"}, s.message))
+        title = f"ckptscan {report.command}: {status_word(s.status)}"
+        lines.append(_command(kind(s.status), {"title": title}, s.message))
     firsts: dict[tuple[int, str], tuple[int | None, str, Finding]] = {}
     for pair in report.pairs:
         for layer in pair.layers:

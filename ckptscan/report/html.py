@@ -26,7 +26,7 @@ from ckptscan.report.load import as_json_values, report_from_dict
 from ckptscan.report.table import fmt
 from ckptscan.report.trend_table import first_alert_text, first_findings, router_monitor
 from ckptscan.results import ScanReport
-from ckptscan.vocabulary import BY_NAME, status_word
+from ckptscan.vocabulary import BY_NAME, counted, status_word
 
 SECTIONS = ("verdict", "timeline", "monitors", "layers", "findings", "thresholds", "run")
 
@@ -195,7 +195,7 @@ def _judged(report: ScanReport) -> str:
     s = report.summary
     if s.judged_pairs is None:  # a report from before the summary counted them
         return "–"
-    judged = f"{s.judged_pairs} of {len(report.pairs)} pairs"
+    judged = f"{s.judged_pairs} of {counted(len(report.pairs), 'pair')}"
     return f"{judged}; not judged: {'; '.join(s.not_judged)}" if s.not_judged else judged
 
 

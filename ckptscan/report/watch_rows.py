@@ -90,8 +90,8 @@ def markdown_rows(report: ScanReport, new: list[int]) -> str:
     where = report.settings.get("run", "")
     status = report.summary.status
     newest = report.pairs[new[-1]].to_step
-    lines = [f"#### {ICONS.get(status, '')} ckptscan watch: `{escape(where)}` at step {newest} — {status_word(status)}",
-             "", _row(names), _row(["---"] * len(names))]
+    heading = f"#### {ICONS.get(status, '')} ckptscan watch: `{escape(where)}` at step {newest} — {status_word(status)}"
+    lines = [heading, "", _row(names), _row(["---"] * len(names))]
     for index in new:
         cells = pair_cells(report, index)
         cells[-2] = f"{ICONS.get(cells[-2], '')} {cells[-2]}"

@@ -77,7 +77,8 @@ def test_a_run_is_listed_once_and_all_its_checkpoints_open_in_two_round_trips(st
     assert [c.step for c in run.checkpoints] == [100, 200, 300, 400]
     assert wave_sizes(counted) == [2, 16]
     objects = {unquote(path.split("?")[0]) for path in counted.waves[1]}
-    assert len(objects) == 4 * 4 and all("/checkpoint-" in unquote(path) for path in objects)  # no listing per checkpoint
+    # Index, config and two shards of each: no listing per checkpoint.
+    assert len(objects) == 4 * 4 and all("/checkpoint-" in unquote(path) for path in objects)
 
 
 def test_an_open_fetches_only_what_it_reads(s3, tmp_path):
