@@ -98,6 +98,13 @@ def test_bad_options_exit_2_with_one_line(runs, args, message):
     assert message in result.stderr and "Traceback" not in result.output
 
 
+def test_a_bad_option_value_is_one_clean_line(runs):
+    result = invoke("trend", runs["healthy"], "--format", "never")
+    assert result.exit_code == 2
+    assert result.stderr == ("error: Invalid value for '--format': 'never' is not one of 'table', 'json', 'markdown', "
+                             "'junit' (see --help)\n")
+
+
 def test_usage_and_input_errors_exit_2(tmp_path):
     assert invoke("trend").exit_code == 2  # missing RUN_DIR
     assert invoke("trend", tmp_path, "--no-such-flag").exit_code == 2
