@@ -113,6 +113,9 @@ def _sweep(runs: list, options: ScanOptions, cache: PairCache | None, runner: Ex
     unused = [flag for flag, value in given.items() if value]
     if outputs.format not in (Format.table, Format.json):
         unused.append(f"--format {outputs.format.value}")
+    from ckptscan.cli.outputs import check_file_outputs
+
+    check_file_outputs({"--json": outputs.json_path})
     if unused:
         raise CkptScanError(f"{', '.join(unused)}: not for a sweep (each of its {len(runs)} runs is judged against "
                             "the others with its own probe and loss log; --json writes the sweep report)")

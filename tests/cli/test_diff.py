@@ -145,3 +145,13 @@ def test_checkpoints_apart_use_no_run_side_files(tmp_path):
     result = runner.invoke(app, ["diff", a, str(moved)])
     assert result.exit_code == 0, result.output
     assert "using the run's" not in result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--json", "--junit", "--markdown-summary", "--html"])
+def test_a_directory_given_as_a_file_destination_is_refused_before_the_scan(tmp_path, flag):
+    a, b = _pair(tmp_path, plant=False)
+    (tmp_path / "out").mkdir()
+    result = runner.invoke(app, ["diff", a, b, flag, str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {tmp_path / 'out'}: {flag} needs a file, and this is a directory\n"
+    assert result.stdout == ""  # no table, no verdict: nothing was scanned
