@@ -143,6 +143,7 @@ def run_spec(
     newest = max((b for _, b in pairs), default=len(checkpoints) - 1)
     spec = RunSpec("run", str(run_dir), list(checkpoints), pairs, skipped=list(skipped),
                    config=_config(config, settings), run_notes=list(run_notes))
+    _config_note(spec)
     spec.pairing = {"pairing": base, "stride": stride,
                     # Checkpoints newer than the newest scanned one: they wait for the stride.
                     "pending_steps": [c.step for c in checkpoints[newest + 1:]]}
@@ -175,6 +176,7 @@ def resolve_pair(
     checkpoints = open_checkpoints([older, newer])
     check_pair(*checkpoints)
     spec = RunSpec("pair", str(newer), checkpoints, [(0, 1)], config=_config(config, settings))
+    _config_note(spec)
     run_dir = _shared_run_directory(*checkpoints)
     if run_dir is not None:
         spec.probe = _side_file(probe, run_dir / DEFAULT_PROBE, _probe, "probe", spec.notes)
@@ -270,6 +272,13 @@ def _config(config: SideFile, settings: Sequence[str]) -> Config:
     if config is None:  # off: the built-in defaults, plus any explicit overrides
         return load_config(None, settings, search=False)
     return load_config(None if isinstance(config, _Auto) else Path(config), settings)
+
+
+def _config_note(spec: RunSpec) -> None:
+    """Name the config file the thresholds came from: one found by searching upwards changes the
+    verdict without being named on the command line."""
+    if spec.config.source is not None:
+        spec.notes.append(f"using config {spec.config.source}")
 
 
 def _side_file(choice: SideFile | Probe, default: Path | RemotePath, read: Callable[[Any], Any], what: str,

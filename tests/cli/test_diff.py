@@ -155,3 +155,14 @@ def test_a_directory_given_as_a_file_destination_is_refused_before_the_scan(tmp_
     assert result.exit_code == 2
     assert result.stderr == f"error: {tmp_path / 'out'}: {flag} needs a file, and this is a directory\n"
     assert result.stdout == ""  # no table, no verdict: nothing was scanned
+
+
+def test_a_config_file_found_and_read_is_named_on_stderr(tmp_path, monkeypatch):
+    a, b = _pair(tmp_path, plant=False)
+    (tmp_path / ".git").mkdir()  # the search for a config stops at a repository root
+    (tmp_path / "ckptscan.toml").write_text("alert_sigma = 7\n")
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["diff", a, b])
+    assert result.exit_code == 0, result.output
+    assert f"using config {tmp_path / 'ckptscan.toml'}\n" in result.stderr
+    assert "using config" not in runner.invoke(app, ["diff", a, b, "--quiet"]).stderr
