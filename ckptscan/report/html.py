@@ -35,7 +35,7 @@ body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; ma
        padding: 0 1rem; color: #1a1a1a; line-height: 1.45; }
 h1 { font-size: 1.5rem; margin-bottom: 0.2rem; }
 h2 { font-size: 1.15rem; margin-top: 2.2rem; border-bottom: 1px solid #ddd; padding-bottom: 0.2rem; }
-.where { color: #555; margin-top: 0; overflow-wrap: anywhere; }
+.where { color: #555; margin-top: 0; overflow-wrap: break-word; }
 .message { font-size: 1.05rem; padding: 0.7rem 0.9rem; border-left: 6px solid #999; background: #f6f6f6; }
 .message.alert { border-color: #b2182b; } .message.warn { border-color: #e08214; }
 .message.ok { border-color: #1a9850; } .message.not_judged { border-color: #762a83; }
@@ -43,8 +43,8 @@ h2 { font-size: 1.15rem; margin-top: 2.2rem; border-bottom: 1px solid #ddd; padd
          font-weight: 600; font-size: 0.9em; }
 .badge.alert { background: #b2182b; } .badge.warn { background: #b35806; } .badge.ok { background: #1a7f45; }
 .badge.not_judged { background: #762a83; }
-dl { display: grid; grid-template-columns: max-content 1fr; gap: 0.25rem 1.2rem; }
-dt { font-weight: 600; } dd { margin: 0; overflow-wrap: anywhere; }
+dl { display: grid; grid-template-columns: max-content minmax(0, 1fr); gap: 0.25rem 1.2rem; }
+dt { font-weight: 600; } dd { margin: 0; overflow-wrap: break-word; }
 table { border-collapse: collapse; font-size: 0.9rem; }
 th, td { border-bottom: 1px solid #e3e3e3; padding: 0.2rem 0.6rem; text-align: right; }
 th { background: #f3f3f3; } td.text, th.text { text-align: left; }
