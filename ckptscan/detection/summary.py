@@ -231,7 +231,9 @@ class SummaryState:
             secondary_families=secondary,
             judged_pairs=self.judged_pairs,
             not_judged=unjudged,
-            not_judged_reason="; ".join(self.unjudged) if status == NOT_JUDGED else None,
+            # One reason covers every pair; several are told with their counts.
+            not_judged_reason=(("; ".join(unjudged[:len(self.unjudged)]) if len(self.unjudged) > 1 else
+                                next(iter(self.unjudged))) if status == NOT_JUDGED else None),
         )
         summary.message = _verdict(summary, self.first, self.pairs, len(self.unjudged))
         if self.first is not None and self.misuse_pair is not None:
