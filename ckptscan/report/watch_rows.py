@@ -19,7 +19,7 @@ from ckptscan.report.trend_table import router_monitor
 from ckptscan.results import SEVERITIES, LayerResult, PairResult, ScanReport
 from ckptscan.vocabulary import BY_NAME, MonitorInfo, status_word
 
-WIDTHS = {"step": 8, "pair": 15, "value": 14, "base": 6, "loss": 7, "status": 7}
+WIDTHS = {"step": 8, "pair": 15, "value": 14, "base": 6, "loss": 7, "status": 10}
 
 
 def columns(report: ScanReport) -> list[str]:
