@@ -1,12 +1,15 @@
 # The two commands of the README. Each sets up .venv on first use: `demo` with
 # the core and matplotlib (for --html), `test` with everything the suite needs.
-.PHONY: demo test setup setup-demo docs bench bench-scale bench-trend bench-diff bench-watch bench-remote bench-ray bench-long
+.PHONY: demo test setup setup-demo setup-docs docs bench bench-scale bench-trend bench-diff bench-watch bench-remote bench-ray bench-long
 
 setup:
 	@scripts/setup test
 
 setup-demo:
 	@scripts/setup demo
+
+setup-docs:
+	@scripts/setup docs
 
 # The attention-fault run is meant to alert: its gate exit code 1 is the
 # expected outcome here, so only 0/1 count as success (2 = input error).
@@ -21,8 +24,8 @@ demo: setup-demo
 test: setup
 	.venv/bin/python -m pytest -n 2 --dist loadgroup
 
-# The documentation site (MkDocs Material, the `docs` extra) into site/.
-docs: setup
+# The documentation site (MkDocs Material, the `docs` extra) into site/: nor the test extra nor Azurite.
+docs: setup-docs
 	.venv/bin/mkdocs build --strict
 
 # Benchmarks print ratios measured side by side in one run (docs/performance.md).

@@ -38,7 +38,7 @@ def scan_pair(older: str | Path, newer: str | Path, options: ScanOptions | None 
               thresholds: Thresholds | None = None, **resolve: object) -> ScanReport:
     """Compare two checkpoints (older, newer) layer by layer, judged.
 
-    `resolve`: `resolve_pair`'s side files (probe, reference, config, settings).
+    `resolve`: `resolve_pair`'s side files (probe, loss_log, reference, config, settings).
     `thresholds` replaces the config's."""
     resolve.setdefault("scan_reference", reference_scanner(options, config=resolve.get("config", AUTO),
                                                            settings=resolve.get("settings", ())))

@@ -6,7 +6,8 @@ first `ckptscan.toml`, or `pyproject.toml` with a `[tool.ckptscan]` table; a
 `ckptscan.toml` wins over a `pyproject.toml` in the same directory.
 
 What: every field of `Thresholds` (see `ckptscan/detection/rules.py` and
-docs/detection.md), plus `fail_on` ("warn" | "alert", the CI gate's default). In a
+docs/detection.md), plus `fail_on` ("warn" | "not_judged" | "alert", the CI gate's default level;
+default "not_judged": an alert or a run that could not be judged fails). In a
 `ckptscan.toml` the keys sit at the top level (or under `[tool.ckptscan]`).
 `--set KEY=VALUE` (repeatable) overrides any of them; VALUE is a TOML value
 (`--set alert_sigma=5`, `--set 'disabled_monitors=["epsilon"]'`) or, for
@@ -25,19 +26,20 @@ from typing import Any, Sequence
 from ckptscan.detection.rules import Thresholds
 from ckptscan.errors import CkptScanError
 from ckptscan.paths import expand_path
+from ckptscan.results import DEFAULT_FAIL_ON, FAIL_ON_LEVELS
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-FAIL_ON = ("warn", "alert")
+FAIL_ON = FAIL_ON_LEVELS
 
 
 @dataclass(frozen=True)
 class Config:
     thresholds: Thresholds = field(default_factory=Thresholds)
-    fail_on: str = "alert"
+    fail_on: str = DEFAULT_FAIL_ON
     source: str | None = None  # the file the values came from, if any
 
 
@@ -73,7 +75,7 @@ def load_config(path: Path | None = None, overrides: Sequence[str] = (), start: 
             raise CkptScanError(f"--set {item!r}: expected KEY=VALUE, e.g. --set alert_sigma=5")
         values[key.strip()] = _parse_value(raw.strip())
     where = f"{source}" if source is not None else "--set"
-    fail_on = values.pop("fail_on", "alert")
+    fail_on = values.pop("fail_on", DEFAULT_FAIL_ON)
     if fail_on not in FAIL_ON:
         raise CkptScanError(f"{where}: fail_on must be one of {list(FAIL_ON)}, not {fail_on!r}")
     thresholds = _thresholds(values, where)

@@ -102,9 +102,15 @@ def discover_run(run_dir: str | Path, opened: OpenedRecord | None = None) -> Run
         elif entry.name == LITGPT_FINAL and (entry / "lit_model.pth").is_file():
             candidates.append((entry, None, None))  # its step is recorded inside (step_count)
     if not candidates:  # a run saved as files, unless the folder is itself one checkpoint
-        _refuse_single_checkpoint(folder)
-        candidates = [(e, _file_step(e.name), None) for e in entries
-                      if e.is_file() and e.suffix in CHECKPOINT_FILE_SUFFIXES]
+        # A safetensors file is a save of the run only when its name has a step (step_100.safetensors):
+        # model-00001-of-00002.safetensors is a shard of the folder's one checkpoint.
+        files = [e for e in entries if e.is_file() and (e.suffix in CHECKPOINT_FILE_SUFFIXES or (
+            e.suffix == ".safetensors" and _file_step(e.name) is not None))]
+        # Two files or more, each named with a step, are a run's saves even where they would open
+        # together as one checkpoint (safetensors files side by side read as its shards).
+        if sum(_file_step(e.name) is not None for e in files) < 2:
+            _refuse_single_checkpoint(folder)
+        candidates = [(e, _file_step(e.name), None) for e in files]
     found: list[tuple[int, int, str, Checkpoint]] = []
     for (entry, name_step, index), checkpoint in zip(candidates, _open_candidates([c[0] for c in candidates], opened)):
         if isinstance(checkpoint, CkptScanError):

@@ -167,7 +167,7 @@ def _read(path: Path) -> dict[str, Any]:
 
 def _annotations(pair: PairResult) -> dict[str, Any]:
     """What judging wrote into a pair."""
-    return {"status": pair.status,
+    return {"status": pair.status, "not_judged_reason": pair.not_judged_reason,
             "layers": [{"status": layer.status, "findings": [dataclasses.asdict(f) for f in layer.findings],
                         "judgements": {k: dataclasses.asdict(v) for k, v in layer.judgements.items()}}
                        for layer in pair.layers]}
@@ -178,7 +178,7 @@ def _annotated(pair: PairResult, data: dict[str, Any]) -> PairResult:
     judged = unjudged(pair)
     if len(data["layers"]) != len(judged.layers):
         raise ValueError("the judged pair has other layers")
-    judged.status = data["status"]
+    judged.status, judged.not_judged_reason = data["status"], data["not_judged_reason"]
     for layer, saved in zip(judged.layers, data["layers"]):
         layer.status = saved["status"]
         layer.findings = [from_dict(Finding, f) for f in saved["findings"]]

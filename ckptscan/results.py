@@ -21,11 +21,37 @@ SCHEMA_VERSION = 1
 # Severity order used by every rule and the CI gate.
 SEVERITIES = ("ok", "info", "warn", "alert")
 
+# The status of a pair, a layer or a run that was not judged (warm-up, no baseline yet): never "ok".
+NOT_JUDGED = "not_judged"
+# The CI gate's order of verdicts (`--fail-on LEVEL` fails those at LEVEL or after it). A run that could
+# not be judged comes after a warning, which is a judgement, and before an alert, which is evidence of a
+# fault: the default level, not_judged, fails an alert and an unjudged run and passes a warning.
+GATE_ORDER = ("ok", "info", "warn", NOT_JUDGED, "alert")
+# The levels `--fail-on` and the config's `fail_on` take, and the default: exit 0 says "healthy"
+# (docs/guides/ci-gate.md), which a run that was not judged is not, while a warning stays a pass.
+FAIL_ON_LEVELS = ("warn", NOT_JUDGED, "alert")
+DEFAULT_FAIL_ON = NOT_JUDGED
+
+
+def reaches(status: str, level: str) -> bool:
+    """Whether a verdict or a finding's severity fails a gate at `level` (GATE_ORDER; "unchanged" never does)."""
+    return status in GATE_ORDER and GATE_ORDER.index(status) >= GATE_ORDER.index(level)
+
 
 def worst(statuses: list[str]) -> str:
     """The most severe of `statuses` in SEVERITIES' order; others ("unchanged") are ignored."""
     ranked = [s for s in statuses if s in SEVERITIES]
     return max(ranked, key=SEVERITIES.index, default="ok")
+
+
+def counted(count: int, noun: str) -> str:
+    """"1 pair", "2 pairs": a count with its noun (regular plurals only)."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def status_word(status: str) -> str:
+    """A status as a heading shows it: "ALERT", "NOT JUDGED"."""
+    return status.upper().replace("_", " ")
 
 
 @dataclass
@@ -190,6 +216,9 @@ class PairResult:
     # Mean learning rate of those updates, where the run states it (a loss
     # log's `lr`, or the older checkpoint's saved scheduler state); None otherwise.
     lr: float | None = None
+    # Why the pair was not judged (its status is then "not_judged" unless an absolute rule fired:
+    # non-finite values, the hard floors); None when it was.
+    not_judged_reason: str | None = None
 
 
 @dataclass
@@ -235,6 +264,14 @@ class Summary:
     primary_family: str | None = None
     primary_family_reason: str | None = None
     secondary_families: list[str] = field(default_factory=list)
+    # What the verdict rests on: the pairs judged by every rule of their position (a run's pairs after its
+    # warm-up once the series have a baseline, or a pair judged alone), and what was not judged and why
+    # (warm-up pairs, pairs without a baseline yet, routing without a probe, an order no step tells).
+    # status is "not_judged" when no pair was judged and no absolute rule fired; not_judged_reason then
+    # says why, in one sentence.
+    judged_pairs: int | None = None
+    not_judged: list[str] = field(default_factory=list)
+    not_judged_reason: str | None = None
 
 
 @dataclass
@@ -328,5 +365,5 @@ class SweepReport:
     runs: list[SweepRun]  # ranked, healthiest first
     status: str  # the worst run's
     notes: list[str] = field(default_factory=list)  # how the runs were aligned, where references fell short
-    fail_on: str = "alert"  # the config's gate level
+    fail_on: str = DEFAULT_FAIL_ON  # the config's gate level
     left_out: list[str] = field(default_factory=list)  # runs left out of the others' bands: they alert against all

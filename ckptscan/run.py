@@ -143,6 +143,7 @@ def run_spec(
     newest = max((b for _, b in pairs), default=len(checkpoints) - 1)
     spec = RunSpec("run", str(run_dir), list(checkpoints), pairs, skipped=list(skipped),
                    config=_config(config, settings), run_notes=list(run_notes))
+    _config_note(spec)
     spec.pairing = {"pairing": base, "stride": stride,
                     # Checkpoints newer than the newest scanned one: they wait for the stride.
                     "pending_steps": [c.step for c in checkpoints[newest + 1:]]}
@@ -158,20 +159,42 @@ def resolve_pair(
     older: str | Path,
     newer: str | Path,
     *,
-    probe: str | Path | Probe | None = None,
+    probe: SideFile | Probe = AUTO,
+    loss_log: SideFile = AUTO,
     reference: ReferenceSources = None,
     config: SideFile = AUTO,
     settings: Sequence[str] = (),
     scan_reference: ScanReference | None = None,
 ) -> RunSpec:
     """Two checkpoints (older, newer) compared as one update. `probe`: a
-    probe file (or an already loaded `Probe`) for routing entropy. The same
-    checkpoint twice, or steps in the wrong order, are errors (`check_pair`)."""
+    probe file (or an already loaded `Probe`) for routing entropy; `probe`
+    and `loss_log` default, as for a run, to the run's own files when both
+    checkpoints sit in one run directory (so that `diff` of two checkpoints
+    of a run judges what `trend` of it does). The same checkpoint twice, or
+    steps in the wrong order, are errors (`check_pair`); steps that cannot
+    tell the order are a note."""
     checkpoints = open_checkpoints([older, newer])
     check_pair(*checkpoints)
-    spec = RunSpec("pair", str(newer), checkpoints, [(0, 1)], probe=_probe(probe), config=_config(config, settings))
+    spec = RunSpec("pair", str(newer), checkpoints, [(0, 1)], config=_config(config, settings))
+    _config_note(spec)
+    run_dir = _shared_run_directory(*checkpoints)
+    if run_dir is not None:
+        spec.probe = _side_file(probe, run_dir / DEFAULT_PROBE, _probe, "probe", spec.notes)
+        spec.loss_log = _side_file(loss_log, run_dir / DEFAULT_LOSS_LOG, read_loss_log, "loss log", spec.notes)
+    else:
+        spec.probe = None if isinstance(probe, _Auto) else _probe(probe)
+        spec.loss_log = None if isinstance(loss_log, _Auto) or loss_log is None else read_loss_log(loss_log)
+    if checkpoints[0].step is None or checkpoints[1].step is None:
+        spec.notes.append("note: no step in the checkpoints' names: their order is not checked (give the older "
+                          "one first)")
     _reference(spec, reference, scan_reference)
     return spec
+
+
+def _shared_run_directory(older: Checkpoint, newer: Checkpoint) -> Path | RemotePath | None:
+    """The directory both checkpoints sit in (a run's), where its side files are; None when they are apart."""
+    parent = older.path.parent
+    return parent if _same_checkpoint(parent, newer.path.parent) else None
 
 
 def check_pair(older: Checkpoint, newer: Checkpoint) -> None:
@@ -249,6 +272,13 @@ def _config(config: SideFile, settings: Sequence[str]) -> Config:
     if config is None:  # off: the built-in defaults, plus any explicit overrides
         return load_config(None, settings, search=False)
     return load_config(None if isinstance(config, _Auto) else Path(config), settings)
+
+
+def _config_note(spec: RunSpec) -> None:
+    """Name the config file the thresholds came from: one found by searching upwards changes the
+    verdict without being named on the command line."""
+    if spec.config.source is not None:
+        spec.notes.append(f"using config {spec.config.source}")
 
 
 def _side_file(choice: SideFile | Probe, default: Path | RemotePath, read: Callable[[Any], Any], what: str,

@@ -48,7 +48,7 @@ from ckptscan.layouts import ModelInfo, resolve_layout
 from ckptscan.metrics import Metrics, compute
 from ckptscan.report.json import report_dict
 from ckptscan.report.load import as_json_values, report_from_dict
-from ckptscan.results import SEVERITIES, ScanReport, SweepReport, SweepRun
+from ckptscan.results import GATE_ORDER, NOT_JUDGED, ScanReport, SweepReport, SweepRun
 from ckptscan.run import AUTO, SideFile, resolve_run
 from ckptscan.scan import ScanOptions
 from ckptscan.storage import RemotePath
@@ -177,8 +177,9 @@ def _run(path: str, report: ScanReport, references: list[str]) -> SweepRun:
 
 
 def _health(run: SweepRun) -> tuple[int, float]:
-    """Sort key, healthiest first: the status, then the later first alert (or warning)."""
-    severity = SEVERITIES.index(run.status) if run.status in SEVERITIES else 0  # "unchanged": no alarm
-    if severity < SEVERITIES.index("warn"):
+    """Sort key, healthiest first: the status in the gate's order (a run not judged after a
+    warning, before an alert), then the later first alert (or warning)."""
+    severity = GATE_ORDER.index(run.status) if run.status in GATE_ORDER else 0  # "unchanged": no alarm
+    if severity < GATE_ORDER.index("warn") or run.status == NOT_JUDGED:
         return severity, 0.0
     return severity, -run.first_step if run.first_step is not None else math.inf

@@ -135,6 +135,23 @@ def test_a_run_of_checkpoint_files_orders_by_the_step_inside_and_drops_the_last_
     assert any("step 300 from the checkpoint's 'global_step', not 3 from its name" in n for n in run.notes)
 
 
+def test_a_folder_of_step_named_safetensors_files_is_a_run_not_one_sharded_checkpoint(tmp_path):
+    from safetensors.torch import save_file
+
+    for seed, step in ((1, 100), (2, 200), (3, 300)):
+        save_file({k: v.contiguous() for k, v in llama_tensors(CONFIG, seed).items()},
+                  tmp_path / f"step_{step}.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    (tmp_path / "probe.safetensors").write_bytes(b"")  # a side file, not a save: no step in its name
+    assert steps(discover_run(tmp_path)) == [100, 200, 300]
+
+
+def test_a_sharded_safetensors_checkpoint_is_still_not_a_run(tmp_path):
+    hf(tmp_path / "ckpt", shards=2)
+    with pytest.raises(CkptScanError, match="single checkpoint, not a run directory"):
+        discover_run(tmp_path / "ckpt")
+
+
 def test_a_single_nanogpt_checkpoint_is_not_a_run(tmp_path):
     write_nanogpt(tmp_path / "out", {"transformer.h.0.attn.c_attn.weight": torch.randn(12, 4)},
                   {"n_layer": 1, "n_head": 1, "n_embd": 4}, iter_num=5)

@@ -45,6 +45,8 @@ def test_loss_divergence_agrees_with_the_trainer(reports, run):
 def test_healthy_run_raises_nothing(reports):
     s = reports["healthy"].summary
     assert s.status == "ok", s.message
+    # 2 warm-up pairs (the LR warm-up ends at step 99), 5 that make the baselines.
+    assert s.judged_pairs == 23 and s.not_judged[0].startswith("2 pairs: warm-up"), s.not_judged
     assert s.loss_divergence_step is None
 
 
@@ -113,6 +115,51 @@ def test_diff_in_the_library_and_the_cli_agree(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["diff", older, newer, "--json", str(path), "--quiet"])
     assert result.exit_code == 1, result.output  # layer 1's collapsed Δ2 entropy alerts
     assert json.loads(path.read_text()) == json.loads(json.dumps(report_dict(scan_pair(older, newer))))
+
+
+@pytest.mark.parametrize("run", sorted(RUNS))
+def test_diff_and_trend_agree_on_the_absolute_rules_of_every_pair_warm_up_included(reports, run):
+    """The rules that need no history (non-finite values, the hard floors) give a pair the same
+    alerts in the run (`trend`) as alone (`diff`), from the first pair on."""
+    from ckptscan.detection.rules import judge_alone, unjudged
+    from ckptscan.detection.thresholds import Thresholds
+
+    def absolute(pair):
+        return sorted((layer.layer, f.monitor) for layer in pair.layers for f in layer.findings
+                      if f.rule in ("floor", "nonfinite"))
+
+    report = reports[run]
+    for pair in report.pairs:
+        assert absolute(pair) == absolute(judge_alone(unjudged(pair), Thresholds())), (pair.from_step, pair.to_step)
+
+
+def test_the_samples_warm_up_stays_above_the_floors(reports):
+    """The calibration margin of judging the warm-up by the floors: the lowest healthy normalised Δ2
+    entropy of a warm-up pair (0.25-0.29 here) is above its floor (0.2)."""
+    for run, report in reports.items():
+        warm_up = [p for p in report.pairs if p.from_step < report.settings["warmup_end_step"]]
+        lowest = min(layer.attention.delta2_entropy_norm for p in warm_up for layer in p.layers)
+        assert 0.25 < lowest, run
+        assert {p.status for p in warm_up} == {"not_judged"}, run
+
+
+def test_diff_of_two_checkpoints_of_a_run_uses_the_runs_probe_and_loss_log_as_trend_does(reports):
+    """router_fault 1700 → 1800: routing entropy 0.097, under its 0.1 floor, which only the probe shows."""
+    from typer.testing import CliRunner
+
+    from ckptscan.cli import app
+
+    older, newer = (str(SAMPLES / "router_fault" / f"checkpoint-{s}") for s in (1700, 1800))
+    result = CliRunner().invoke(app, ["diff", older, newer])
+    assert result.exit_code == 1, result.output
+    assert f"using the run's probe: {SAMPLES / 'router_fault' / 'probe.safetensors'}" in result.stderr
+    assert f"using the run's loss log: {SAMPLES / 'router_fault' / 'train_log.jsonl'}" in result.stderr
+    assert "normalised routing entropy 0.097 below the floor 0.1" in result.stdout
+    trend_pair = next(p for p in reports["router_fault"].pairs if p.to_step == 1800)
+    assert trend_pair.status == "alert"
+    off = CliRunner().invoke(app, ["diff", older, newer, "--no-probe", "--no-loss-log"])
+    assert off.exit_code == 0 and "using the run's" not in off.stderr
+    assert "not judged: routing entropy and expert load: no probe" in off.stderr
 
 
 def test_the_console_process_gives_what_the_library_gives(reports, tmp_path):

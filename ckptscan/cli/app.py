@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Iterator
 
 import typer
-from typer.core import TyperGroup
+# typer parses with its own copy of click: its usage errors are these, not the click package's.
+from typer._click.exceptions import UsageError
+from typer.core import TyperCommand, TyperGroup
 
 from ckptscan import __version__
 from ckptscan.cli.options import Base, Command, Precision, shared_options
@@ -86,6 +88,26 @@ class Commands(TyperGroup):
         return name, found, spread_values(found, rest) if found is not None else rest
 
 
+class OneLineUsageError(UsageError):
+    """A usage error as one line on stderr, `error: ...` like every other input error (exit 2)."""
+
+    def show(self, file: Any = None) -> None:
+        typer.echo(f"error: {self.message} (see --help)", file=file, err=True)
+
+
+class OneLineErrors(TyperCommand):
+    """A command whose bad options and arguments are one line: click's usage preamble and the
+    validator's prefix ("Value error, " from typer's pydantic conversion) are not the user's business."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: typer.Context | None = None,
+                     **extra: Any) -> typer.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except UsageError as e:
+            message = e.format_message().replace("Value error, ", "").rstrip(".")
+            raise OneLineUsageError(message, e.ctx) from None
+
+
 app = typer.Typer(
     cls=Commands,
     no_args_is_help=True,
@@ -106,7 +128,7 @@ def command(function: Command) -> Command:
     `ckptscan --help` shows its docstring's first paragraph whole (click
     would cut it at ~45 characters with "...")."""
     summary = " ".join((function.__doc__ or "").strip().split("\n\n")[0].split())
-    return app.command(short_help=summary)(shared_options(function))
+    return app.command(short_help=summary, cls=OneLineErrors)(shared_options(function))
 
 
 _consoles: dict[str, Console] = {}

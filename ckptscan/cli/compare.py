@@ -33,7 +33,7 @@ def compare(
         metavar="RUN_DIR", help="Two or more runs of one model (directories or URL prefixes), e.g. the members of "
         "a sweep or several seeds.")],
     *,  # the options, in --help order; a bare name is a shared option (cli.options)
-    stride, base, json_path, fail_on, config, set_, cache_dir, no_cache, quiet, num_heads, num_kv_heads, head_dim,
+    stride, base, json_path, html, fail_on, config, set_, cache_dir, no_cache, quiet, num_heads, num_kv_heads, head_dim,
     model_config, layers, precision, device, heads, full_spectrum, tensor_map, no_probe, no_loss_log,
     allow_corrupt: AllowCorrupt = False,
 ) -> None:
@@ -52,20 +52,24 @@ def compare(
         for name in files:
             note(f"ignoring {name}: a file, not a run directory", quiet=quiet)
         run_dirs = [run for run in run_dirs if run not in files]
+        from ckptscan.cli.outputs import check_file_outputs
+
+        check_file_outputs({"--json": json_path, "--html": html})
         options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, device, heads, full_spectrum,
                                tensor_map, model_config)
         code = judge_sweep(run_dirs, options, stride=stride, base=base, config=config, settings=set_ or (),
-                           cache=_cache(cache_dir, no_cache), json_path=json_path, fail_on=fail_on, quiet=quiet,
+                           cache=_cache(cache_dir, no_cache), json_path=json_path, html=html, fail_on=fail_on,
+                           quiet=quiet,
                            allow_corrupt=allow_corrupt, probes=not no_probe, loss_logs=not no_loss_log)
     raise typer.Exit(code)
 
 
 def judge_sweep(run_dirs: Sequence[str | Path | RemotePath], options: ScanOptions, *, stride: int, base: str,
                 config: Path | None, settings: Sequence[str], cache: PairCache | None, json_path: Path | None,
-                fail_on: FailOn | str | None, quiet: bool, allow_corrupt: bool, as_json: bool = False,
+                fail_on: FailOn | str | None, html: Path | None = None, quiet: bool, allow_corrupt: bool, as_json: bool = False,
                 executor: Executor | None = None, probes: bool = True, loss_logs: bool = True) -> int:
     """Compare the runs, print the ranking (stdout; stderr when the JSON
-    report goes to stdout), write --json, and return the gate's exit code."""
+    report goes to stdout), write --json and --html, and return the gate's exit code."""
     from ckptscan.cli.options import Base
     from ckptscan.output import STDOUT, own_descriptor, write_output
     from ckptscan.report.json import sweep_dict, write_sweep_json
@@ -92,6 +96,13 @@ def judge_sweep(run_dirs: Sequence[str | Path | RemotePath], options: ScanOption
         write_sweep_json(sweep, json_path)
         if not json_to_stdout:
             wrote(json_path)
+    if html is not None:
+        from ckptscan.report.load import as_json_values
+        from ckptscan.report.sweep_html import write_sweep_html
+
+        # Through a JSON round trip: the page `ckptscan report SWEEP.json --html` makes of the file.
+        write_sweep_html(as_json_values(sweep_dict(sweep)), html)
+        wrote(html)
     return sweep_gate(sweep, fail_on or sweep.fail_on, allow_corrupt)
 
 

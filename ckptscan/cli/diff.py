@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ckptscan.cli.app import command, scan_options, user_errors
+from ckptscan.cli.app import command, note, scan_options, user_errors
 from ckptscan.cli.outputs import ReportOutputs
 from ckptscan.cli.process import load_library
 
@@ -27,10 +27,18 @@ def diff(
     precision,
     probe: Annotated[Optional[str], typer.Option(  # str: a URL keeps its "//"
         "--probe", metavar="FILE", help="Router inputs (safetensors, keys layers.{i}.router_input [T, d]): adds "
-        "routing entropy and expert load per MoE layer.")] = None,
-    reference, device, heads, full_spectrum, tensor_map,
+        "routing entropy and expert load per MoE layer (default: the probe.safetensors of the run directory both "
+        "checkpoints sit in, when present).")] = None,
+    no_probe,
+    loss_log: Annotated[Optional[str], typer.Option(
+        "--loss-log", metavar="FILE", help="Loss log (JSON Lines or CSV with step, loss; default: the "
+        "train_log.jsonl of the run directory both checkpoints sit in, when present).")] = None,
+    no_loss_log, reference, device, heads, full_spectrum, tensor_map,
 ) -> None:
-    """Per-layer health table of the update from CKPT_A to CKPT_B."""
+    """Per-layer health table of the update from CKPT_A to CKPT_B.
+
+    When both sit in one run directory, its probe and loss log are used as by ckptscan trend.
+    """
     with user_errors():
         load_library()
         from ckptscan.api import reference_scanner, scan
@@ -40,8 +48,12 @@ def diff(
         options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, device, heads,
                                full_spectrum, tensor_map, model_config)
         config = config if config is not None else AUTO
-        spec = resolve_pair(ckpt_a, ckpt_b, probe=probe, reference=reference, config=config, settings=set_ or (),
+        spec = resolve_pair(ckpt_a, ckpt_b, probe=None if no_probe else probe or AUTO,
+                            loss_log=None if no_loss_log else loss_log or AUTO, reference=reference, config=config,
+                            settings=set_ or (),
                             scan_reference=reference_scanner(options, config=config, settings=set_ or ()))
+        for message in spec.notes:  # as trend prints them: before the verdict
+            note(message, "yellow" if message.startswith(("ignoring", "note:")) else "dim", quiet)
         report = scan(spec, options)
         code = outputs.write(report, fail_on or spec.config.fail_on, _print_table, quiet)
     raise typer.Exit(code)

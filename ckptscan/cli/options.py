@@ -48,7 +48,10 @@ class Precision(str, Enum):
 
 
 class FailOn(str, Enum):
+    """The gate's levels, in their order (ckptscan.results.GATE_ORDER)."""
+
     warn = "warn"
+    not_judged = "not_judged"
     alert = "alert"
 
 
@@ -83,8 +86,10 @@ Layers = Annotated[Optional[str], typer.Option("--layers", metavar="LAYERS",
                                                help="Only these layers, e.g. '0,3,8-11'.")]
 PrecisionOpt = Annotated[Precision, typer.Option("--precision", help="Gram products in float32 (fast) or float64 "
                                                  "(exact path).")]
-FailOnOpt = Annotated[Optional[FailOn], typer.Option("--fail-on", help="Exit 1 when the verdict reaches this "
-                                                     "(default: fail_on from the config, else alert).")]
+FailOnOpt = Annotated[Optional[FailOn], typer.Option(
+    "--fail-on", help="Exit 1 when the verdict reaches this level, in the order warn < not_judged < alert: warn "
+    "fails any warning, not_judged an alert or a run no pair of which could be judged yet (warm-up, no baseline), "
+    "alert only an alert (default: fail_on from the config, else not_judged).")]
 JsonOut = Annotated[Optional[Path], typer.Option(
     "--json", metavar="FILE", help="Write the JSON report here (atomically; '-' for stdout, the table then going to "
     "stderr).")]

@@ -60,6 +60,8 @@ class ReportOutputs:
         from ckptscan.report.json import check_per_head
 
         check_per_head(self.per_head)
+        check_file_outputs({"--json": self.json_path, "--junit": self.junit, "--markdown-summary": self.markdown_summary,
+                            "--html": self.html})
         check_figure_outputs(self.html, self.png)
         check_tensorboard_output(self.tensorboard)
 
@@ -118,6 +120,7 @@ class WatchOutputs:
         from ckptscan.report.json import check_per_head
 
         check_per_head(self.per_head)
+        check_file_outputs({"--json": self.json_path, "--markdown-summary": self.markdown_summary})
         check_tensorboard_output(self.tensorboard)
         check_service_outputs(self.wandb, self.mlflow, self.notify, self.notify_on)
         if self.metrics_port is not None:
@@ -198,6 +201,7 @@ class RenderOutputs:
         if all(v is None for v in (self.html, self.png, self.tensorboard, self.junit, self.wandb, self.mlflow)):
             raise CkptScanError("nothing to write: give --html FILE and/or --png DIR "
                                 "(or --tensorboard DIR, --junit FILE, --wandb PROJECT, --mlflow URI)")
+        check_file_outputs({"--html": self.html, "--junit": self.junit})
         check_figure_outputs(self.html, self.png)
         check_tensorboard_output(self.tensorboard)
         check_service_outputs(self.wandb, self.mlflow)
@@ -216,10 +220,9 @@ class RenderOutputs:
 
 def fails(report: ScanReport, fail_on: FailOn | str) -> bool:
     """Whether the verdict reaches the gate level."""
-    from ckptscan.results import SEVERITIES
+    from ckptscan.results import reaches
 
-    status = report.summary.status
-    return status in SEVERITIES and SEVERITIES.index(status) >= SEVERITIES.index(FailOn(fail_on).value)
+    return reaches(report.summary.status, FailOn(fail_on).value)
 
 
 def gate(report: ScanReport, fail_on: FailOn | str, allow_corrupt: bool = False) -> int:
@@ -246,7 +249,7 @@ def gate(report: ScanReport, fail_on: FailOn | str, allow_corrupt: bool = False)
 
 def emit(report: ScanReport, output: Format | str, json_path: Path | None, markdown_path: Path | None,
          print_table: Callable[[Console, ScanReport], None], junit_path: Path | None = None,
-         fail_on: FailOn | str = FailOn.alert, per_head: str = "all") -> None:
+         fail_on: FailOn | str = FailOn.not_judged, per_head: str = "all") -> None:
     """The report on stdout in the chosen format, the JSON and JUnit files, the
     Markdown summary (appended to --markdown-summary, else to $GITHUB_STEP_SUMMARY
     when set), and GitHub annotations on stderr when GITHUB_ACTIONS=true.
@@ -299,6 +302,16 @@ def emit(report: ScanReport, output: Format | str, json_path: Path | None, markd
         except OSError as e:
             raise CkptScanError(f"cannot append the Markdown summary: {e.strerror or e}", path=summary_path) from None
         wrote(summary_path)
+
+
+def check_file_outputs(files: dict[str, Path | None]) -> None:
+    """Before any long scan: a file destination ({flag: path}) that is a directory cannot be
+    written; found now, not after the scan has printed its verdict (exit 2)."""
+    from ckptscan.output import own_descriptor
+
+    for flag, path in files.items():
+        if path is not None and own_descriptor(str(path)) is None and Path(path).is_dir():
+            raise CkptScanError(f"{flag} needs a file, and this is a directory", path=path)
 
 
 def check_figure_outputs(html: Path | None, png: Path | None) -> None:

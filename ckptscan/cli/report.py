@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ckptscan.cli.app import command, user_errors
+from ckptscan.cli.app import command, note, user_errors
 from ckptscan.cli.options import FailOn
 from ckptscan.cli.outputs import RenderOutputs
 
@@ -21,16 +21,32 @@ def report(
     *,  # the options, in --help order; a bare name is a shared option (cli.options)
     outputs: RenderOutputs,
     fail_on: Annotated[Optional[FailOn], typer.Option(
-        "--fail-on", help="The severity that fails a JUnit test case (default: fail_on from the config, else "
-        "alert).")] = None,
+        "--fail-on", help="The level that fails a JUnit test case (default: fail_on from the config, else "
+        "not_judged).")] = None,
     quiet,
 ) -> None:
     """Render a saved JSON report as an HTML page, PNG figures, TensorBoard events and/or JUnit XML."""
     with user_errors():
         from ckptscan.config import load_config
-        from ckptscan.report.load import load_report
+        from ckptscan.errors import CkptScanError
+        from ckptscan.report.load import read_json_file, report_from_dict
+        from ckptscan.results import DEFAULT_FAIL_ON
 
         outputs.check()
+        data = read_json_file(report_json)
+        if isinstance(data, dict) and data.get("command") == "compare":  # a sweep's report (ckptscan compare --json)
+            from ckptscan.report.sweep_html import write_sweep_html
+
+            others = [flag for flag, value in (("--png", outputs.png), ("--tensorboard", outputs.tensorboard),
+                                               ("--junit", outputs.junit), ("--wandb", outputs.wandb),
+                                               ("--mlflow", outputs.mlflow)) if value is not None]
+            if others or outputs.html is None:
+                raise CkptScanError(f"a sweep's report renders as --html FILE only (not {', '.join(others) or 'none'}"
+                                    "; each run's own: ckptscan trend RUN)", path=report_json)
+            write_sweep_html(data, outputs.html)
+            note(f"wrote {outputs.html}", quiet=quiet)
+            return
         # The config is read only when it matters (a bad one must not stop an HTML rendering).
-        level = FailOn(fail_on).value if fail_on else (load_config().fail_on if outputs.junit is not None else "alert")
-        outputs.write(load_report(report_json), level, quiet)
+        level = FailOn(fail_on).value if fail_on else (
+            load_config().fail_on if outputs.junit is not None else DEFAULT_FAIL_ON)
+        outputs.write(report_from_dict(data, report_json), level, quiet)

@@ -108,16 +108,19 @@ def _sweep(runs: list, options: ScanOptions, cache: PairCache | None, runner: Ex
 
     given = {"--reference": reference, "--probe": probe, "--loss-log": loss_log, "--junit": outputs.junit,
              "--tensorboard": outputs.tensorboard, "--markdown-summary": outputs.markdown_summary,
-             "--html": outputs.html, "--png": outputs.png, "--wandb": outputs.wandb, "--mlflow": outputs.mlflow,
+             "--png": outputs.png, "--wandb": outputs.wandb, "--mlflow": outputs.mlflow,
              "--notify": outputs.notify}
     unused = [flag for flag, value in given.items() if value]
     if outputs.format not in (Format.table, Format.json):
         unused.append(f"--format {outputs.format.value}")
+    from ckptscan.cli.outputs import check_file_outputs
+
+    check_file_outputs({"--json": outputs.json_path, "--html": outputs.html})
     if unused:
         raise CkptScanError(f"{', '.join(unused)}: not for a sweep (each of its {len(runs)} runs is judged against "
-                            "the others with its own probe and loss log; --json writes the sweep report)")
+                            "the others with its own probe and loss log; --json and --html write the sweep report)")
     return judge_sweep(runs, options, stride=stride, base=Base(base).value, config=config, settings=settings or (),
-                       cache=cache, json_path=outputs.json_path, fail_on=fail_on, quiet=quiet,
+                       cache=cache, json_path=outputs.json_path, html=outputs.html, fail_on=fail_on, quiet=quiet,
                        allow_corrupt=allow_corrupt, as_json=outputs.format is Format.json, executor=runner,
                        probes=probes, loss_logs=loss_logs)
 

@@ -159,11 +159,7 @@ def _cusum_finding(monitor: JudgedMonitor, point: Point, severity: str, onset: i
 
 def cross_layer_findings(pair: PairResult, t: Thresholds) -> None:
     """Flag layers whose normalised Δ2 entropy sits far below the others'."""
-    values = {
-        layer.layer: layer.attention.delta2_entropy_norm
-        for layer in pair.layers
-        if layer.attention is not None and layer.attention.delta2_entropy_norm is not None
-    }
+    values = _delta2_by_layer(pair)
     if len(values) < t.cross_layer_min_layers:
         return
     for layer in pair.layers:
@@ -183,6 +179,19 @@ def cross_layer_findings(pair: PairResult, t: Thresholds) -> None:
                 rule="cross_layer",
                 score=-z,
             ))
+
+
+def cross_layer_applies(pair: PairResult, t: Thresholds) -> bool:
+    """Whether the pair has the layers the cross-layer rule needs to judge them against each other."""
+    return len(_delta2_by_layer(pair)) >= t.cross_layer_min_layers
+
+
+def _delta2_by_layer(pair: PairResult) -> dict[int, float]:
+    return {
+        layer.layer: layer.attention.delta2_entropy_norm
+        for layer in pair.layers
+        if layer.attention is not None and layer.attention.delta2_entropy_norm is not None
+    }
 
 
 def layer_status(layer: LayerResult) -> str:

@@ -28,8 +28,11 @@ The rules of one layer are in `detection/findings.py`, the thresholds in
   is a numeric alert.
 
 Warm-up pairs (the first `warmup_pairs`, and those starting before
-`warmup_steps`) are judged by the numeric rule only: early updates are
-legitimately low-rank and fast-moving.
+`warmup_steps`) are judged by the numeric rule and the hard floors only:
+early updates are legitimately low-rank and fast-moving, but not collapsed
+onto one direction. A pair that no other rule could judge (warm-up, or no
+baseline yet) is "not_judged", never "ok"; a run with no pair judged is
+"not_judged", and the summary says what was not judged and why.
 """
 
 from __future__ import annotations
@@ -52,6 +55,10 @@ from ckptscan.detection.state import JudgeState
 from ckptscan.detection.summary import SummaryState, summarize
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.results import PairResult, ScanReport, worst
+
+# A diff whose checkpoints' names carry no step: which one is older is the user's word alone
+# (run.check_pair refuses a reversed pair only when both steps are known).
+ORDER_NOT_JUDGED = "the order of the checkpoints: no step in their names to check that the older one came first"
 
 __all__ = ["Thresholds", "assess_report", "cross_layer_findings", "first_judged_pair", "floor_findings",
            "judge_alone", "layer_status", "numeric_findings", "pooled_departures", "summarize", "worst"]
@@ -81,12 +88,15 @@ def finish_report(report: ScanReport, state: JudgeState, loss_divergence_step: i
     thresholds, warm-up end, reference and summary, from the state alone
     (O(layers)). A single pair is judged again like `diff` (`judge_alone`)."""
     report.thresholds = state.thresholds.as_dict()
+    not_judged: list[str] = []
     if len(report.pairs) == 1:
         alone = judge_alone(unjudged(report.pairs[0]), state.thresholds, identical=report.command == "diff")
         report.pairs[0] = alone
         report.settings["warmup_end_step"] = alone.from_step
         summary, baselines = SummaryState(state.thresholds), {}
         summary.add(0, alone, lambda step: (0, alone.to_step, alone.from_path, alone.from_step))
+        if report.command == "diff" and (alone.from_step is None or alone.to_step is None):
+            not_judged.append(ORDER_NOT_JUDGED)
     else:
         report.settings["warmup_end_step"] = state.warmup_end
         summary, baselines = state.summary, state.baselines()
@@ -97,7 +107,7 @@ def finish_report(report: ScanReport, state: JudgeState, loss_divergence_step: i
         notes = state.reference.coverage_notes(report.pairs)
         if notes:
             report.settings["reference_notes"] = notes
-    report.summary = summary.summary(loss_divergence_step, baselines)
+    report.summary = summary.summary(loss_divergence_step, baselines, not_judged)
 
 
 def judge_alone(pair: PairResult, t: Thresholds, identical: bool = False) -> PairResult:
@@ -128,4 +138,4 @@ def first_judged_pair(pairs: list[PairResult], t: Thresholds) -> int:
 def unjudged(pair: PairResult) -> PairResult:
     """A copy of a pair whose layers detection may annotate."""
     layers = [dataclasses.replace(layer, findings=[], status="ok", judgements={}) for layer in pair.layers]
-    return dataclasses.replace(pair, layers=layers, status="ok")
+    return dataclasses.replace(pair, layers=layers, status="ok", not_judged_reason=None)

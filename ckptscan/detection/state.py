@@ -38,6 +38,7 @@ from ckptscan.detection.catalog import JudgedMonitor, judged_monitors
 from ckptscan.detection.changepoint import Excursion
 from ckptscan.detection.findings import (
     ceiling_findings,
+    cross_layer_applies,
     cross_layer_findings,
     floor_findings,
     judgement,
@@ -54,11 +55,15 @@ from ckptscan.detection.series import Point, SeriesState
 from ckptscan.detection.summary import Baselines, Onset, SummaryState
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.errors import CkptScanError
-from ckptscan.results import PairResult, worst
+from ckptscan.results import NOT_JUDGED, PairResult, counted, worst
 
 # 2: the summary keeps the families alerting with the first (primary family); 3: each layer's LayerBand;
-# 4: the run's RunBand; 5: the newest pair's learning rate
+# 4: the run's RunBand; 5: the summary counts the pairs judged and why the others were not, and
+# the newest pair's learning rate
 STATE_VERSION = 5
+# The states of a series point that a rule judged (detection/series.py); "warmup", "baseline" and
+# "missing" are not.
+JUDGED = ("ok", "warn", "alert")
 
 
 def band_factor(t: Thresholds, monitor: JudgedMonitor) -> float:
@@ -101,8 +106,13 @@ class JudgeState:
         lr_before, self.lr_before = self.lr_before, pair.lr
         if judged:
             update_of_one_run_findings(pair, lr_before)
+        # The hard floors need no history (a collapse onto ~1 direction is one whatever came before): they
+        # judge the warm-up too, so that `trend` alerts on every pair where `diff` of it would. The warm-up
+        # of the healthy sample and test runs stays above them (docs/detection.md, warm-up).
+        for layer in pair.layers:
+            layer.findings.extend(floor_findings(layer, t))
+        if judged:
             for layer in pair.layers:
-                layer.findings.extend(floor_findings(layer, t))
                 layer.findings.extend(precision_findings(layer))
         if self.layers is None:
             self.layers = [layer.layer for layer in pair.layers]
@@ -122,13 +132,31 @@ class JudgeState:
                     position, finding = found
                     pair.layers[position].findings.append(finding)
         # Until a layer has a baseline of its own, compare it with the other layers.
-        if judged and index < self.start + t.min_baseline_pairs:
+        cross_layer = judged and index < self.start + t.min_baseline_pairs
+        if cross_layer:
             cross_layer_findings(pair, t)
+        series_judged = any(point.state in JUDGED for points in verdicts for point in points.values())
+        if not (series_judged or (cross_layer and cross_layer_applies(pair, t))):
+            pair.not_judged_reason = self._not_judged_reason(judged)
         for layer in pair.layers:
             layer.status = layer_status(layer)
+            if pair.not_judged_reason is not None and layer.status == "ok":
+                layer.status = NOT_JUDGED
         pair.status = worst([layer.status for layer in pair.layers])
+        if pair.not_judged_reason is not None and pair.status == "ok":
+            pair.status = NOT_JUDGED
         self._summarise(index, pair)
         return pair
+
+    def _not_judged_reason(self, past_warmup: bool) -> str:
+        """Why a pair that no rule of its position could judge was not (the hard floors and the
+        non-finite check judge every pair)."""
+        t = self.thresholds
+        if not past_warmup:
+            before = f" and those before step {t.warmup_steps}" if t.warmup_steps else ""
+            return f"warm-up (the first {counted(t.warmup_pairs, 'pair')}{before})"
+        return (f"no baseline yet (the {counted(t.min_baseline_pairs, 'pair')} after the warm-up make each series' "
+                "baseline)")
 
     @property
     def _band(self) -> bool:

@@ -50,6 +50,7 @@ from ckptscan.detection.update import RULE_LR_RISE
 from ckptscan.interventions import interventions_for
 from ckptscan.monitors import registry
 from ckptscan.results import (
+    NOT_JUDGED,
     CheckpointRef,
     Finding,
     LayerResult,
@@ -124,12 +125,25 @@ class SummaryState:
         # index, older checkpoint and finding; and, when it caused the first alert, the same.
         self.lr_rise: tuple[int, str, int | None, Finding] | None = None
         self.lr_cause: tuple[int, str, int | None, Finding] | None = None
+        # What the verdict rests on: the pairs judged, why each other pair was not (reason -> pairs, in the
+        # order first met), the layers judged on some pair, and whether a MoE layer had no routing to judge.
+        self.judged_pairs = 0
+        self.unjudged: dict[str, int] = {}
+        self.judged_layers: set[int] = set()
+        self.routing_unjudged = False
 
     def add(self, index: int, pair: PairResult, locate: Callable[[int | None], Onset]) -> None:
         """Count a judged pair. `locate(step)`: the newest pair so far whose
         newer step is `step` (the pair itself when `step` is None), for the
         onset of the first alert (steps repeat when a run was restarted)."""
         self.pairs += 1
+        if pair.not_judged_reason is None:
+            self.judged_pairs += 1
+            self.judged_layers.update(layer.layer for layer in pair.layers)
+        else:
+            self.unjudged[pair.not_judged_reason] = self.unjudged.get(pair.not_judged_reason, 0) + 1
+        self.routing_unjudged = self.routing_unjudged or any(
+            layer.router is not None and layer.router.routing_entropy_norm is None for layer in pair.layers)
         for layer in pair.layers:
             for f in layer.findings:
                 if f.severity == "alert" and self.first_alert.get(f.family) is None:
@@ -189,9 +203,13 @@ class SummaryState:
             s.first_alert_step, s.first_alert_family, s.first_alert_monitor = (
                 pair.to_step, finding.family, finding.monitor)
 
-    def summary(self, loss_divergence_step: int | None, baselines: Baselines) -> Summary:
+    def summary(self, loss_divergence_step: int | None, baselines: Baselines, not_judged: list[str] | None = None
+                ) -> Summary:
+        """`not_judged`: what else the verdict could not rest on, in words (a pair's order no step tells)."""
         layer_summaries = [dataclasses.replace(self.layers[k]) for k in sorted(self.layers)]
         for s in layer_summaries:
+            if s.status == "ok" and s.layer not in self.judged_layers:
+                s.status = NOT_JUDGED
             if s.layer in baselines:
                 values = baselines[s.layer]
                 s.current = {name: current for name, (current, _) in values.items()}
@@ -200,6 +218,12 @@ class SummaryState:
         status = self.status
         if status == "ok" and self.pairs and self.unchanged:
             status = "unchanged"
+        elif status == "ok" and not self.judged_pairs:
+            status = NOT_JUDGED
+        unjudged = [f"{counted(count, 'pair')}: {reason}" for reason, count in self.unjudged.items()]
+        if self.routing_unjudged:
+            unjudged.append("routing entropy and expert load: no probe (--probe FILE, or RUN/probe.safetensors)")
+        unjudged += not_judged or []
         rollback, onset_step, first_family, first_step, reason, secondary = None, None, None, None, None, []
         if self.first is not None and self.onset is not None and self.misuse_pair is None:
             _, _, finding = self.first
@@ -235,8 +259,13 @@ class SummaryState:
             primary_family=first_family,
             primary_family_reason=reason,
             secondary_families=secondary,
+            judged_pairs=self.judged_pairs,
+            not_judged=unjudged,
+            # One reason covers every pair; several are told with their counts.
+            not_judged_reason=(("; ".join(unjudged[:len(self.unjudged)]) if len(self.unjudged) > 1 else
+                                next(iter(self.unjudged))) if status == NOT_JUDGED else None),
         )
-        summary.message = _verdict(summary, self.first, self.pairs)
+        summary.message = _verdict(summary, self.first, self.pairs, len(self.unjudged))
         if self.first is not None and self.misuse_pair is not None:
             # No verdict on a run and no rollback candidate: the input is not an update of one run,
             # and no change to training would fix it (no interventions).
@@ -291,7 +320,8 @@ class SummaryState:
                 "first": [self.first[0], self.first[1], dataclasses.asdict(self.first[2])] if self.first else None,
                 "onset": list(self.onset) if self.onset is not None else None,
                 "together": [[layer, dataclasses.asdict(f), list(onset)] for layer, f, onset in self.together],
-                "misuse_pair": self.misuse_pair,
+                "misuse_pair": self.misuse_pair, "judged_pairs": self.judged_pairs, "unjudged": self.unjudged,
+                "judged_layers": sorted(self.judged_layers), "routing_unjudged": self.routing_unjudged,
                 "lr_rise": _rise_dict(self.lr_rise), "lr_cause": _rise_dict(self.lr_cause)}
 
     @classmethod
@@ -308,6 +338,8 @@ class SummaryState:
         state.together = [(layer, from_dict(Finding, f), tuple(onset)) for layer, f, onset in data["together"]]
         state.misuse_pair = data["misuse_pair"]
         state.lr_rise, state.lr_cause = _rise(data["lr_rise"]), _rise(data["lr_cause"])
+        state.judged_pairs, state.unjudged = data["judged_pairs"], dict(data["unjudged"])
+        state.judged_layers, state.routing_unjudged = set(data["judged_layers"]), data["routing_unjudged"]
         return state
 
 
@@ -352,7 +384,8 @@ def _score(finding: Finding) -> float:
     return finding.score if finding.score is not None else float("inf")
 
 
-def _verdict(s: Summary, first: tuple[int, int, Finding] | None, num_pairs: int) -> str:
+def _verdict(s: Summary, first: tuple[int, int, Finding] | None, num_pairs: int, unjudged_reasons: int) -> str:
+    """The verdict in one line. `unjudged_reasons`: how many of `s.not_judged`, first, are about pairs."""
     flagged = f"flagged layers {s.flagged_layers}"
     if s.status == "alert" and first is not None:
         _, layer, finding = first
@@ -368,11 +401,18 @@ def _verdict(s: Summary, first: tuple[int, int, Finding] | None, num_pairs: int)
             when = f"{s.lead_steps} steps after" if s.lead_steps >= 0 else f"{-s.lead_steps} steps before"
             text += f"; the loss diverged at step {s.loss_divergence_step}, {when} the first alert"
         return text
+    also = f"; not judged: {'; '.join(s.not_judged)}" if s.not_judged else ""
     if s.status == "warn":
-        return f"WARN: no alert, but monitors departed from their baselines; {flagged}"
+        return f"WARN: no alert, but monitors departed from their baselines; {flagged}{also}"
     if s.status == "unchanged":
         return "UNCHANGED: the monitored weights did not change"
-    return f"HEALTHY: no monitor fired over {num_pairs} pair(s)"
+    if s.status == NOT_JUDGED:
+        others = s.not_judged[unjudged_reasons:]
+        either = f"; not judged either: {'; '.join(others)}" if others else ""
+        return (f"NOT JUDGED: none of the {counted(num_pairs, 'pair')} could be judged yet: {s.not_judged_reason}; "
+                f"the hard floors and the non-finite check found nothing{either}")
+    judged = f" ({s.judged_pairs} judged)" if s.judged_pairs != num_pairs else ""
+    return f"HEALTHY: no monitor fired over {counted(num_pairs, 'pair')}{judged}{also}"
 
 
 def _pair_name(pair: PairResult) -> str:

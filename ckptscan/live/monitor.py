@@ -57,7 +57,7 @@ from ckptscan.paths import expand_path
 from ckptscan.probe import Probe, capture_probe, load_probe
 from ckptscan.readers import Checkpoint
 from ckptscan.report.json import PER_HEAD, keeps_heads
-from ckptscan.results import SEVERITIES, CheckpointRef, Finding, PairResult, ScanReport
+from ckptscan.results import NOT_JUDGED, SEVERITIES, CheckpointRef, Finding, PairResult, ScanReport
 from ckptscan.scan import ScanOptions, scan_layers
 
 log = logging.getLogger("ckptscan.live")
@@ -349,14 +349,15 @@ def report_due(written: tuple[int, str] | None, pairs: int, verdict: str, alerte
 
 def interval_metrics(pair: PairResult) -> dict[str, float]:
     """One interval's judged monitors, flat, for a trainer's loggers:
-    `ckptscan/L{layer}/{monitor}`, and `ckptscan/status` (0 ok … 3 alert)."""
+    `ckptscan/L{layer}/{monitor}`, and `ckptscan/status` (-1 not judged, 0 ok … 3 alert)."""
     found: dict[str, float] = {}
     for layer in pair.layers:
         for monitor in registry.monitors():
             value = monitor.read(layer)
             if value is not None:
                 found[f"{METRIC_PREFIX}/L{layer.layer}/{monitor.name}"] = float(value)
-    found[f"{METRIC_PREFIX}/status"] = float(SEVERITIES.index(pair.status) if pair.status in SEVERITIES else 0)
+    found[f"{METRIC_PREFIX}/status"] = float(-1 if pair.status == NOT_JUDGED else
+                                             SEVERITIES.index(pair.status) if pair.status in SEVERITIES else 0)
     return found
 
 

@@ -12,18 +12,20 @@ and earliest come first.
 
 from __future__ import annotations
 
-from ckptscan.results import SEVERITIES, Finding, ScanReport
+from ckptscan.results import DEFAULT_FAIL_ON, NOT_JUDGED, SEVERITIES, Finding, ScanReport, reaches
+from ckptscan.results import status_word
 
 
-def github_annotations(report: ScanReport, fail_on: str = "alert") -> list[str]:
+def github_annotations(report: ScanReport, fail_on: str = DEFAULT_FAIL_ON) -> list[str]:
     """The workflow command lines, without newlines."""
     def kind(severity: str) -> str:
-        return "error" if SEVERITIES.index(severity) >= SEVERITIES.index(fail_on) else "warning"
+        return "error" if reaches(severity, fail_on) else "warning"
 
     lines = []
     s = report.summary
-    if s.status in ("warn", "alert"):
-        lines.append(_command(kind(s.status), {"title": f"ckptscan {report.command}: {s.status.upper()}"}, s.message))
+    if s.status in ("warn", NOT_JUDGED, "alert"):
+        title = f"ckptscan {report.command}: {status_word(s.status)}"
+        lines.append(_command(kind(s.status), {"title": title}, s.message))
     firsts: dict[tuple[int, str], tuple[int | None, str, Finding]] = {}
     for pair in report.pairs:
         for layer in pair.layers:

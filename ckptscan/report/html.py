@@ -26,6 +26,7 @@ from ckptscan.report.load import as_json_values, report_from_dict
 from ckptscan.report.table import fmt
 from ckptscan.report.trend_table import first_alert_text, first_findings, headline_monitors
 from ckptscan.results import ScanReport
+from ckptscan.results import counted, status_word
 
 SECTIONS = ("verdict", "timeline", "monitors", "layers", "findings", "thresholds", "run")
 
@@ -34,15 +35,16 @@ body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; ma
        padding: 0 1rem; color: #1a1a1a; line-height: 1.45; }
 h1 { font-size: 1.5rem; margin-bottom: 0.2rem; }
 h2 { font-size: 1.15rem; margin-top: 2.2rem; border-bottom: 1px solid #ddd; padding-bottom: 0.2rem; }
-.where { color: #555; margin-top: 0; word-break: break-all; }
+.where { color: #555; margin-top: 0; overflow-wrap: break-word; }
 .message { font-size: 1.05rem; padding: 0.7rem 0.9rem; border-left: 6px solid #999; background: #f6f6f6; }
 .message.alert { border-color: #b2182b; } .message.warn { border-color: #e08214; }
-.message.ok { border-color: #1a9850; }
+.message.ok { border-color: #1a9850; } .message.not_judged { border-color: #762a83; }
 .badge { display: inline-block; padding: 0.05rem 0.5rem; border-radius: 0.3rem; color: #fff; background: #777;
          font-weight: 600; font-size: 0.9em; }
 .badge.alert { background: #b2182b; } .badge.warn { background: #b35806; } .badge.ok { background: #1a7f45; }
-dl { display: grid; grid-template-columns: max-content 1fr; gap: 0.25rem 1.2rem; }
-dt { font-weight: 600; } dd { margin: 0; word-break: break-all; }
+.badge.not_judged { background: #762a83; }
+dl { display: grid; grid-template-columns: max-content minmax(0, 1fr); gap: 0.25rem 1.2rem; }
+dt { font-weight: 600; } dd { margin: 0; overflow-wrap: break-word; }
 table { border-collapse: collapse; font-size: 0.9rem; }
 th, td { border-bottom: 1px solid #e3e3e3; padding: 0.2rem 0.6rem; text-align: right; }
 th { background: #f3f3f3; } td.text, th.text { text-align: left; }
@@ -85,7 +87,7 @@ def write_report_files(data: dict[str, Any], html_path: str | Path | None = None
 def html_page(report: ScanReport, data: dict[str, Any], figures: list[Figure]) -> str:
     s = report.summary
     where = report.settings.get("run") or (report.pairs[0].to_path if report.pairs else "")
-    title = f"ckptscan {report.command}: {Path(str(where)).name or where} — {s.status.upper()}"
+    title = f"ckptscan {report.command}: {Path(str(where)).name or where} — {status_word(s.status)}"
     heatmaps = [f for f in figures if f.name.startswith("heatmap_")]
     timeline = [f for f in figures if f not in heatmaps]
     single = len(report.pairs) == 1
@@ -100,7 +102,7 @@ def html_page(report: ScanReport, data: dict[str, Any], figures: list[Figure]) -
         "</head>",
         "<body>",
         "<header>",
-        f'<h1>ckptscan {_e(report.command)} <span class="badge {_e(s.status)}">{_e(s.status.upper())}</span></h1>',
+        f'<h1>ckptscan {_e(report.command)} <span class="badge {_e(s.status)}">{_e(status_word(s.status))}</span></h1>',
         f'<p class="where">{_e(where)}</p>',
         f'<p class="message {_e(s.status)}">{_e(s.message or s.status)}</p>',
         "</header>",
@@ -169,7 +171,8 @@ def _verdict(report: ScanReport) -> str:
     else:
         loss = "no loss log in the report"
     items = [
-        ("verdict", s.status.upper()),
+        ("verdict", status_word(s.status)),
+        ("judged", _judged(report)),
         ("first family to fire", s.first_family or "–"),
         ("primary family", f"{s.primary_family} ({s.primary_family_reason})" if s.primary_family else "–"),
         ("also alerted", ", ".join(s.secondary_families) or "–"),
@@ -185,6 +188,15 @@ def _verdict(report: ScanReport) -> str:
                       if s.lead_steps >= 0 else f"{-s.lead_steps} steps after the loss diverged"))
     items.append(("flagged layers", ", ".join(map(str, s.flagged_layers)) or "none"))
     return _dl(items)
+
+
+def _judged(report: ScanReport) -> str:
+    """What the verdict rests on: the pairs judged, and what was not judged and why."""
+    s = report.summary
+    if s.judged_pairs is None:  # a report from before the summary counted them
+        return "–"
+    judged = f"{s.judged_pairs} of {counted(len(report.pairs), 'pair')}"
+    return f"{judged}; not judged: {'; '.join(s.not_judged)}" if s.not_judged else judged
 
 
 def _layers_table(report: ScanReport) -> str:

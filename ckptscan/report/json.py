@@ -135,11 +135,13 @@ def sweep_dict(sweep: SweepReport) -> dict[str, Any]:
 
 def sweep_message(sweep: SweepReport) -> str:
     """One line: how many runs reached each status, and the worst run."""
-    alerted, warned = (sum(run.status == status for run in sweep.runs) for status in ("alert", "warn"))
+    alerted, warned, unjudged = (sum(run.status == status for run in sweep.runs)
+                                 for status in ("alert", "warn", "not_judged"))
     worst = sweep.runs[-1]
-    if not alerted and not warned:
+    if not alerted and not warned and not unjudged:
         return f"HEALTHY: none of the {len(sweep.runs)} runs departed from the others"
-    reached = ", ".join(([f"{alerted} alerted"] if alerted else []) + ([f"{warned} warned"] if warned else []))
+    reached = ", ".join(([f"{alerted} alerted"] if alerted else []) + ([f"{warned} warned"] if warned else [])
+                        + ([f"{unjudged} could not be judged yet"] if unjudged else []))
     when = f" at step {worst.first_step}" if worst.first_step is not None else ""
     return (f"{sweep.status.upper()}: of {len(sweep.runs)} runs, {reached}; the worst: {worst.path} "
             f"({worst.family or 'its'} {worst.status}{when})")

@@ -8,7 +8,10 @@ layer reaches the gate level (`--fail-on`, default alert); the failure's
 message is the first such finding (earliest step, most severe first), its
 text lists the case's warn/alert findings with their steps (the first 40). Warnings below
 the gate level leave the case passing and are listed in the suite's
-system-out, with the verdict and rollback candidate.
+system-out, with the verdict and rollback candidate. A run that could not
+be judged (summary status "not_judged") fails every case at the levels
+not_judged (the default) and warn, with the reason, and says so in
+system-out at --fail-on alert.
 
 The document satisfies the strict Apache Ant JUnit schema (every required
 attribute and element; no <skipped>, which Ant's schema lacks) and so the
@@ -27,18 +30,18 @@ from xml.etree import ElementTree as ET
 from ckptscan.atomic import write_atomic
 from ckptscan.errors import CkptScanError
 from ckptscan.monitors import registry
-from ckptscan.results import SEVERITIES, Finding, ScanReport
+from ckptscan.results import DEFAULT_FAIL_ON, FAIL_ON_LEVELS, NOT_JUDGED, SEVERITIES, Finding, ScanReport, reaches
 
-GATE_LEVELS = ("warn", "alert")
+GATE_LEVELS = FAIL_ON_LEVELS
 BODY_LINES = 40  # findings listed in a failure's text; a long run would bury the first ones
 NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
-def junit_xml(report: ScanReport, fail_on: str = "alert", timestamp: datetime.datetime | None = None,
+def junit_xml(report: ScanReport, fail_on: str = DEFAULT_FAIL_ON, timestamp: datetime.datetime | None = None,
               hostname: str | None = None) -> str:
     """The report as a JUnit XML document (`fail_on`: the severity that fails a case)."""
     if fail_on not in GATE_LEVELS:
-        raise CkptScanError(f"--fail-on must be 'warn' or 'alert', not {fail_on!r}")
+        raise CkptScanError(f"--fail-on must be one of {', '.join(GATE_LEVELS)}, not {fail_on!r}")
     cases = _cases(report)
     width = len(str(max((layer for layer, _ in cases), default=0)))
     stamp = (timestamp or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%S")
@@ -52,6 +55,7 @@ def junit_xml(report: ScanReport, fail_on: str = "alert", timestamp: datetime.da
     for name, value in _properties(report, fail_on):
         ET.SubElement(properties, "property", {"name": name, "value": value})
     failures, below_gate = 0, []
+    unjudged_fails = report.summary.status == NOT_JUDGED and _at_least(NOT_JUDGED, fail_on)
     for (layer, family), found in cases.items():
         case = ET.SubElement(suite, "testcase", {"name": family, "classname": f"ckptscan.layer_{layer:0{width}d}",
                                                  "time": "0"})
@@ -64,6 +68,12 @@ def junit_xml(report: ScanReport, fail_on: str = "alert", timestamp: datetime.da
             lines = [_line(layer, step, f) for step, f in found if _at_least(f.severity, "warn")]
             more = [f"… and {len(lines) - BODY_LINES} more (see the JSON report)"] if len(lines) > BODY_LINES else []
             failure.text = "\n".join(lines[:BODY_LINES] + more)
+        elif unjudged_fails:
+            # Nothing fired, but nothing could be judged either: a pass would say "healthy".
+            failures += 1
+            failure = ET.SubElement(case, "failure", {"message": f"not judged: {report.summary.not_judged_reason}",
+                                                      "type": f"{family}.{NOT_JUDGED}"})
+            failure.text = report.summary.message
         else:
             below_gate += [_line(layer, step, f) for step, f in found if _at_least(f.severity, "warn")]
     suite.set("tests", str(len(cases)))
@@ -120,6 +130,8 @@ def _properties(report: ScanReport, fail_on: str) -> list[tuple[str, str]]:
               if step is not None]
     if s.rollback_candidate is not None:
         props.append(("rollback_candidate", s.rollback_candidate.path))
+    if s.judged_pairs is not None:
+        props.append(("judged_pairs", str(s.judged_pairs)))
     return props
 
 
@@ -128,12 +140,13 @@ def _summary_lines(report: ScanReport) -> list[str]:
     lines = [f"{s.status.upper()}: {s.message}"]
     if s.rollback_candidate is not None:
         lines.append(f"rollback candidate: {s.rollback_candidate.path} (step {s.rollback_candidate.step})")
+    lines += [f"not judged: {item}" for item in s.not_judged]
     lines += [f"skipped: {item}" for item in report.skipped]
     return lines
 
 
 def _at_least(severity: str, level: str) -> bool:
-    return severity in SEVERITIES and SEVERITIES.index(severity) >= SEVERITIES.index(level)
+    return reaches(severity, level)
 
 
 def _at(step: int | None) -> str:

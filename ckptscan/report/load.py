@@ -25,6 +25,13 @@ REQUIRED = ("command", "model", "checkpoints", "pairs", "summary")
 def read_report(path: str | Path | RemotePath) -> dict[str, Any]:
     """The dict of a ckptscan JSON report file (`--json` of diff or trend),
     gzip-compressed or not, local or at a URL (s3://bucket/run/report.json)."""
+    data = read_json_file(path)
+    check_report(data, path)
+    return data
+
+
+def read_json_file(path: str | Path | RemotePath) -> Any:
+    """The JSON a report file holds, unchecked (a sweep's report, too), gzip-compressed or not."""
     path = as_path(path)
     try:
         raw = path.read_bytes()
@@ -33,7 +40,6 @@ def read_report(path: str | Path | RemotePath) -> dict[str, Any]:
         raise CkptScanError(f"the report is not valid JSON ({e or 'truncated'})", path=path) from None
     except OSError as e:
         raise CkptScanError(f"cannot read the report: {e.strerror or e}", path=path) from None
-    check_report(data, path)
     return data
 
 

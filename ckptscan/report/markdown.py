@@ -13,8 +13,9 @@ from ckptscan.report.sparkline import sparkline
 from ckptscan.report.table import fmt
 from ckptscan.report.trend_table import SPARK_WIDTH, first_alert_text, first_findings, headline_monitors, series
 from ckptscan.results import ScanReport
+from ckptscan.results import status_word
 
-ICONS = {"alert": "🔴", "warn": "🟡", "ok": "🟢", "unchanged": "⚪"}
+ICONS = {"alert": "🔴", "warn": "🟡", "ok": "🟢", "unchanged": "⚪", "not_judged": "❔"}
 
 
 def escape(text: str) -> str:
@@ -24,8 +25,8 @@ def escape(text: str) -> str:
 def markdown_report(report: ScanReport) -> str:
     s = report.summary
     where = report.settings.get("run") or (report.pairs[0].to_path if report.pairs else "")
-    lines = [f"### {ICONS.get(s.status, '')} ckptscan {report.command}: `{escape(where)}` — {s.status.upper()}", "",
-             escape(s.message), ""]
+    heading = f"### {ICONS.get(s.status, '')} ckptscan {report.command}: `{escape(where)}` — {status_word(s.status)}"
+    lines = [heading, "", escape(s.message), ""]
     lines += _trend_table(report) if report.command == "trend" else _pair_table(report)
     lines.append("")
     if s.rollback_candidate is not None:

@@ -8,7 +8,8 @@ from rich.text import Text
 
 from ckptscan.results import PairResult, ScanReport
 
-STATUS_STYLE = {"ok": "green", "unchanged": "dim", "info": "cyan", "warn": "yellow", "alert": "bold red"}
+STATUS_STYLE = {"ok": "green", "unchanged": "dim", "info": "cyan", "warn": "yellow", "not_judged": "magenta",
+                "alert": "bold red"}
 
 
 def fmt(value: float | None) -> str:

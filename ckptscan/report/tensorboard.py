@@ -7,7 +7,8 @@ What is written, per pair of the report, at the pair's newer step:
 - per family, the worst severity of its findings over the layers
   (`ckptscan/{family}_severity`: 0 ok, 1 info, 2 warn, 3 alert) and how many
   layers it flags at warn or above (`ckptscan/{family}_flagged_layers`);
-  the pair's status and its mean training loss when known;
+  the pair's status (-1 not judged, else as the severities) and its mean
+  training loss when known;
 - the findings as Markdown text (`ckptscan/findings`), and the run's verdict
   at the newest step (`ckptscan/verdict`).
 
@@ -41,10 +42,13 @@ from pathlib import Path
 from ckptscan.errors import CkptScanError
 from ckptscan.monitors import registry
 from ckptscan.report.destinations import require_package
-from ckptscan.results import PairResult, ScanReport, worst
+from ckptscan.monitors import registry
+from ckptscan.results import NOT_JUDGED, PairResult, ScanReport, status_word, worst
 
 EVENT_SUFFIX = ".ckptscan"
 SEVERITY_LEVEL = {"ok": 0, "unchanged": 0, "info": 1, "warn": 2, "alert": 3}
+# A pair no rule of its position could judge (warm-up, no baseline yet): below ok, never drawn as it.
+STATUS_LEVEL = {**SEVERITY_LEVEL, NOT_JUDGED: -1}
 
 
 @dataclass(frozen=True)
@@ -85,8 +89,8 @@ def report_points(report: ScanReport) -> list[Point]:
             flagged = sum(worst(severities) in ("warn", "alert") for severities in found)
             points.append(Point(step, f"ckptscan/{family}_flagged_layers", float(flagged),
                                 f"layers with a {family} finding at warn or above"))
-        points.append(Point(step, "ckptscan/status", float(SEVERITY_LEVEL.get(pair.status, 0)),
-                            "the pair's status: 0 ok, 1 info, 2 warn, 3 alert"))
+        points.append(Point(step, "ckptscan/status", float(STATUS_LEVEL.get(pair.status, 0)),
+                            "the pair's status: -1 not judged, 0 ok, 1 info, 2 warn, 3 alert"))
         if pair.loss is not None and math.isfinite(pair.loss):
             points.append(Point(step, "ckptscan/loss", float(pair.loss), "mean training loss over the pair's updates"))
         points.append(Point(step, "ckptscan/findings", _findings_text(pair)))
@@ -152,7 +156,7 @@ def _findings_text(pair: PairResult) -> str:
 
 def _verdict_text(report: ScanReport) -> str:
     s = report.summary
-    text = f"**{s.status.upper()}**: {s.message}"
+    text = f"**{status_word(s.status)}**: {s.message}"
     if s.rollback_candidate is not None:
         text += f"\n\nrollback candidate: `{s.rollback_candidate.path}` (step {s.rollback_candidate.step})"
     return text

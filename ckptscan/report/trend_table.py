@@ -34,7 +34,7 @@ from ckptscan.report.sparkline import cell_statuses, sparkline
 from ckptscan.report.table import STATUS_STYLE, fmt, print_model, print_reference_notes
 from ckptscan.monitors import registry
 from ckptscan.monitors.spec import MonitorSpec
-from ckptscan.results import Finding, LayerResult, LayerSummary, ScanReport, worst
+from ckptscan.results import Finding, LayerResult, LayerSummary, ScanReport, counted, worst
 
 SPARK_WIDTH = 30  # at most this many cells per sparkline
 MIN_SPARK_WIDTH = 6
@@ -204,7 +204,7 @@ def _title(report: ScanReport) -> str:
     steps = f"steps {pairs[0].from_step}–{pairs[-1].to_step}" if pairs else ""
     how = "each against the first" if s.get("pairing") == "first" else "consecutive"
     stride = f", stride {s['stride']}" if s.get("stride", 1) != 1 else ""
-    return f"{s.get('run', '')}: {len(pairs)} pairs ({how}{stride}), {steps}"
+    return f"{s.get('run', '')}: {counted(len(pairs), 'pair')} ({how}{stride}), {steps}"
 
 
 def _print_loss(console: Console, report: ScanReport) -> None:

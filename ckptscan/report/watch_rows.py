@@ -18,8 +18,9 @@ from ckptscan.report.table import STATUS_STYLE, fmt
 from ckptscan.monitors.spec import MonitorSpec
 from ckptscan.report.trend_table import headline_monitors
 from ckptscan.results import SEVERITIES, LayerResult, PairResult, ScanReport
+from ckptscan.results import status_word
 
-WIDTHS = {"step": 8, "pair": 15, "value": 14, "base": 6, "loss": 7, "status": 7}
+WIDTHS = {"step": 8, "pair": 15, "value": 14, "base": 6, "loss": 7, "status": 10}
 
 
 def columns(report: ScanReport) -> list[str]:
@@ -88,8 +89,8 @@ def markdown_rows(report: ScanReport, new: list[int]) -> str:
     where = report.settings.get("run", "")
     status = report.summary.status
     newest = report.pairs[new[-1]].to_step
-    lines = [f"#### {ICONS.get(status, '')} ckptscan watch: `{escape(where)}` at step {newest} — {status.upper()}",
-             "", _row(names), _row(["---"] * len(names))]
+    heading = f"#### {ICONS.get(status, '')} ckptscan watch: `{escape(where)}` at step {newest} — {status_word(status)}"
+    lines = [heading, "", _row(names), _row(["---"] * len(names))]
     for index in new:
         cells = pair_cells(report, index)
         cells[-2] = f"{ICONS.get(cells[-2], '')} {cells[-2]}"

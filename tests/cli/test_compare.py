@@ -66,7 +66,7 @@ def test_the_sample_runs_are_ranked_healthiest_first_and_exit_by_the_worst(sampl
     assert [row[3] for row in rows] == [run["status"] for run in runs]
     assert [row[-1] for row in rows] == ["4", "1", "1", "1", "1"]  # "against": the healthy run, or all four
     assert f"the worst: {runs[-1]['path']}" in table
-    assert "gate failed (--fail-on alert)" in result.stderr
+    assert "gate failed (--fail-on not_judged)" in result.stderr
 
 
 def test_the_sweep_report_is_versioned_and_holds_each_run_judged_against_the_others(samples_compared):
@@ -185,7 +185,7 @@ def test_two_healthy_runs_each_judged_against_the_other_pass(two_seeds, tmp_path
     assert "2 runs, each judged against the other run" in result.stdout
     assert "HEALTHY: none of the 2 runs departed from the others" in result.stdout
     assert json.loads(path.read_text())["left_out"] == []
-    assert "gate passed (--fail-on alert)" in result.stderr
+    assert "gate passed (--fail-on not_judged)" in result.stderr
     runs = json.loads(path.read_text())["runs"]
     assert [run["status"] for run in runs] == ["ok", "ok"]
     assert [run["path"] for run in runs] == [str(d) for d in two_seeds]  # a tie keeps the order given
@@ -221,3 +221,17 @@ def test_runs_of_different_lengths_are_aligned_by_step_and_the_report_says_where
     for run in report["runs"]:
         notes = run["report"]["settings"].get("reference_notes", [])
         assert any(n.startswith(ended) for n in notes) == (run["path"] != str(short))
+
+
+def test_a_sweep_renders_as_html_from_the_run_and_from_its_json_alike(two_seeds, tmp_path):
+    page, again, path = tmp_path / "sweep.html", tmp_path / "again.html", tmp_path / "sweep.json"
+    result = invoke("compare", *two_seeds, "--json", path, "--html", page)
+    assert result.exit_code == 0, result.output
+    rendered = invoke("report", path, "--html", again)
+    assert rendered.exit_code == 0, rendered.output  # was: "not a ckptscan JSON report"
+    assert page.read_bytes() == again.read_bytes()
+    text = page.read_text()
+    assert "<h2>Runs, healthiest first</h2>" in text and all(str(run) in text for run in two_seeds)
+    assert "HEALTHY: none of the 2 runs departed from the others" in text
+    refused = invoke("report", path, "--png", tmp_path / "figs")
+    assert refused.exit_code == 2 and "a sweep's report renders as --html FILE only" in refused.stderr

@@ -119,3 +119,50 @@ def test_diff_takes_the_same_output_options_as_trend(tmp_path):
     assert json.loads(result.stdout)["command"] == "diff"
     assert html.is_file() and list(png.glob("*.png"))
     assert "wrote" not in result.stderr  # --quiet
+
+
+def test_checkpoints_whose_names_carry_no_step_are_judged_but_their_order_is_not(tmp_path):
+    a, b = _pair(tmp_path, plant=False)
+    after, before = (tmp_path / "checkpoint-10").rename(tmp_path / "after"), (tmp_path / "checkpoint-20").rename(
+        tmp_path / "before")
+    result = runner.invoke(app, ["diff", str(after), str(before), "--json", str(tmp_path / "r.json")])
+    assert result.exit_code == 0, result.output
+    assert "note: no step in the checkpoints' names: their order is not checked" in result.stderr
+    summary = _strict_json(tmp_path / "r.json")["summary"]
+    assert summary["status"] == "ok" and summary["judged_pairs"] == 1
+    assert summary["not_judged"] == [
+        "routing entropy and expert load: no probe (--probe FILE, or RUN/probe.safetensors)",
+        "the order of the checkpoints: no step in their names to check that the older one came first"]
+    assert "; the order of the checkpoints: no step in their names" in summary["message"]
+
+
+def test_checkpoints_apart_use_no_run_side_files(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    a, b = _pair(tmp_path / "x", plant=False)
+    moved = (tmp_path / "x" / "checkpoint-20").rename(tmp_path / "y" / "checkpoint-20")
+    (tmp_path / "x" / "train_log.jsonl").write_text('{"step": 0, "loss": 3.0}\n')
+    result = runner.invoke(app, ["diff", a, str(moved)])
+    assert result.exit_code == 0, result.output
+    assert "using the run's" not in result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--json", "--junit", "--markdown-summary", "--html"])
+def test_a_directory_given_as_a_file_destination_is_refused_before_the_scan(tmp_path, flag):
+    a, b = _pair(tmp_path, plant=False)
+    (tmp_path / "out").mkdir()
+    result = runner.invoke(app, ["diff", a, b, flag, str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {tmp_path / 'out'}: {flag} needs a file, and this is a directory\n"
+    assert result.stdout == ""  # no table, no verdict: nothing was scanned
+
+
+def test_a_config_file_found_and_read_is_named_on_stderr(tmp_path, monkeypatch):
+    a, b = _pair(tmp_path, plant=False)
+    (tmp_path / ".git").mkdir()  # the search for a config stops at a repository root
+    (tmp_path / "ckptscan.toml").write_text("alert_sigma = 7\n")
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["diff", a, b])
+    assert result.exit_code == 0, result.output
+    assert f"using config {tmp_path / 'ckptscan.toml'}\n" in result.stderr
+    assert "using config" not in runner.invoke(app, ["diff", a, b, "--quiet"]).stderr

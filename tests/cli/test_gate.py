@@ -1,5 +1,7 @@
 """The CI gate's exit codes: 0 passed, 1 the verdict reached --fail-on (the
-reason printed), 2 usage or input errors (one line, no traceback)."""
+reason printed), 2 usage or input errors (one line, no traceback). The
+levels, in order: warn < not_judged < alert; the default, not_judged, fails
+an alert and a run no pair of which could be judged, and passes a warning."""
 
 import pytest
 from typer.testing import CliRunner
@@ -20,6 +22,10 @@ def runs(tmp_path_factory):
     return {
         "healthy": write_run(root / "healthy", count=12),
         "collapse": write_run(root / "collapse", count=12, collapse_layer=1, collapse_from=800),
+        # A freshly started run: its two pairs are the warm-up.
+        "fresh": write_run(root / "fresh", count=3),
+        # ... whose newest pair has collapsed under the Δ2 entropy floor (normalised 0.17 < 0.2).
+        "fresh_collapse": write_run(root / "fresh_collapse", count=3, collapse_layer=0, collapse_from=200),
     }
 
 
@@ -41,10 +47,31 @@ def test_alert_fails_the_gate_with_its_reason(runs, fail_on):
     assert f"gate failed (--fail-on {fail_on}): ALERT: attention monitors fired first" in result.stderr
 
 
-def test_default_gate_is_alert(runs):
+def test_default_gate_is_not_judged_which_fails_an_alert_and_passes_a_warning(runs):
     assert invoke("trend", runs["collapse"]).exit_code == 1
     warned = invoke("trend", runs["collapse"], *ONLY_WARN)
-    assert warned.exit_code == 0 and "gate passed (--fail-on alert): WARN" in warned.stderr
+    assert warned.exit_code == 0 and "gate passed (--fail-on not_judged): WARN" in warned.stderr
+
+
+@pytest.mark.parametrize("fail_on, code", [(None, 1), ("warn", 1), ("not_judged", 1), ("alert", 0)])
+def test_a_run_that_could_not_be_judged_fails_the_gate_unless_it_is_alert(runs, fail_on, code):
+    result = invoke("trend", runs["fresh"], *(["--fail-on", fail_on] if fail_on else []))
+    assert result.exit_code == code, result.output
+    level = fail_on or "not_judged"
+    verdict = "failed" if code else "passed"
+    assert (f"gate {verdict} (--fail-on {level}): NOT JUDGED: none of the 2 pairs could be judged yet: warm-up "
+            "(the first 2 pairs)") in result.stderr
+    assert "HEALTHY" not in result.output
+
+
+@pytest.mark.parametrize("fail_on", ["warn", "not_judged", "alert"])
+def test_a_floor_in_the_warm_up_fails_a_fresh_run_as_diff_of_its_pair_does(runs, fail_on):
+    trend = invoke("trend", runs["fresh_collapse"], "--fail-on", fail_on, "--no-cache")
+    diff = invoke("diff", runs["fresh_collapse"] / "checkpoint-100", runs["fresh_collapse"] / "checkpoint-200",
+                  "--fail-on", fail_on)
+    assert trend.exit_code == diff.exit_code == 1
+    for result in (trend, diff):
+        assert "normalised Δ2 entropy 0.167 below the floor 0.2" in result.stdout
 
 
 def test_warn_verdict_fails_only_a_warn_gate(runs):
@@ -71,6 +98,13 @@ def test_bad_options_exit_2_with_one_line(runs, args, message):
     assert message in result.stderr and "Traceback" not in result.output
 
 
+def test_a_bad_option_value_is_one_clean_line(runs):
+    result = invoke("trend", runs["healthy"], "--format", "never")
+    assert result.exit_code == 2
+    assert result.stderr == ("error: Invalid value for '--format': 'never' is not one of 'table', 'json', 'markdown', "
+                             "'junit' (see --help)\n")
+
+
 def test_usage_and_input_errors_exit_2(tmp_path):
     assert invoke("trend").exit_code == 2  # missing RUN_DIR
     assert invoke("trend", tmp_path, "--no-such-flag").exit_code == 2
@@ -89,6 +123,6 @@ def test_diff_gate_and_formats(runs, tmp_path):
     collapsed = [runs["collapse"] / "checkpoint-700", runs["collapse"] / "checkpoint-800"]
     result = invoke("diff", *collapsed, "--format", "json")
     assert result.exit_code == 1 and '"command": "diff"' in result.stdout
-    assert "gate failed (--fail-on alert)" in result.stderr
+    assert "gate failed (--fail-on not_judged)" in result.stderr
     assert invoke("diff", *collapsed, "--set", "delta2_entropy_norm_floor=0").exit_code == 0
     assert invoke("diff", *healthy, "--set", "nope=1").exit_code == 2

@@ -82,9 +82,10 @@ def test_markdown_output_and_appended_step_summary(runs, tmp_path, monkeypatch):
 
 
 def test_markdown_escapes_pipes(runs, tmp_path):
+    # Nine checkpoints: the newest pair is the first judged (after 2 warm-up and 5 baseline pairs).
     run = tmp_path / "a|b"
     run.mkdir()
-    for ckpt in sorted(runs["healthy"].iterdir())[:8]:
+    for ckpt in sorted(runs["healthy"].iterdir())[:9]:
         (run / ckpt.name).symlink_to(ckpt)
     path = tmp_path / "summary.md"
     result = invoke(run, "--markdown-summary", path, "--no-cache")
@@ -141,7 +142,7 @@ def test_explicit_loss_log_errors_but_a_broken_run_log_is_skipped(runs, tmp_path
     assert result.exit_code == 2 and "bad.jsonl" in result.stderr and "Traceback" not in result.output
     run = tmp_path / "run"
     run.mkdir()
-    for ckpt in sorted(runs["healthy"].iterdir())[:8]:
+    for ckpt in sorted(runs["healthy"].iterdir())[:9]:
         (run / ckpt.name).symlink_to(ckpt)
     (run / "train_log.jsonl").write_text("not json\n")
     result = invoke(run)
@@ -151,7 +152,7 @@ def test_explicit_loss_log_errors_but_a_broken_run_log_is_skipped(runs, tmp_path
 def test_the_runs_probe_is_used_and_an_unusable_one_skipped(runs, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    for ckpt in sorted(runs["healthy"].iterdir())[:8]:
+    for ckpt in sorted(runs["healthy"].iterdir())[:9]:
         (run / ckpt.name).symlink_to(ckpt)
     inputs = {f"layers.{i}.router_input": torch.randn(32, 64, generator=torch.Generator().manual_seed(i))
               for i in range(2)}

@@ -100,7 +100,7 @@ def test_follows_a_live_run_and_exits_at_the_first_alert(writer, tmp_path, mode)
     assert watch.wait() == 1
     assert rows(watch.out.lines) == STEPS[1:STEPS.index(COLLAPSE) + 1], "each row printed once, in order"
     assert "layer 1 [attention] alert:" in "\n".join(watch.out.lines)
-    assert any(line.startswith("gate failed (--fail-on alert): ALERT") for line in watch.err.lines)
+    assert any(line.startswith("gate failed (--fail-on not_judged): ALERT") for line in watch.err.lines)
     assert not any("Traceback" in line for line in watch.err.lines)
 
     # The JSON report is the run so far, judged as `ckptscan trend` judges it.
@@ -109,9 +109,10 @@ def test_follows_a_live_run_and_exits_at_the_first_alert(writer, tmp_path, mode)
     watched, judged = json.loads(report.read_text()), json.loads(trend.read_text())
     assert watched["pairs"] == judged["pairs"] and watched["summary"] == judged["summary"]
     # The Markdown summary grew by one section per new batch of pairs.
-    sections = re.findall(r"^#### .* at step (\d+) — (\w+)$", summary.read_text(), re.M)
+    sections = re.findall(r"^#### .* at step (\d+) — ([A-Z ]+)$", summary.read_text(), re.M)
     assert [int(s) for s, _ in sections][-6:] == [300, 400, 500, 600, 700, 800]
-    assert sections[-1][1] == "ALERT" and sections[-2][1] == "OK"
+    # Before step 800 every pair was the warm-up or a baseline pair: the run was not judged, never OK.
+    assert sections[-1][1] == "ALERT" and {status for _, status in sections[:-1]} == {"NOT JUDGED"}
 
 
 def invoke(*args):
@@ -128,11 +129,18 @@ def test_keep_going_judges_past_the_alert_until_the_timeout(writer):
     assert "no new checkpoint for 1 s: stopped watching" in result.stderr.splitlines()
 
 
-def test_timeout_on_a_healthy_run_passes(sources):
-    result = invoke(sources["healthy"], "--timeout", "1", "--poll", "--interval", "0.05", "--no-cache")
-    assert result.exit_code == 0
+def test_timeout_on_a_healthy_run_too_young_to_judge_fails_unless_the_gate_is_alert(sources):
+    """Five pairs: the warm-up and the baselines. The watch goes on through them (a run not judged
+    yet is no verdict to stop at), and at the timeout the gate says so."""
+    args = (sources["healthy"], "--timeout", "1", "--poll", "--interval", "0.05", "--no-cache")
+    result = invoke(*args)
+    assert result.exit_code == 1
     assert rows(result.stdout.splitlines()) == [100, 200, 300, 400, 500]
-    assert result.stderr.splitlines()[-1].startswith("gate passed (--fail-on alert): HEALTHY")
+    assert result.stderr.splitlines()[-1].startswith("gate failed (--fail-on not_judged): NOT JUDGED: none of the "
+                                                      "5 pairs could be judged yet")
+    passed = invoke(*args, "--fail-on", "alert")
+    assert passed.exit_code == 0
+    assert passed.stderr.splitlines()[-1].startswith("gate passed (--fail-on alert): NOT JUDGED")
 
 
 def test_timeout_without_any_pair_is_an_input_error(tmp_path):
@@ -178,7 +186,7 @@ def test_tensorboard_events_follow_the_watched_run(sources, tmp_path):
 
     events, report = tmp_path / "tb", tmp_path / "r.json"
     result = invoke(sources["healthy"], "--timeout", "1", "--poll", "--interval", "0.05", "--no-cache",
-                    "--tensorboard", events, "--json", report)
+                    "--tensorboard", events, "--json", report, "--fail-on", "alert")  # too young to judge
     assert result.exit_code == 0, result.output
     acc = EventAccumulator(str(events), size_guidance={"tensors": 0})
     acc.Reload()

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from ckptscan.detection.rules import Thresholds, assess_report
+from ckptscan.detection.rules import ORDER_NOT_JUDGED, Thresholds, assess_report
 from ckptscan.errors import CkptScanError
 from ckptscan.results import PairResult, ScanReport, Summary
 
@@ -91,13 +91,52 @@ def test_nonfinite_is_always_an_alert_even_in_warm_up():
     assert s.rollback_candidate.step == 0
 
 
-def test_floors_wait_for_warm_up_in_a_run_but_not_in_a_single_pair():
+def test_floors_apply_from_the_first_pair_in_a_run_as_in_a_single_pair():
+    # The hard floors need no history: a collapse in the warm-up is an alert in `trend` as in `diff`.
     report = run_report(10, d2n=lambda i, n: 0.1 if (i, n) == (0, 1) else 0.55)
     assess_report(report, Thresholds())
-    assert report.summary.status == "ok"  # the low value is in warm-up
+    assert [(step, layer, f.rule) for step, layer, f in alerts(report)] == [(100, 1, "floor")]
+    assert report.pairs[0].not_judged_reason is not None  # the other rules still wait for the warm-up
     single = ScanReport("diff", MODEL, [], [report.pairs[0]], Summary("ok", [], {}))
     assess_report(single, Thresholds())
     assert [(layer, f.rule) for _, layer, f in alerts(single)] == [(1, "floor")]
+
+
+def test_a_run_whose_pairs_are_all_in_warm_up_is_not_judged_never_healthy():
+    report = run_report(2)
+    assess_report(report, Thresholds())
+    s = report.summary
+    assert (s.status, s.judged_pairs) == ("not_judged", 0)
+    assert s.not_judged_reason == "warm-up (the first 2 pairs)"
+    assert s.message.startswith("NOT JUDGED: none of the 2 pairs could be judged yet: warm-up")
+    assert [p.status for p in report.pairs] == ["not_judged"] * 2
+    assert {layer.status for p in report.pairs for layer in p.layers} == {"not_judged"}
+    assert [layer.status for layer in s.layers] == ["not_judged"] * 2
+
+
+def test_a_run_says_which_pairs_it_judged_and_why_not_the_others():
+    report = run_report(12)
+    assess_report(report, Thresholds())
+    s = report.summary
+    # 2 warm-up pairs, then 5 that make the baselines, then 5 judged against them.
+    assert (s.status, s.judged_pairs) == ("ok", 5)
+    assert [p.not_judged_reason is None for p in report.pairs] == [False] * 7 + [True] * 5
+    assert s.not_judged[:2] == ["2 pairs: warm-up (the first 2 pairs)",
+                                "5 pairs: no baseline yet (the 5 pairs after the warm-up make each series' baseline)"]
+    assert s.message.startswith("HEALTHY: no monitor fired over 12 pairs (5 judged); not judged: 2 pairs: warm-up")
+    assert s.not_judged_reason is None and {layer.status for layer in s.layers} == {"ok"}
+
+
+def test_a_single_pair_is_judged_and_says_when_no_step_tells_its_order():
+    named = run_report(1)
+    assess_report(named, Thresholds())
+    assert (named.summary.status, named.summary.judged_pairs) == ("ok", 1)
+    unnamed = ScanReport("diff", MODEL, [], [dataclasses.replace(named.pairs[0], from_step=None, to_step=None)],
+                         Summary("ok", [], {}))
+    assess_report(unnamed, Thresholds())
+    s = unnamed.summary
+    assert s.status == "ok" and s.not_judged == [ORDER_NOT_JUDGED]
+    assert s.message == f"HEALTHY: no monitor fired over 1 pair; not judged: {ORDER_NOT_JUDGED}"
 
 
 def test_router_floors():

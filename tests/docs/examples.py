@@ -9,7 +9,9 @@ Fenced blocks, by language:
 - ``python``: a script, run as it stands; it must exit 0.
 - ``pycon``: a doctest session (``>>>`` lines and their output).
 - ``bash``, ``sh``, ``shell``: not allowed unless the line before the fence is
-  ``*Not executed: needs X.*``, the marker that the rendered docs show too.
+  ``*Not executed: needs X.*``, the marker that the rendered docs show too, or
+  ``<!-- Not executed: needs X. -->``, the same marker hidden (the README, which
+  GitHub shows to users, for whom the docs harness's words are noise).
   ``python`` blocks can carry the same marker. Everything else (toml, yaml,
   xml, text, an output block) is data, not an example.
 - an indented code block (four spaces after a blank line, outside a fence) is
@@ -32,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-NOT_EXECUTED = re.compile(r"^\*Not executed: needs (?P<reason>.+?)\.\*$")
+NOT_EXECUTED = re.compile(r"^(?:\*Not executed: needs (?P<reason>.+?)\.\*|"
+                          r"<!-- Not executed: needs (?P<hidden>.+?)\. -->)$")
 FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)\s*$")
 SHELL = {"bash", "sh", "shell"}
 EXIT = re.compile(r"#.*\bexit (\d+)\b")
@@ -79,7 +82,8 @@ def blocks(path: Path) -> list[Block]:
             j += 1
         before = next((lines[k].strip() for k in range(i - 1, -1, -1) if lines[k].strip()), "")
         marker = NOT_EXECUTED.match(before)
-        found.append(Block(path, i + 1, opening["lang"], "\n".join(body), marker["reason"] if marker else None))
+        reason = (marker["reason"] or marker["hidden"]) if marker else None
+        found.append(Block(path, i + 1, opening["lang"], "\n".join(body), reason))
         i = j + 1
     return found
 

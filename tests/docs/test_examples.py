@@ -122,10 +122,12 @@ def test_the_rules_catch_what_rotted_before():
 def test_blocks_are_read_with_their_marker_commands_and_exit_codes(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("text\n\n*Not executed: needs a GPU.*\n```bash\nrun-on-gpu\n```\n\n"
+                    "<!-- Not executed: needs a cluster. -->\n```bash\nrun-on-a-cluster\n```\n\n"
                     "```console\n$ ckptscan diff A B \\\n    --json -   # exit 1\nout\n$ echo 'two\nlines'\ntwo\nlines\n```\n\n"
                     "    indented --code\n")
-    gpu, console, indented = blocks(page)
+    gpu, cluster, console, indented = blocks(page)
     assert (gpu.lang, gpu.not_executed, gpu.line) == ("bash", "a GPU", 4)
+    assert (cluster.lang, cluster.not_executed) == ("bash", "a cluster")
     assert commands(console) == [Command("ckptscan diff A B \\\n    --json -   # exit 1", "out", 1),
                                  Command("echo 'two\nlines'", "two\nlines", 0)]
     assert (indented.lang, indented.not_executed) == ("indented", None)

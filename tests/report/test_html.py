@@ -238,3 +238,21 @@ def test_a_single_pair_report_gets_a_per_layer_figure(runs, tmp_path):
     assert [i for i in structure.ids if i.startswith("figure-")] == ["figure-layers"]
     assert [p.name for p in (tmp_path / "png").iterdir()] == ["layers.png"]
     assert "One pair of checkpoints: no time axis" in " ".join(structure.text)
+
+
+def test_words_break_only_where_a_line_would_overflow(page):
+    # break-all split "Gemma 2" and "which" mid-word in the verdict's rows.
+    assert "break-all" not in page and "overflow-wrap: break-word" in page
+
+
+def test_a_run_not_judged_says_so_never_ok(reports, tmp_path):
+    from ckptscan.detection.judge import judge
+    from ckptscan.metrics import Metrics
+
+    pytest.importorskip("matplotlib")
+    young = reports["healthy"]
+    metrics = Metrics("run", young.model, young.checkpoints[:3], young.pairs[:2])
+    text = render(judge(metrics), tmp_path)
+    assert '<span class="badge not_judged">NOT JUDGED</span>' in text
+    assert "<dt>judged</dt><dd>0 of 2 pairs; not judged: 2 pairs: warm-up (the first 2 pairs" in text
+    assert "OK" not in text.split("<body>")[1].split("</header>")[0]

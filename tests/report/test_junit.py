@@ -120,3 +120,19 @@ def test_bad_fail_on_is_one_line_and_exit_2(reports, tmp_path):
                                  "--fail-on", "sometimes"])
     assert result.exit_code == 2
     assert "Invalid value for '--fail-on'" in result.stderr and not (tmp_path / "j.xml").exists()
+
+
+@pytest.mark.parametrize("fail_on, fails", [("warn", True), ("not_judged", True), ("alert", False)])
+def test_a_run_not_judged_fails_every_case_below_alert_with_the_reason(reports, fail_on, fails):
+    from ckptscan.detection.judge import judge
+    from ckptscan.metrics import Metrics
+
+    young = reports["healthy"]
+    report = judge(Metrics("run", young.model, young.checkpoints[:3], young.pairs[:2]))
+    document = junit_xml(report, fail_on)
+    SCHEMA.validate(document)
+    suite, cases = parsed_cases(document)
+    expected = "not judged: warm-up (the first 2 pairs)" if fails else None
+    assert set(cases.values()) == {expected}
+    assert int(suite.get("failures")) == (len(cases) if fails else 0)
+    assert "NOT_JUDGED: NOT JUDGED: none of the 2 pairs could be judged yet" in suite.find("system-out").text

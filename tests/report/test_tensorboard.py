@@ -29,6 +29,7 @@ MONITOR_SECTIONS = {
     "load_cv": "router", "cosine_similarity": "router", "epsilon": "router", "logit_scale": "attention",
 }
 LEVEL = {"ok": 0, "unchanged": 0, "info": 1, "warn": 2, "alert": 3}
+STATUS = {**LEVEL, "not_judged": -1}
 
 
 def read_events(directory):
@@ -60,7 +61,7 @@ def expected_scalars(data):
             expected.setdefault(f"ckptscan/{family}_severity", {})[step] = np.float32(max(sum(levels, []), default=0))
             expected.setdefault(f"ckptscan/{family}_flagged_layers", {})[step] = \
                 np.float32(sum(max(lv, default=0) >= 2 for lv in levels))
-        expected.setdefault("ckptscan/status", {})[step] = np.float32(LEVEL[pair["status"]])
+        expected.setdefault("ckptscan/status", {})[step] = np.float32(STATUS[pair["status"]])
         if pair["loss"] is not None:
             expected.setdefault("ckptscan/loss", {})[step] = np.float32(pair["loss"])
     return expected

@@ -197,19 +197,30 @@ class FaultProxy:
     connection closed) or "stall" (no answer until the client closes the
     connection, counted in `abandoned`; after `STALL_S`, the real answer).
     Error bodies carry the store's own codes. Records each request's method and path, and the body bytes
-    of the ranged GETs (object reads, not listings) it forwarded whole; and in `timeline`, each request
-    forwarded with when it arrived and when its answer was sent, which `round_trips` reads. `latency_s`
-    holds every answer back that long (time to first byte), so that requests sent together overlap."""
+    of the ranged GETs (object reads, not listings) it forwarded whole.
+
+    Round trips are counted by the proxy, not timed: `hold_waves([n1, n2, ...])` holds every request
+    until the wave it belongs to is whole (its first n1 requests are answered together once all n1 have
+    arrived, then the next n2, ...), and `waves` records the paths of each wave as it was answered. A
+    client that sends a wave's requests side by side fills each wave at once, however loaded the
+    machine; one that waits for an answer before sending the rest of a wave leaves it short: after
+    `WAVE_TIMEOUT_S` what arrived is answered as a wave of its own, holding stops (`short_waves`), and
+    each later request is a wave of its own too, as is every request past the waves expected."""
 
     STALL_S = 20.0
+    WAVE_TIMEOUT_S = 20.0
 
     def __init__(self, upstream: str, codes: dict[str, str]):
         self.upstream = upstream.removeprefix("http://")
         self.codes = {"500": "InternalError", **codes}
         self.rules: list[list] = []
         self.seen: list[tuple[str, str]] = []
-        self.timeline: list[tuple[str, str, float, float]] = []  # method, path, arrived, answered
-        self.latency_s = 0.0
+        self.waves: list[list[str]] = []  # the paths of each wave answered, in order (hold_waves)
+        self.short_waves = 0
+        self._expected: list[int] | None = None  # the sizes of the waves still to come; None: not holding
+        self._leave_out: tuple[str, ...] = ()
+        self._pending: list[str] = []  # the requests of the wave being filled
+        self._released = threading.Condition()
         self.faults_sent = 0
         self.bytes_sent = 0
         self.abandoned = 0
@@ -232,6 +243,42 @@ class FaultProxy:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         # close() waits for the serving loop's next poll: 0.5 s by default, at the end of every test.
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def hold_waves(self, sizes: list[int], leave_out: tuple[str, ...] = ()) -> None:
+        """Answer the requests from now on in waves of these sizes (see the class docstring).
+        `leave_out`: paths (without query) that pass at once, in no wave (e.g. the Hub client's
+        resolve of the repo, once per command)."""
+        with self._released:
+            self._expected, self._leave_out, self.waves, self._pending = list(sizes), leave_out, [], []
+
+    def _join_wave(self, path: str) -> None:
+        """Hold a request until its wave is whole (or short, after WAVE_TIMEOUT_S)."""
+        with self._released:
+            if self._expected is None or path.split("?")[0] in self._leave_out:
+                return
+            if not self._expected:  # past the waves expected, or after a short one
+                self.waves.append([path])
+                return
+            self._pending.append(path)
+            if len(self._pending) == self._expected[0]:
+                self._release()
+                return
+            wave = len(self.waves)
+            deadline = time.monotonic() + self.WAVE_TIMEOUT_S
+            while len(self.waves) == wave:
+                left = deadline - time.monotonic()
+                if left <= 0:  # the client waits for an answer before sending the rest of the wave
+                    self.short_waves += 1
+                    self._release()
+                    self._expected = []
+                    return
+                self._released.wait(left)
+
+    def _release(self) -> None:
+        self.waves.append(self._pending)
+        self._pending = []
+        self._expected.pop(0)
+        self._released.notify_all()
 
     def fail(self, match: str, fault: str, times: int, after: int = 0) -> None:
         """`after`: let that many matching requests through first (a shard's header read)."""
@@ -262,9 +309,8 @@ class FaultProxy:
         return False
 
     def handle(self, request: BaseHTTPRequestHandler) -> None:
-        arrived = time.monotonic()
         self.seen.append((request.command, request.path))
-        time.sleep(self.latency_s)
+        self._join_wave(request.path)
         body = request.rfile.read(int(request.headers.get("Content-Length") or 0))
         rule = self._rule(urllib.parse.unquote(request.path))
         if rule is not None and rule[1] == "stall" and self._abandoned(request):
@@ -308,21 +354,7 @@ class FaultProxy:
                 with self.lock:
                     self.bytes_sent += len(data)
         request.wfile.flush()
-        with self.lock:
-            self.timeline.append((request.command, request.path, arrived, time.monotonic()))
         connection.close()
-
-    def round_trips(self, leave_out: tuple[str, ...] = ()) -> int:
-        """The longest chain of requests each sent after the answer to the one
-        before it had arrived: how many dependent round trips the requests
-        cost. Requests sent before any answer of theirs is needed (one wave)
-        count once, however many there are. `leave_out`: paths (without
-        query) of requests not counted."""
-        chain: list[tuple[float, int]] = []  # (answered, chain length ending there)
-        timeline = [r for r in self.timeline if r[1].split("?")[0] not in leave_out]
-        for _, _, arrived, answered in sorted(timeline, key=lambda r: r[2]):
-            chain.append((answered, 1 + max((n for end, n in chain if end <= arrived), default=0)))
-        return max((n for _, n in chain), default=0)
 
     def close(self) -> None:
         self.server.shutdown()

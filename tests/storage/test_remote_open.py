@@ -2,10 +2,13 @@
 trips on every scheme's server: the listings (the parent's and the
 folder's, side by side), then the index, config.json and every shard's
 header side by side. A run's discovery lists the run once, and every
-checkpoint's open reads from that listing. A proxy in front of the server
-holds each answer back `LATENCY_S` (time to first byte) and records when each
-request arrived and was answered (`FaultProxy.round_trips`). On hf:// the
-Hub client first resolves the repo, once per command: not counted."""
+checkpoint's open reads from that listing. The proxy in front of the server
+counts them, whatever the machine's load: it answers the requests in the
+waves a test expects, each wave once all its requests have arrived
+(`FaultProxy.hold_waves`), so a wave whose requests are not sent side by
+side comes out short and the test fails; a request more is a wave more. On
+hf:// the Hub client first resolves the repo, once per command: not
+counted."""
 
 from __future__ import annotations
 
@@ -21,49 +24,61 @@ from ckptscan.readers import open_checkpoint, open_checkpoints
 from ckptscan.readers.safetensors import REMOTE_HEADER_GUESS
 from ckptscan.storage import ranged
 
-# Long enough that requests sent together overlap on a busy machine, and one
-# sent after an answer clearly starts after it. 0.4 s was not: with the suite
-# on two workers and the emulators beside them, a wave's last request reached
-# the server after its first answer about once in eight runs.
-LATENCY_S = 1.0
 
 
 @pytest.fixture
-def slow(proxy, monkeypatch):
+def counted(proxy, monkeypatch):
+    """The proxy, with client timeouts longer than a wave may be held (the proxy fixture's short
+    timeout is for its stall fault)."""
     from ckptscan.storage import fsspec_client, obstore_client
 
-    proxy.latency_s = LATENCY_S
-    for client in (obstore_client, fsspec_client):  # the proxy's short timeout is for its stall fault
-        monkeypatch.setattr(client, "TIMEOUT_S", 10 * LATENCY_S)
+    for client in (obstore_client, fsspec_client):
+        monkeypatch.setattr(client, "TIMEOUT_S", 2 * proxy.WAVE_TIMEOUT_S)
     return proxy
 
 
-def test_opening_a_sharded_checkpoint_is_two_round_trips(store, slow, tmp_path):
+def wave_sizes(proxy) -> list[int]:
+    """How many requests each round trip carried; [] short waves, or the test fails with the paths."""
+    assert proxy.short_waves == 0, proxy.waves
+    return [len(wave) for wave in proxy.waves]
+
+
+def is_listing(path: str) -> bool:
+    """A listing request on any of the four servers (S3 list-type, Azure comp=list, the Hub's tree API)."""
+    return any(mark in path for mark in ("list-type=", "comp=list", "/tree/"))
+
+
+def test_opening_a_sharded_checkpoint_is_two_round_trips(store, counted, tmp_path):
     hf_run(tmp_path / "run", shards=3)
     url = store.upload(tmp_path / "run", "run")
+    counted.hold_waves([2, 5], leave_out=store.client_setup)  # two listings; index, config, 3 shards
     checkpoint = open_checkpoint(f"{url}/checkpoint-200")
     assert checkpoint.format == "safetensors-sharded" and checkpoint.config is not None
-    assert slow.round_trips(store.client_setup) == 2, slow.timeline
+    assert wave_sizes(counted) == [2, 5]
+    assert [is_listing(path) for path in counted.waves[0]] == [True, True]
 
 
-def test_the_two_checkpoints_of_a_diff_open_side_by_side_in_two_round_trips(store, slow, tmp_path):
+def test_the_two_checkpoints_of_a_diff_open_side_by_side_in_two_round_trips(store, counted, tmp_path):
     hf_run(tmp_path / "run")
     url = store.upload(tmp_path / "run", "run")
+    counted.hold_waves([4, 8], leave_out=store.client_setup)  # two listings each; 2 × (index, config, 2 shards)
     open_checkpoints([f"{url}/checkpoint-100", f"{url}/checkpoint-200"])
-    assert slow.round_trips(store.client_setup) == 2, slow.timeline
+    assert wave_sizes(counted) == [4, 8]
+    assert not any(is_listing(path) for path in counted.waves[1])
 
 
-def test_a_run_is_listed_once_and_all_its_checkpoints_open_in_two_round_trips(store, slow, tmp_path):
+def test_a_run_is_listed_once_and_all_its_checkpoints_open_in_two_round_trips(store, counted, tmp_path):
     """Discovery opens every checkpoint (for the step it records): one listing of the run
     prefix (and one of its parent) serves them all, whose reads then go out side by side."""
     hf_run(tmp_path / "run", steps=(100, 200, 300, 400))
     url = store.upload(tmp_path / "run", "run")
+    counted.hold_waves([2, 16], leave_out=store.client_setup)
     run = discover_run(url)
     assert [c.step for c in run.checkpoints] == [100, 200, 300, 400]
-    t0 = slow.timeline[0][2]
-    assert slow.round_trips(store.client_setup) == 2, "\n".join(f"{a-t0:.3f} {b-t0:.3f} {p}" for _, p, a, b in slow.timeline)
-    objects = {unquote(path.split("?")[0]) for _, path, _, _ in slow.timeline if "/checkpoint-" in unquote(path)}
-    assert len(objects) == 4 * 4  # index, config and two shards of each: no listing per checkpoint
+    assert wave_sizes(counted) == [2, 16]
+    objects = {unquote(path.split("?")[0]) for path in counted.waves[1]}
+    # Index, config and two shards of each: no listing per checkpoint.
+    assert len(objects) == 4 * 4 and all("/checkpoint-" in unquote(path) for path in objects)
 
 
 def test_an_open_fetches_only_what_it_reads(s3, tmp_path):
@@ -79,7 +94,7 @@ def test_an_open_fetches_only_what_it_reads(s3, tmp_path):
     assert ranged.stats["bytes"] - before["bytes"] == headers + small_files
 
 
-def test_a_header_longer_than_the_first_read_costs_one_round_trip_more(store, slow, tmp_path):
+def test_a_header_longer_than_the_first_read_costs_one_round_trip_more(store, counted, tmp_path):
     """Only what is missing is fetched after the first wave: the rest of a long header."""
     config = llama_config(layers=2, hidden=64, heads=4, kv_heads=2)
     tensors = llama_tensors(config, 1)
@@ -87,5 +102,18 @@ def test_a_header_longer_than_the_first_read_costs_one_round_trip_more(store, sl
     # A header longer than the first GET.
     save_file(tensors, folder / "model.safetensors", metadata={"padding": "x" * (REMOTE_HEADER_GUESS + 1000)})
     url = store.upload(tmp_path / "run", "run")
+    counted.hold_waves([2, 2, 1], leave_out=store.client_setup)  # listings; config and header; its rest
     open_checkpoint(f"{url}/checkpoint-100")
-    assert slow.round_trips(store.client_setup) == 3, slow.timeline
+    assert wave_sizes(counted) == [2, 2, 1]
+
+
+def test_the_count_fails_a_client_that_does_not_send_a_wave_side_by_side(store, counted, tmp_path, monkeypatch):
+    """The two checkpoints opened one after the other, not together: their four listings are two
+    waves, not one, and the proxy says so (after its wave timeout) instead of passing."""
+    hf_run(tmp_path / "run")
+    url = store.upload(tmp_path / "run", "run")
+    monkeypatch.setattr(counted, "WAVE_TIMEOUT_S", 1.0)
+    counted.hold_waves([4, 8], leave_out=store.client_setup)
+    for step in (100, 200):
+        open_checkpoint(f"{url}/checkpoint-{step}")
+    assert counted.short_waves == 1 and len(counted.waves) > 2
