@@ -89,11 +89,11 @@ def compute(
     if spec.loss_log is not None:
         for pair in results:
             spec.loss_log.annotate(pair)
+        run_settings.update(loss_log=str(spec.loss_log.path), lr_warmup_end_step=spec.loss_log.warmup_end())
     for (a, _), pair in zip(pairs, results):
         stated = ckpts[a].meta.get("lr")  # a checkpoint's saved scheduler state (Megatron's)
-        if pair.lr is None and isinstance(stated, (int, float)):
+        if pair.lr is None and isinstance(stated, (int, float)) and not isinstance(stated, bool):
             pair.lr = float(stated)
-        run_settings.update(loss_log=str(spec.loss_log.path), lr_warmup_end_step=spec.loss_log.warmup_end())
     return Metrics(
         kind=spec.kind,
         model=model,

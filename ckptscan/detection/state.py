@@ -241,9 +241,9 @@ class JudgeState:
         specs = {m.name: m.spec for m in state.monitors}
         state.series = [{name: SeriesState.from_dict(specs[name], settings, s) for name, s in series.items()}
                         for series in data["series"]]
-        for name, pooled in data["pooled"].items():
-            state.pooled[name] = PooledCusum(state.pooled[name].monitor, pooled["total"],
-                                             Excursion(**pooled["excursion"]))
+        for name, saved in data["pooled"].items():
+            state.pooled[name] = PooledCusum(state.pooled[name].monitor, saved["total"],
+                                             Excursion(**saved["excursion"]))
         state.layer_bands = [LayerBand(**band) for band in data["layer_bands"]]
         state.run_band = RunBand(**data["run_band"])
         state.summary = SummaryState.from_dict(data["summary"], thresholds)

@@ -58,6 +58,7 @@ from ckptscan.results import (
     PairResult,
     ScanReport,
     Summary,
+    counted,
     from_dict,
     worst,
 )

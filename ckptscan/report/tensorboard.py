@@ -42,7 +42,6 @@ from pathlib import Path
 from ckptscan.errors import CkptScanError
 from ckptscan.monitors import registry
 from ckptscan.report.destinations import require_package
-from ckptscan.monitors import registry
 from ckptscan.results import NOT_JUDGED, PairResult, ScanReport, status_word, worst
 
 EVENT_SUFFIX = ".ckptscan"
