@@ -143,9 +143,12 @@ class AttentionResult:
     rope_dwk_entropy: float | None = None
     rope_qk_logit_bound: float | None = None
     unchanged: bool = False
-    # The largest attention logit the newer checkpoint allows, max over heads
-    # (monitors.attention.logit_scale); None where the layout gives no input-norm or QK-norm gain.
+    # The newer checkpoint's attention logit scale, max over heads: the logits' standard deviation
+    # for isotropic unit-RMS inputs (monitors.attention.logit_scale); None with a QK-norm, or where
+    # the layout gives no input-norm gain.
     logit_scale: float | None = None
+    # With a per-head QK-norm: the largest logit its gains allow (monitors.attention.qk_norm_logit_bound).
+    qk_norm_logit_bound: float | None = None
     # cos(W(a), W(b)) of the layer's W_q and W_k: near 1 within a run, ≈ 0 for unrelated weights.
     q_weight_cosine: float | None = None
     k_weight_cosine: float | None = None

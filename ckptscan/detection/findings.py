@@ -41,15 +41,25 @@ def ceiling_findings(layer: LayerResult, t: Thresholds) -> list[Finding]:
     (no warm-up, no baseline: a run saturating from its first checkpoints
     has no healthy history to depart from)."""
     att = layer.attention
-    scale = att.logit_scale if att is not None else None
-    if scale is None or scale <= t.logit_scale_ceiling:
+    if att is None:
         return []
-    return [Finding(
-        "logit_scale", "attention", "alert", scale,
-        f"attention logit scale {scale:.4g} above the ceiling {t.logit_scale_ceiling:g}: the weights allow logits "
-        "that make softmax one-hot (attention logit growth)",
-        threshold=t.logit_scale_ceiling, rule="ceiling",
-    )]
+    findings = []
+    scale, bound = att.logit_scale, att.qk_norm_logit_bound
+    if scale is not None and scale > t.logit_scale_ceiling:
+        findings.append(Finding(
+            "logit_scale", "attention", "alert", scale,
+            f"attention logit scale {scale:.3g} above the ceiling {t.logit_scale_ceiling:g} (healthy runs: about 1): "
+            "the logits grow toward a one-hot softmax (attention logit growth)",
+            threshold=t.logit_scale_ceiling, rule="ceiling",
+        ))
+    if bound is not None and bound > t.qk_norm_logit_ceiling:
+        findings.append(Finding(
+            "qk_norm_logit_bound", "attention", "alert", bound,
+            f"the QK-norm gains allow attention logits up to {bound:.3g}, above {t.qk_norm_logit_ceiling:g}: "
+            "softmax can be one-hot despite the QK-norm",
+            threshold=t.qk_norm_logit_ceiling, rule="ceiling",
+        ))
+    return findings
 
 
 def floor_findings(layer: LayerResult, t: Thresholds) -> list[Finding]:

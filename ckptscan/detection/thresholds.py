@@ -58,11 +58,16 @@ class Thresholds:
     # monitors; Gumbel 1 % quantile 4.06 / alert_sigma → 0.68, rounded up) and
     # 8.6 band sigmas (logit bound; 9.26 / 6 → 1.55) on two pairs in a row.
     band_scale_factor: float = 0.7
-    # Attention logit scale (monitors.attention.logit_scale): the largest
-    # logit the weights allow; above the ceiling softmax is one-hot for any
-    # input. Calibrated on generation 4 (experiments/natural.py --calibrate):
-    # see docs/calibration.md.
-    logit_scale_ceiling: float = 1e4
+    # Attention logit scale (monitors.attention.logit_scale, the logits'
+    # standard deviation for unit-RMS inputs): healthy runs of generation 4
+    # and the sample runs stay at or under 1.2 at d 64 and 128 alike (13
+    # runs), runs whose logged attention logits pass 100 are at 2.7 or more
+    # at the first checkpoint after (experiments/natural.py --calibrate,
+    # docs/calibration.md). The ceiling sits between. With a per-head
+    # QK-norm the gains bound every logit (qk_norm_logit_bound): above
+    # qk_norm_logit_ceiling softmax can be one-hot (e^100 between two keys).
+    logit_scale_ceiling: float = 2.0
+    qk_norm_logit_ceiling: float = 100.0
     band_state_scale_factor: float = 1.6
     # A layer's attention update monitors together against a band (rule
     # "layer_band", detection/layer_band.py): their mean departure in band

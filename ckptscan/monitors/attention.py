@@ -321,38 +321,42 @@ def logit_scale(
     k: torch.Tensor,
     *,
     input_gain: torch.Tensor | None = None,
-    q_norm_gain: torch.Tensor | None = None,
-    k_norm_gain: torch.Tensor | None = None,
     kv_index: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The scale of each query head's attention logits a checkpoint sets [H]:
     their standard deviation for isotropic inputs of unit RMS.
 
-    Without QK-norm the logit of head h is x_iᵀ Q_hᵀ K_g x_j / √r for the
-    attention's inputs x = γ ⊙ x̂ after an RMSNorm of gain γ; for x̂_i, x̂_j
-    independent with E[x̂x̂ᵀ] = I its second moment is ‖D_γ Q_hᵀ K_g D_γ‖_F² / r
-    (D_γ = diag(γ); `q`, `k` [H|G, r, d] the projections' head blocks), from
-    the r × r Grams: tr((Q_h D_γ² Q_hᵀ)(K_g D_γ² K_gᵀ)). With a per-head
-    QK-norm (`q_norm_gain`, `k_norm_gain` [r], the gains shared by the heads)
-    q and k are normalised before their gains, so the projections drop out:
-    ‖γ_q ⊙ γ_k‖₂ / √r. Both are in logits, for any model size: healthy runs
-    of the corpus sit near 1 at d = 64 and d = 128 alike, while the worst-case
-    bound (σ_max · d / √r) grows with d. Attention logit growth (Dehghani et
-    al. 2023; Wortsman et al. 2023) is this scale rising until softmax is
-    one-hot. The content form: RoPE is not applied, as for every monitor here.
-    Computed in float64.
+    The logit of head h is x_iᵀ Q_hᵀ K_g x_j / √r for the attention's inputs
+    x = γ ⊙ x̂ after an RMSNorm of gain γ; for x̂_i, x̂_j independent with
+    E[x̂x̂ᵀ] = I its second moment is ‖D_γ Q_hᵀ K_g D_γ‖_F² / r (D_γ = diag(γ);
+    `q`, `k` [H|G, r, d] the projections' head blocks), from the r × r Grams:
+    tr((Q_h D_γ² Q_hᵀ)(K_g D_γ² K_gᵀ)). It is in logits for any model size:
+    healthy runs of the corpus sit near 1 at d = 64 and d = 128 alike, while
+    the worst-case bound (σ_max · d / √r) grows with d. Attention logit growth
+    (Dehghani et al. 2023; Wortsman et al. 2023) is this scale rising until
+    softmax is one-hot. The content form: RoPE is not applied, as for every
+    monitor here. A QK-norm removes the projections' scale from the logits:
+    `qk_norm_logit_bound` is its measure. Computed in float64.
     """
     num_heads, r, _ = q.shape
     kv = kv_head_index(num_heads, k.shape[0]) if kv_index is None else kv_index
-    if q_norm_gain is not None and k_norm_gain is not None:
-        scale = (q_norm_gain.to(_F64) * k_norm_gain.to(_F64)).norm() / math.sqrt(r)
-        return scale.expand(num_heads).clone()
     q64, k64 = q.to(_F64), k.to(_F64)
     if input_gain is not None:
         q64 = q64 * input_gain.to(_F64)
         k64 = k64 * input_gain.to(_F64)
     qq, kk = _gram(q64, q64), _gram(k64, k64)[kv]
     return (qq * kk).sum((-1, -2)).clamp_min(0).sqrt() / math.sqrt(r)
+
+
+def qk_norm_logit_bound(q_norm_gain: torch.Tensor, k_norm_gain: torch.Tensor) -> float:
+    """The largest attention logit a per-head QK-norm allows: q and k are
+    normalised to norm √r before their gains (`q_norm_gain`, `k_norm_gain`
+    [r], shared by the heads), so |q̃·k̃|/√r ≤ ‖γ_q‖_∞ ‖γ_k‖_∞ √r whatever the
+    projections (attained when both put their norm on their largest gains,
+    RoPE's rotation aligning them). Below ~100 softmax cannot be one-hot:
+    what QK-norm is for (Wortsman et al. 2023)."""
+    r = q_norm_gain.numel()
+    return float(q_norm_gain.to(_F64).abs().max() * k_norm_gain.to(_F64).abs().max()) * math.sqrt(r)
 
 
 def _relative_norm(delta_gram: torch.Tensor, base_gram: torch.Tensor) -> float:

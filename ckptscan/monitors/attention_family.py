@@ -45,8 +45,9 @@ ATTENTION = FamilySpec(
         _monitor("dwk_entropy_norm", "ΔWk H/ln r", None, "low", False, Judging(0.01, "warn", per_update=True)),
         _monitor("qk_logit_bound", "logit bound", None, "high", True, Judging(0.05, "alert", follow_trend=True)),
         # Absolute: judged against its ceiling from the first pair (detection/findings.py), not as a series.
-        MonitorSpec("logit_scale", "attention", "logit scale", "largest logit", "high", True,
-                    _attention("logit_scale")),
+        MonitorSpec("logit_scale", "attention", "logit scale", "logit σ", "high", True, _attention("logit_scale")),
+        MonitorSpec("qk_norm_logit_bound", "attention", "QK-norm logit bound", "largest logit", "high", True,
+                    _attention("qk_norm_logit_bound")),
     ),
     headline=("delta2_entropy_norm",),
 )

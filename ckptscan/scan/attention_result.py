@@ -8,7 +8,7 @@ from dataclasses import fields, replace
 import torch
 
 from ckptscan.layouts import LayerWeights
-from ckptscan.monitors.attention import QKGrams, QKSpectra, logit_scale, qk_spectra
+from ckptscan.monitors.attention import QKGrams, QKSpectra, logit_scale, qk_norm_logit_bound, qk_spectra
 from ckptscan.monitors.spectral import SpectralStats, spectral_stats
 from ckptscan.monitors.whole_matrix import whole_matrix_singular_values
 from ckptscan.results import AttentionResult, HeadResult
@@ -100,12 +100,15 @@ def _from_spectra(spectra: QKSpectra, selection: HeadSelection) -> AttentionResu
 
 
 def _fill_logit_scale(result: AttentionResult, b: LayerWeights, selection: HeadSelection) -> None:
-    """The newer checkpoint's logit scale per head and its maximum, where the
-    layout gives what bounds it (the input norm's gain, or per-head QK-norm gains)."""
-    if b.input_gain is None and (b.q_norm_gain is None or b.k_norm_gain is None):
+    """The newer checkpoint's logit scale per head and its maximum (from the
+    input norm's gain), or the logit bound of its per-head QK-norm, where the
+    layout gives what sets them."""
+    if b.q_norm_gain is not None and b.k_norm_gain is not None:
+        result.qk_norm_logit_bound = finite_or_none(qk_norm_logit_bound(b.q_norm_gain, b.k_norm_gain))
         return
-    scale = logit_scale(b.q, b.k, input_gain=b.input_gain, q_norm_gain=b.q_norm_gain, k_norm_gain=b.k_norm_gain,
-                        kv_index=selection.kv_index).cpu()
+    if b.input_gain is None or b.q is None or b.k is None:
+        return
+    scale = logit_scale(b.q, b.k, input_gain=b.input_gain, kv_index=selection.kv_index).cpu()
     for head, value in zip(result.heads, scale.tolist()):
         head.logit_scale = finite_or_none(value)
     result.logit_scale = finite_or_none(float(scale.max()))

@@ -43,6 +43,7 @@ from ckptscan.monitors.attention import (
     kv_head_index,
     logit_scale,
     product_singular_values,
+    qk_norm_logit_bound,
     qk_grams,
     qk_spectra,
 )
@@ -481,17 +482,17 @@ def test_logit_scale_is_the_logits_standard_deviation_for_isotropic_unit_rms_inp
         assert np.sqrt(np.mean(logits ** 2)) == pytest.approx(got[head], rel=0.02)  # Monte Carlo: ~0.3 % error
 
 
-def test_logit_scale_with_qk_norm_depends_on_the_gains_alone():
+def test_qk_norm_logit_bound_is_attained_and_never_exceeded():
     rng = np.random.default_rng(43)
-    h, g, r, d = 4, 2, 8, 16
+    r = 8
     q_gain, k_gain = rng.uniform(0.5, 4.0, size=r), rng.uniform(0.5, 4.0, size=r)
-    q, k = rng.normal(size=(h, r, d)), rng.normal(size=(g, r, d))
-    got = logit_scale(torch.tensor(q), torch.tensor(k), q_norm_gain=torch.tensor(q_gain),
-                      k_norm_gain=torch.tensor(k_gain)).numpy()
-    assert np.allclose(got, np.linalg.norm(q_gain * k_gain) / math.sqrt(r), rtol=1e-12)
-    # The projections' scale drops out: q and k are normalised to unit RMS before the gain.
-    samples = 200_000
-    q_hat = rng.normal(size=(samples, r))
-    k_hat = rng.normal(size=(samples, r))
-    logits = ((q_gain * q_hat) * (k_gain * k_hat)).sum(-1) / math.sqrt(r)
-    assert np.sqrt(np.mean(logits ** 2)) == pytest.approx(got[0], rel=0.02)
+    got = qk_norm_logit_bound(torch.tensor(q_gain), torch.tensor(k_gain))
+    # Normalised to norm √r, then the gain: all of q (k) on its largest gain, a rotation aligning them.
+    q_vec, k_vec = np.zeros(r), np.zeros(r)
+    q_vec[q_gain.argmax()], k_vec[k_gain.argmax()] = math.sqrt(r) * q_gain.max(), math.sqrt(r) * k_gain.max()
+    assert got == pytest.approx(np.linalg.norm(q_vec) * np.linalg.norm(k_vec) / math.sqrt(r), rel=1e-12)
+    for _ in range(200):
+        a, b = rng.normal(size=r), rng.normal(size=r)
+        a, b = q_gain * a * math.sqrt(r) / np.linalg.norm(a), k_gain * b * math.sqrt(r) / np.linalg.norm(b)
+        rotation, _ = np.linalg.qr(rng.normal(size=(r, r)))
+        assert abs(a @ rotation @ b) / math.sqrt(r) <= got * (1 + 1e-12)
