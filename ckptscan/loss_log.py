@@ -64,11 +64,13 @@ class LossLog:
         pair.lr = self.pair_lr(pair.from_step, pair.to_step)
 
     def warmup_end(self) -> int | None:
-        """The step at which the learning rate first reaches its maximum."""
+        """The step at which the learning rate's initial ramp ends: the first
+        logged step it does not rise after. Not where the LR is largest: a
+        run resumed at 10× its LR would otherwise be "warming up" until the
+        resume, and judged only against what came after it."""
         if not self.lrs:
             return None
-        peak = max(self.lrs)
-        return next(s for s, lr in zip(self.steps, self.lrs) if lr >= peak)
+        return next((s for s, lr, after in zip(self.steps, self.lrs, self.lrs[1:]) if after <= lr), self.steps[-1])
 
 
 def read_loss_log(path: str | Path | RemotePath) -> LossLog:
