@@ -191,7 +191,7 @@ def plain(value: Any) -> Any:
     if kind is dict:
         return {k if type(k) is str else str(k): plain(v) for k, v in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {name: plain(getattr(value, name)) for name in _field_names(kind)}
+        return _plain_fields(value, _field_names(kind))
     if isinstance(value, bool) or isinstance(value, str):
         return value
     if isinstance(value, numbers.Integral):  # numpy integers too
@@ -204,6 +204,22 @@ def plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
     return value
+
+
+def _plain_fields(value: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """A dataclass's fields, `plain`; its float, string and None fields (most
+    of a report's ~10⁶ values) without a call each."""
+    data = {}
+    for name in names:
+        field_value = getattr(value, name)
+        kind = type(field_value)
+        if kind is float:
+            data[name] = field_value if math.isfinite(field_value) else None
+        elif kind is str or field_value is None or kind is int or kind is bool:
+            data[name] = field_value
+        else:
+            data[name] = plain(field_value)
+    return data
 
 
 @functools.cache
