@@ -135,13 +135,13 @@ def write_json(report: ScanReport, path: str | Path, per_head: str = "all") -> N
         raise CkptScanError(f"cannot write the JSON report: {e.strerror or e}", path=path) from None
 
 
-def sweep_dict(sweep: SweepReport) -> dict[str, Any]:
+def sweep_dict(sweep: SweepReport, per_head: str = "all") -> dict[str, Any]:
     """The sweep report: {schema_version, tool, command: "compare",
     summary: {status, runs, message}, notes, left_out, runs: [{rank, path,
     status, first_alert_step, first_warn_step, family, references, report}]},
     each `report` the run's whole report judged against its `references`;
     `left_out`: the runs that alert against all the others, left out of the
-    others' bands."""
+    others' bands; `per_head` as in `report_dict`, for each run's report."""
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "ckptscan", "version": __version__},
@@ -151,7 +151,7 @@ def sweep_dict(sweep: SweepReport) -> dict[str, Any]:
         "left_out": list(sweep.left_out),
         "runs": [{"rank": run.rank, "path": run.path, "status": run.status,
                   "first_alert_step": run.first_alert_step, "first_warn_step": run.first_warn_step,
-                  "family": run.family, "references": list(run.references), "report": report_dict(run.report)}
+                  "family": run.family, "references": list(run.references), "report": report_dict(run.report, per_head)}
                  for run in sweep.runs],
     }
 
@@ -168,9 +168,9 @@ def sweep_message(sweep: SweepReport) -> str:
             f"({worst.family or 'its'} {worst.status}{when})")
 
 
-def write_sweep_json(sweep: SweepReport, path: str | Path) -> None:
+def write_sweep_json(sweep: SweepReport, path: str | Path, per_head: str = "all") -> None:
     try:
-        write_output(path, json.dumps(sweep_dict(sweep), indent=2, allow_nan=False) + "\n")
+        write_output(path, json.dumps(sweep_dict(sweep, per_head), indent=2, allow_nan=False) + "\n")
     except OSError as e:
         raise CkptScanError(f"cannot write the JSON report: {e.strerror or e}", path=path) from None
 
