@@ -55,6 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import load_average, machine, run_child, symlink_run  # noqa: E402
 from synthetic import ModelSpec, ensure_run  # noqa: E402
 
+from ckptscan.cli.options import DEFAULT_PER_HEAD  # noqa: E402
 from ckptscan.detection.rules import Thresholds  # noqa: E402
 from ckptscan.layouts.base import ModelInfo  # noqa: E402
 from ckptscan.metrics import Metrics  # noqa: E402
@@ -307,7 +308,6 @@ def ckptscan(*args: str) -> dict:
     return {"seconds": run.wall_s, "peak_rss": run.peak_rss_bytes}
 
 
-DEFAULT_PER_HEAD = "flagged+newest"  # the CLI's --per-head default
 TREND_ROUNDS = 3  # re-runs and diffs timed per size, alternating: the best of each counts (a shared machine)
 
 

@@ -37,9 +37,9 @@ if TYPE_CHECKING:
 COMPACT_RESULTS = 2_000
 # --per-head: which layers keep their per-head results in the report; "all"
 # (the library's default) writes every one. The others leave `heads` empty
-# elsewhere and say so in settings.per_head; the CLI's default is
-# "flagged+newest" (`cli.options`): per-head results where they explain a
-# verdict, and the newest pair's.
+# elsewhere and say so in settings.per_head; the CLI's default
+# (`cli.options.DEFAULT_PER_HEAD`, "flagged+newest") keeps per-head results
+# where they explain a verdict, and the newest pair's.
 PER_HEAD = ("all", "flagged", "newest", "flagged+newest")
 
 
