@@ -19,6 +19,13 @@ Each figure is measured in a child process, so each has its own peak RSS
   run and re-run after one new checkpoint (with the pair cache) next to a
   `diff` of that pair, peak RSS at 100 and at 2,000 checkpoints; `watch`
   latency for a new checkpoint in a directory of 20 and of 2,000;
+* issue #41 (`--parts report,rerun`): the JSON report at 80 × 64 under
+  `--per-head all` and under the CLI's default (bytes, gzip, write and
+  `load_report` time, peak RSS, projected to 2,000 checkpoints), and a
+  generated 16-layer run (`LONG16`, 2,001 checkpoints, ~0.9 GB) re-run
+  from its cache after one new checkpoint, with `--json`, without, and a
+  `diff` of the new pair, in turn, at 30, 600 and 2,000 checkpoints (the
+  first run of each size is kept under --root and reused);
 * live overhead at every=50 over 10,000 simulated pairs at the 1B shape:
   the monitored step's fixed part (snapshot + the pair's scan) and the
   training step are the README's measured 1B figures (--train-step-s,
@@ -42,6 +49,7 @@ import math
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import load_average, machine, run_child, symlink_run  # noqa: E402
 from synthetic import ModelSpec, ensure_run  # noqa: E402
 
+from ckptscan.cli.options import DEFAULT_PER_HEAD  # noqa: E402
 from ckptscan.detection.rules import Thresholds  # noqa: E402
 from ckptscan.layouts.base import ModelInfo  # noqa: E402
 from ckptscan.metrics import Metrics  # noqa: E402
@@ -64,6 +73,8 @@ INTERVAL = 100  # steps between checkpoints
 # A tiny Llama (2 layers, hidden 64, 4 / 2 heads, no MLP): a few hundred KB a
 # checkpoint, so 2,001 of them take seconds to write and ~0.5 GB of disk.
 TINY = ModelSpec("long-run-tiny", "llama", 2, 64, 4, 2, 0, 256)
+# Issue #41's run: the same, 16 layers (~460 KB a checkpoint).
+LONG16 = ModelSpec("long-run-16", "llama", 16, 64, 4, 2, 0, 256)
 POINTER = "latest_checkpointed_iteration.txt"
 
 
@@ -213,16 +224,21 @@ def live_monitor_seconds(judged: dict, written: dict, pairs: int, fixed_s: float
 
 # ---------------------------------------------------------------- the JSON report
 
-def write_report(layers: int, heads: int, pairs: int, path: Path) -> dict:
-    """A judged report of `pairs` pairs written to `path` as `--json` writes
-    it; its bytes and what they are made of."""
+def write_report(layers: int, heads: int, pairs: int, path: Path, per_head: str = "all") -> dict:
+    """A judged report of `pairs` pairs written to `path` as `--json
+    --per-head PER_HEAD` writes it; its bytes, what they are made of, and the
+    seconds `write_json` took."""
     from ckptscan.detection.judge import judge
-    from ckptscan.report.json import report_json
+    from ckptscan.report.json import write_json
 
     report = judge(run_metrics(model_info(layers, heads), synthetic_pairs(layers, heads, pairs, pairs // 2)),
                    Thresholds())
-    text = report_json(report)
-    path.write_text(text)
+    start = time.perf_counter()
+    write_json(report, path, per_head)
+    written = time.perf_counter() - start
+    text = path.read_text()
+    if per_head != "all":  # what it weighs for its own layout below; the share of heads is --per-head all's
+        return {"bytes": len(text.encode()), "write_s": written, "gzip_bytes": len(gzip.compress(text.encode(), 6))}
     data = json.loads(text)
     layer = data["pairs"][-1]["layers"][3]
     parts = {"heads": len(json.dumps(layer["attention"]["heads"], separators=(",", ":"))),
@@ -235,7 +251,7 @@ def write_report(layers: int, heads: int, pairs: int, path: Path) -> dict:
             result["attention"]["heads"] = []
     without_heads = len(json.dumps(data, separators=(",", ":")))
     return {"bytes": len(text.encode()), "compact_bytes": compact, "compact_without_heads_bytes": without_heads,
-            "gzip_bytes": len(gzip.compress(text.encode(), 6)), "layer_parts": parts}
+            "gzip_bytes": len(gzip.compress(text.encode(), 6)), "layer_parts": parts, "write_s": written}
 
 
 def load_seconds(path: Path) -> dict:
@@ -282,8 +298,8 @@ def child_main(argv: list[str]) -> None:
                                                       per_head)
         print(json.dumps({"seconds": judged + written, "judge_s": judged, "write_s": written}))
     elif kind == "report":
-        layers, heads, count, path = int(rest[0]), int(rest[1]), int(rest[2]), Path(rest[3])
-        print(json.dumps(write_report(layers, heads, count, path)))
+        layers, heads, count, path, per_head = int(rest[0]), int(rest[1]), int(rest[2]), Path(rest[3]), rest[4]
+        print(json.dumps(write_report(layers, heads, count, path, per_head)))
     elif kind == "load":
         print(json.dumps(load_seconds(Path(rest[0]))))
     else:
@@ -332,6 +348,61 @@ def trend_figures(checkpoints: list[Path], root: Path, sizes: list[int]) -> dict
               f"{diff['seconds']:.1f} s (best of {TREND_ROUNDS}; each round's ratio "
               f"{', '.join(f'{r:.2f}' for r in found[n]['ratios'])})", flush=True)
     return found
+
+
+def rerun_figures(checkpoints: list[Path], root: Path, sizes: list[int]) -> dict:
+    """Issue #41: `trend` of the first N checkpoints once one more is there,
+    its pair cache holding the N − 1 pairs before (copied back before each
+    re-run, so each computes and judges the new pair), with `--json` and
+    without, next to a `diff` of the new pair; TREND_ROUNDS rounds of the
+    three in turn, so each round's ratios are taken side by side. The cache
+    of the first run is kept under ROOT (rerun-cache-N-first) and reused by
+    a later call: the first run of 2,000 checkpoints takes minutes."""
+    found = {}
+    for n in sizes:
+        run = symlink_run(root / f"rerun-{n}", checkpoints[:n])
+        cache, kept, out = root / f"rerun-cache-{n}", root / f"rerun-cache-{n}-first", root / f"rerun-{n}.json"
+        if not kept.is_dir():
+            ckptscan("trend", str(run), "--cache-dir", str(kept), "--quiet")
+        (run / checkpoints[n].name).symlink_to(checkpoints[n])
+        rounds = []
+        for _ in range(TREND_ROUNDS):
+            timed = {}
+            for name, extra in (("json", ["--json", str(out)]), ("plain", [])):
+                shutil.rmtree(cache, ignore_errors=True)
+                shutil.copytree(kept, cache, symlinks=True)
+                timed[name] = ckptscan("trend", str(run), "--cache-dir", str(cache), "--quiet", *extra)
+            timed["diff"] = ckptscan("diff", str(checkpoints[n - 1]), str(checkpoints[n]), "--quiet")
+            rounds.append(timed)
+        best = {name: min(r[name]["seconds"] for r in rounds) for name in ("json", "plain", "diff")}
+        found[n] = {"best": best, "peak_rss": max(r["json"]["peak_rss"] for r in rounds),
+                    "json_over_diff": statistics.median(r["json"]["seconds"] / r["diff"]["seconds"] for r in rounds),
+                    "plain_over_diff": statistics.median(r["plain"]["seconds"] / r["diff"]["seconds"] for r in rounds),
+                    "bytes": out.stat().st_size, "load": load_average()}
+        r = found[n]
+        print(f"  {n + 1} checkpoints, after one new: with --json {best['json']:.2f} s, without "
+              f"{best['plain']:.2f} s, diff of the new pair {best['diff']:.2f} s (best of {TREND_ROUNDS}); median "
+              f"ratio to the diff {r['json_over_diff']:.2f}× / {r['plain_over_diff']:.2f}×; JSON "
+              f"{r['bytes'] / 1e6:.1f} MB, peak RSS {r['peak_rss'] / 2**20:.0f} MiB; load average {r['load']}",
+              flush=True)
+    return found
+
+
+def rerun_rows(found: dict, sizes: list[int]) -> list[Row]:
+    rows = []
+    for n in sizes:
+        r, best = found[n], found[n]["best"]
+        target = n >= 600 or n == sizes[-1]
+        rows.append(Row(f"re-run after one new checkpoint, {n + 1:,} checkpoints × 16 layers: with --json / without "
+                        f"/ diff of the new pair (JSON {r['bytes'] / 1e6:.1f} MB; load {r['load']})",
+                        f"{best['json']:.2f} s / {best['plain']:.2f} s / {best['diff']:.2f} s"))
+        rows.append(Row("  with --json / diff (without --json / diff), median of the rounds",
+                        f"{r['json_over_diff']:.2f}× ({r['plain_over_diff']:.2f}×)", "≤ 2×" if target else "",
+                        _verdict(r["json_over_diff"] <= 2) if target else ""))
+    first, last = found[sizes[0]]["best"]["json"], found[sizes[-1]]["best"]["json"]
+    rows.append(Row(f"  with --json at {sizes[-1] + 1:,} / at {sizes[0] + 1} checkpoints", f"{last / first:.2f}×",
+                    "≤ 1.5×", _verdict(last / first <= 1.5)))
+    return rows
 
 
 def watch_latency(checkpoints: list[Path], root: Path, count: int, cache: Path | None) -> dict:
@@ -466,9 +537,10 @@ def main() -> None:
                    help="training step of the 1B shape (README, bench/live_overhead.py on this machine's CPU)")
     p.add_argument("--monitor-fixed-s", type=float, default=11.3,
                    help="monitored step of the 1B shape without judging and the report (snapshot + scan)")
-    p.add_argument("--parts", default="judge,live,report,run",
+    p.add_argument("--parts", default="judge,live,report,run,rerun",
                    help="which measurements: judge (synthetic metrics), live, report (JSON size), run (the "
-                        "generated long run: trend and watch)")
+                        "generated long run: trend and watch), rerun (issue #41: a 16-layer run's cached re-run "
+                        "with --json)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -477,7 +549,8 @@ def main() -> None:
     quick = args.quick
     judge_sizes = [10, 100, 1_000, 10_000]
     rounds = 10  # new pairs timed at each size (the best counts: the machine is shared)
-    report_sizes = [5, 10] if quick else [10, 20, 40]
+    report_sizes = [5, 10] if quick else [10, 40]
+    rerun_sizes = [10, 40] if quick else [30, 600, 2_000]
     trend_sizes = [20, 200] if quick else [100, 2_000]
     watch_sizes = [20, trend_sizes[-1] + 1]
     budget = 2.0 if quick else args.budget_s
@@ -532,35 +605,55 @@ def main() -> None:
 
     if "report" in parts:
         print("JSON report, 80 layers × 64 heads:", flush=True)
-        sized = {}
+        sized: dict[str, dict[int, dict]] = {"all": {}, DEFAULT_PER_HEAD: {}}
         args.root.mkdir(parents=True, exist_ok=True)
-        for n in report_sizes:
-            path = args.root / f"report-{n}.json"
-            sized[n] = child(["report", "80", "64", str(n), str(path)])
-            sized[n].update(child(["load", str(path)]))  # its peak RSS: loading alone
-            path.unlink()
-            print(f"  {n} pairs: {sized[n]['bytes'] / 1e6:.1f} MB (compact {sized[n]['compact_bytes'] / 1e6:.1f} MB, "
-                  f"compact without per-head results {sized[n]['compact_without_heads_bytes'] / 1e6:.1f} MB, "
-                  f"gzip {sized[n]['gzip_bytes'] / 1e6:.1f} MB), "
-                  f"json.load {sized[n]['json_load_s']:.1f} s, load_report {sized[n]['load_report_s']:.1f} s, "
-                  f"peak RSS {_mib(sized[n])}; one layer's JSON (compact): {sized[n]['layer_parts']}", flush=True)
+        for per_head, by_size in sized.items():
+            for n in report_sizes:
+                path = args.root / f"report-{n}.json"
+                by_size[n] = child(["report", "80", "64", str(n), str(path), per_head])
+                by_size[n].update(child(["load", str(path)]))  # its peak RSS: loading alone
+                path.unlink()
+                r = by_size[n]
+                extra = (f" (compact {r['compact_bytes'] / 1e6:.1f} MB, compact without per-head results "
+                         f"{r['compact_without_heads_bytes'] / 1e6:.1f} MB; one layer's JSON: {r['layer_parts']})"
+                         if per_head == "all" else "")
+                print(f"  --per-head {per_head}, {n} pairs: {r['bytes'] / 1e6:.1f} MB{extra}, gzip "
+                      f"{r['gzip_bytes'] / 1e6:.1f} MB, written in {r['write_s']:.2f} s, json.load "
+                      f"{r['json_load_s']:.2f} s, load_report {r['load_report_s']:.2f} s, peak RSS {_mib(r)}; "
+                      f"load average {load_average()}", flush=True)
         a, b = report_sizes[0], report_sizes[-1]
-        def at_2000(read) -> float:
-            """Linear in the pairs: the larger size plus the slope between the two sizes."""
-            return read(sized[b]) + (read(sized[b]) - read(sized[a])) / (b - a) * (2_000 - b)
 
-        per_pair = (sized[b]["bytes"] - sized[a]["bytes"]) / (b - a)
-        size_2000 = at_2000(lambda r: r["bytes"])
-        load_2000 = at_2000(lambda r: r["json_load_s"] + r["load_report_s"])
-        rss_2000 = at_2000(lambda r: r["peak_rss"])
-        rows.append(Row("JSON report 2,000 checkpoints × 80 layers × 64 heads (projected, linear)",
-                        f"~{size_2000 / 1e9:.1f} GB ({per_pair / 1e6:.2f} MB/pair); load ~{load_2000:.0f} s, "
-                        f"~{rss_2000 / 2**30:.0f} GiB RSS"))
-        share = {key: sized[b][key] / sized[b]["bytes"] for key in ("compact_bytes", "compact_without_heads_bytes",
-                                                                    "gzip_bytes")}
-        rows.append(Row("  the same without indentation / also without per-head results / gzip",
+        def at_2000(by_size: dict[int, dict], read) -> float:
+            """Linear in the pairs: the larger size plus the slope between the two sizes."""
+            return read(by_size[b]) + (read(by_size[b]) - read(by_size[a])) / (b - a) * (2_000 - b)
+
+        for per_head, by_size in sized.items():
+            per_pair = (by_size[b]["bytes"] - by_size[a]["bytes"]) / (b - a)
+            size_2000 = at_2000(by_size, lambda r: r["bytes"])
+            gzip_2000 = at_2000(by_size, lambda r: r["gzip_bytes"])
+            load_2000 = at_2000(by_size, lambda r: r["load_report_s"])
+            rss_2000 = at_2000(by_size, lambda r: r["peak_rss"])
+            what = f"JSON --per-head {per_head}{' (the default)' if per_head == DEFAULT_PER_HEAD else ''}"
+            rows.append(Row(f"{what}, 2,000 checkpoints × 80 layers × 64 heads (projected linearly from {a} and {b} "
+                            f"pairs)", f"~{size_2000 / 1e6:,.0f} MB ({per_pair / 1e6:.3f} MB/pair), .json.gz "
+                            f"~{gzip_2000 / 1e6:,.0f} MB", "≤ 100 MB" if per_head == DEFAULT_PER_HEAD else "",
+                            _verdict(size_2000 <= 100e6) if per_head == DEFAULT_PER_HEAD else ""))
+            rows.append(Row(f"  load_report of it: time / peak RSS", f"~{load_2000:.1f} s / ~{rss_2000 / 2**30:.2f} GiB",
+                            "≤ 5 s, 1 GiB" if per_head == DEFAULT_PER_HEAD else "",
+                            _verdict(load_2000 <= 5 and rss_2000 <= 2**30) if per_head == DEFAULT_PER_HEAD else ""))
+        whole = sized["all"][b]
+        share = {key: whole[key] / whole["bytes"] for key in ("compact_bytes", "compact_without_heads_bytes",
+                                                              "gzip_bytes")}
+        rows.append(Row("  --per-head all: without indentation / also without per-head results / gzip",
                         f"{share['compact_bytes']:.0%} / {share['compact_without_heads_bytes']:.0%} / "
                         f"{share['gzip_bytes']:.0%} of it"))
+
+    if "rerun" in parts:
+        print(f"re-run with --json: {LONG16.name} ({LONG16.layers} layers), {', '.join(map(str, rerun_sizes))} "
+              f"checkpoints under {args.root}", flush=True)
+        steps = [INTERVAL * k for k in range(rerun_sizes[-1] + 1)]
+        checkpoints = ensure_run(LONG16, args.root / "source-16", steps)
+        rows += rerun_rows(rerun_figures(checkpoints, args.root, rerun_sizes), rerun_sizes)
 
     if "run" in parts:
         print(f"generated long run: {trend_sizes[-1] + 3} checkpoints of {TINY.name} under {args.root}", flush=True)

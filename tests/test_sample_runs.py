@@ -93,13 +93,14 @@ def test_the_library_gives_exactly_what_the_cli_writes(reports, run, tmp_path, m
     from typer.testing import CliRunner
 
     from ckptscan.cli import app
+    from ckptscan.cli.options import DEFAULT_PER_HEAD
     from ckptscan.report.json import report_dict
 
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     path = tmp_path / "report.json"
     result = CliRunner().invoke(app, ["trend", str(SAMPLES / run), "--json", str(path), "--no-cache", "--quiet"])
     assert result.exit_code in (0, 1), result.output
-    assert json.loads(path.read_text()) == json.loads(json.dumps(report_dict(reports[run])))
+    assert json.loads(path.read_text()) == json.loads(json.dumps(report_dict(reports[run], DEFAULT_PER_HEAD)))
 
 
 def test_diff_in_the_library_and_the_cli_agree(tmp_path, monkeypatch):
@@ -107,6 +108,7 @@ def test_diff_in_the_library_and_the_cli_agree(tmp_path, monkeypatch):
 
     from ckptscan import scan_pair
     from ckptscan.cli import app
+    from ckptscan.cli.options import DEFAULT_PER_HEAD
     from ckptscan.report.json import report_dict
 
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
@@ -114,7 +116,7 @@ def test_diff_in_the_library_and_the_cli_agree(tmp_path, monkeypatch):
     path = tmp_path / "diff.json"
     result = CliRunner().invoke(app, ["diff", older, newer, "--json", str(path), "--quiet"])
     assert result.exit_code == 1, result.output  # layer 1's collapsed Δ2 entropy alerts
-    assert json.loads(path.read_text()) == json.loads(json.dumps(report_dict(scan_pair(older, newer))))
+    assert json.loads(path.read_text()) == json.loads(json.dumps(report_dict(scan_pair(older, newer), DEFAULT_PER_HEAD)))
 
 
 @pytest.mark.parametrize("run", sorted(RUNS))
@@ -173,6 +175,7 @@ def test_the_console_process_gives_what_the_library_gives(reports, tmp_path):
     from typer.testing import CliRunner
 
     from ckptscan.cli import app
+    from ckptscan.cli.options import DEFAULT_PER_HEAD
     from ckptscan.report.json import report_dict
 
     path = tmp_path / "report.json"
@@ -180,7 +183,7 @@ def test_the_console_process_gives_what_the_library_gives(reports, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "ckptscan", "trend", str(SAMPLES / "router_fault"), "--json",
                            str(path), "--no-cache", "--quiet"], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 1, proc.stderr  # the router fault alerts
-    assert json.loads(path.read_text()) == json.loads(json.dumps(report_dict(reports["router_fault"])))
+    assert json.loads(path.read_text()) == json.loads(json.dumps(report_dict(reports["router_fault"], DEFAULT_PER_HEAD)))
     frozen = gc.get_freeze_count()
     CliRunner().invoke(app, ["diff", str(SAMPLES / "router_fault" / "checkpoint-100"),
                              str(SAMPLES / "router_fault" / "checkpoint-200"), "--quiet"])

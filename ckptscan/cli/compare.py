@@ -33,8 +33,8 @@ def compare(
         metavar="RUN_DIR", help="Two or more runs of one model (directories or URL prefixes), e.g. the members of "
         "a sweep or several seeds.")],
     *,  # the options, in --help order; a bare name is a shared option (cli.options)
-    stride, base, json_path, html, fail_on, config, set_, cache_dir, no_cache, quiet, num_heads, num_kv_heads, head_dim,
-    model_config, layers, precision, device, heads, full_spectrum, tensor_map, no_probe, no_loss_log,
+    stride, base, json_path, per_head, html, fail_on, config, set_, cache_dir, no_cache, quiet, num_heads, num_kv_heads,
+    head_dim, model_config, layers, precision, device, heads, full_spectrum, tensor_map, no_probe, no_loss_log,
     allow_corrupt: AllowCorrupt = False,
 ) -> None:
     """Judge each run of a sweep against the others and rank them, healthiest first; exit by the worst run.
@@ -58,25 +58,29 @@ def compare(
         options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, device, heads, full_spectrum,
                                tensor_map, model_config)
         code = judge_sweep(run_dirs, options, stride=stride, base=base, config=config, settings=set_ or (),
-                           cache=_cache(cache_dir, no_cache), json_path=json_path, html=html, fail_on=fail_on,
-                           quiet=quiet,
+                           cache=_cache(cache_dir, no_cache), json_path=json_path, per_head=per_head, html=html,
+                           fail_on=fail_on, quiet=quiet,
                            allow_corrupt=allow_corrupt, probes=not no_probe, loss_logs=not no_loss_log)
     raise typer.Exit(code)
 
 
 def judge_sweep(run_dirs: Sequence[str | Path | RemotePath], options: ScanOptions, *, stride: int, base: str,
                 config: Path | None, settings: Sequence[str], cache: PairCache | None, json_path: Path | None,
-                fail_on: FailOn | str | None, html: Path | None = None, quiet: bool, allow_corrupt: bool, as_json: bool = False,
-                executor: Executor | None = None, probes: bool = True, loss_logs: bool = True) -> int:
+                fail_on: FailOn | str | None, html: Path | None = None, quiet: bool, allow_corrupt: bool,
+                as_json: bool = False, executor: Executor | None = None, probes: bool = True, loss_logs: bool = True,
+                per_head: str = "all") -> int:
     """Compare the runs, print the ranking (stdout; stderr when the JSON
-    report goes to stdout), write --json and --html, and return the gate's exit code."""
+    report goes to stdout), write --json and --html, and return the gate's exit code.
+    `per_head`: which layers of each run's report keep their per-head
+    results, as `trend --json` writes that run's."""
     from ckptscan.cli.options import Base
     from ckptscan.output import STDOUT, own_descriptor, write_output
-    from ckptscan.report.json import sweep_dict, write_sweep_json
+    from ckptscan.report.json import check_per_head, sweep_dict, write_sweep_json
     from ckptscan.report.sweep_table import print_sweep
     from ckptscan.run import AUTO
     from ckptscan.sweep import compare_runs
 
+    check_per_head(per_head)  # before any scan
     sweep = compare_runs(run_dirs, options, stride=stride, base=Base(base).value,
                          config=config if config is not None else AUTO, settings=settings, cache=cache,
                          executor=executor, scanning=lambda run: note(f"scanning {run}", quiet=quiet),
@@ -87,13 +91,13 @@ def judge_sweep(run_dirs: Sequence[str | Path | RemotePath], options: ScanOption
     if as_json and not json_to_stdout:
         import json
 
-        write_output(STDOUT, json.dumps(sweep_dict(sweep), indent=2, allow_nan=False) + "\n")
+        write_output(STDOUT, json.dumps(sweep_dict(sweep, per_head), indent=2, allow_nan=False) + "\n")
     elif not as_json:
         console = report_console(stderr=True) if json_to_stdout else out()
         print_sweep(console, sweep)
         console.file.flush()
     if json_path is not None:
-        write_sweep_json(sweep, json_path)
+        write_sweep_json(sweep, json_path, per_head)
         if not json_to_stdout:
             wrote(json_path)
     if html is not None:

@@ -69,10 +69,14 @@ NumHeads = Annotated[Optional[int], typer.Option(
     "--num-heads", metavar="N", help="Query heads, when the checkpoint carries no config.")]
 NumKvHeads = Annotated[Optional[int], typer.Option(
     "--num-kv-heads", metavar="N", help="KV heads (GQA/MQA), when the checkpoint carries no config.")]
+# --per-head's default: a long run's per-head results where they explain a verdict,
+# and the newest pair's (`report.json.keeps_heads`; docs/json-schema.md).
+DEFAULT_PER_HEAD = "flagged+newest"
 PerHead = Annotated[str, typer.Option(
-    "--per-head", metavar="all|flagged|newest", help="Which layers keep their per-head results in the JSON report: "
-    "all, flagged (layers at warn or alert) or newest (the newest pair's). They are most of a long run's report "
-    "(a report over 100,000 layer and head results is also written without indentation; FILE.json.gz: gzip).")]
+    "--per-head", metavar="flagged+newest|all|flagged|newest", help="Which layers keep their per-head results in "
+    "the JSON report: flagged+newest (the default: layers at warn or alert, and the newest pair's), all, flagged or "
+    "newest. They are most of a long run's report (a report over 2,000 layer and head results is also written "
+    "without indentation; FILE.json.gz: gzip).")]
 ModelConfigFile = Annotated[Optional[Path], typer.Option(
     "--model-config", metavar="FILE", help="The model's config when the checkpoint carries none: a Hugging Face "
     "config.json, a litgpt model_config.yaml or a torchtitan job .toml (its model name and flavor); it takes "
@@ -187,7 +191,7 @@ MetricsAddr = Annotated[str, typer.Option(
 # Parameter name -> (declaration, default). The name is the one every command
 # (and every option group's field) uses for the option.
 SHARED: dict[str, tuple[Any, Any]] = {
-    "json_path": (JsonOut, None), "per_head": (PerHead, "all"), "junit": (JunitOut, None),
+    "json_path": (JsonOut, None), "per_head": (PerHead, DEFAULT_PER_HEAD), "junit": (JunitOut, None),
     "tensorboard": (TensorBoardDir, None),
     "format": (FormatOpt, Format.table), "markdown_summary": (MarkdownSummary, None), "html": (HtmlOut, None),
     "png": (PngDir, None), "fail_on": (FailOnOpt, None), "config": (ConfigFile, None), "set_": (SetThreshold, None),

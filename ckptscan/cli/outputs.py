@@ -75,7 +75,7 @@ class ReportOutputs:
                            print_table: Callable[[Console, ScanReport], None], quiet: bool) -> None:
         emit(report, self.format, self.json_path, self.markdown_summary, print_table, self.junit, fail_on,
              self.per_head)
-        write_figure_outputs(report, self.html, self.png, quiet)
+        write_figure_outputs(report, self.html, self.png, quiet, self.per_head)
         write_tensorboard_output(report, self.tensorboard, quiet)
 
 
@@ -322,15 +322,17 @@ def check_figure_outputs(html: Path | None, png: Path | None) -> None:
         require_matplotlib()
 
 
-def write_figure_outputs(report: ScanReport, html: Path | None, png: Path | None, quiet: bool) -> None:
+def write_figure_outputs(report: ScanReport, html: Path | None, png: Path | None, quiet: bool,
+                         per_head: str = "all") -> None:
     """--html / --png: the same rendering for a report just made and for one
-    read back from its JSON file (`ckptscan report`)."""
+    read back from its JSON file (`ckptscan report`): the dict that --json
+    writes under the same --per-head."""
     if html is None and png is None:
         return
     from ckptscan.report.html import write_report_files
     from ckptscan.report.json import report_dict
 
-    for path in write_report_files(report_dict(report), html, png):
+    for path in write_report_files(report_dict(report, per_head), html, png):
         wrote(path)
         note(f"wrote {path}", quiet=quiet)
 

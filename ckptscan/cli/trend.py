@@ -122,7 +122,7 @@ def _sweep(runs: list, options: ScanOptions, cache: PairCache | None, runner: Ex
     return judge_sweep(runs, options, stride=stride, base=Base(base).value, config=config, settings=settings or (),
                        cache=cache, json_path=outputs.json_path, html=outputs.html, fail_on=fail_on, quiet=quiet,
                        allow_corrupt=allow_corrupt, as_json=outputs.format is Format.json, executor=runner,
-                       probes=probes, loss_logs=loss_logs)
+                       probes=probes, loss_logs=loss_logs, per_head=outputs.per_head)
 
 
 def _progress(quiet: bool) -> Progress:

@@ -7,8 +7,8 @@ computed, and the series rules judge each point from earlier points only.
 So each pair's JSON text is kept and reused while the parts that judging
 writes (statuses, findings, judgements) are unchanged; a pair whose
 judgement did change (a lone first pair, judged like `diff`, becomes
-warm-up) is serialised again, and so, under per_head "newest", is the
-pair that was the newest. The file is byte-for-byte what
+warm-up) is serialised again, and so, under per_head "newest" (or
+"flagged+newest"), is the pair that was the newest. The file is byte-for-byte what
 `report_json(report, per_head)` gives (tested), written atomically.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 from ckptscan.atomic import write_atomic
 from ckptscan.errors import CkptScanError
-from ckptscan.report.json import check_per_head, compact, keeps_heads, report_dict, report_json
+from ckptscan.report.json import check_per_head, compact, plain_pair, report_dict, report_json
 from ckptscan.results import PairResult, ScanReport
 
 # report_json's layout: indent 2, pairs one level down (a long report: no indentation).
@@ -37,7 +37,7 @@ class ReportFile:
         # a write costs nothing per old pair but joining its text.
         self._pairs: list[tuple[PairResult, Any, str]] = []
         self._compact = False  # report_json's layout of the texts kept (`report.json.compact`)
-        self._newest: int | None = None  # under per_head "newest": the pair whose text has its heads
+        self._newest: int | None = None  # under per_head "newest" (or "flagged+newest"): the pair written as the newest
 
     def write(self, report: ScanReport) -> None:
         try:
@@ -46,11 +46,11 @@ class ReportFile:
             raise CkptScanError(f"cannot write the JSON report: {e.strerror or e}", path=self.path) from None
 
     def text(self, report: ScanReport) -> str:
-        if compact(report) != self._compact:
-            self._pairs, self._compact, self._newest = [], compact(report), None
+        if compact(report, self.per_head) != self._compact:
+            self._pairs, self._compact, self._newest = [], compact(report, self.per_head), None
         del self._pairs[len(report.pairs):]
         newest = len(report.pairs) - 1
-        if self.per_head == "newest" and self._newest != newest:
+        if self.per_head in ("newest", "flagged+newest") and self._newest != newest:
             # The pair written as the newest loses its heads, the newest gains them.
             for i in (self._newest, newest):
                 if i is not None and i < len(self._pairs):
@@ -78,11 +78,7 @@ class ReportFile:
 
     def _pair_text(self, report: ScanReport, index: int) -> str:
         """Pair `index` as report_json writes it inside the pairs list (two levels deep)."""
-        plain = report_dict(dataclasses.replace(report, pairs=[report.pairs[index]], checkpoints=[]))["pairs"][0]
-        for layer in plain["layers"]:  # report_dict's per_head, for this pair among the report's
-            if layer.get("attention") and not keeps_heads(self.per_head, layer["status"],
-                                                          index == len(report.pairs) - 1):
-                layer["attention"]["heads"] = []
+        plain = plain_pair(report.pairs[index], self.per_head, index == len(report.pairs) - 1)
         if self._compact:
             return json.dumps(plain, separators=(",", ":"), allow_nan=False)
         text = json.dumps(plain, indent=INDENT, allow_nan=False)

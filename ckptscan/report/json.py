@@ -13,6 +13,7 @@ ranked healthiest first with its whole report (`sweep_dict`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import json
 import math
@@ -23,60 +24,82 @@ from typing import TYPE_CHECKING, Any
 from ckptscan import __version__
 from ckptscan.errors import CkptScanError
 from ckptscan.output import write_output
-from ckptscan.results import SCHEMA_VERSION, ScanReport
+from ckptscan.results import SCHEMA_VERSION, AttentionResult, LayerResult, PairResult, ScanReport
 
 if TYPE_CHECKING:
     from ckptscan.results import SweepReport
 
 
-# A report with more layer and per-head results than this (an 80-layer run
-# of a few hundred checkpoints) is written without indentation: the same
-# keys, 40 % fewer bytes (docs/json-schema.md).
-COMPACT_RESULTS = 100_000
+# A report writing more layer and per-head results than this (a 16-layer
+# run past ~120 pairs, an 80-layer, 64-head diff) is written without
+# indentation: the same keys, 40 % fewer bytes, and json's C encoder, which
+# cannot indent, instead of its Python one (10x slower; docs/json-schema.md).
+COMPACT_RESULTS = 2_000
 # --per-head: which layers keep their per-head results in the report; "all"
-# (the default) writes every one. The others leave `heads` empty elsewhere
-# and say so in settings.per_head.
-PER_HEAD = ("all", "flagged", "newest")
+# (the library's default) writes every one. The others leave `heads` empty
+# elsewhere and say so in settings.per_head; the CLI's default
+# (`cli.options.DEFAULT_PER_HEAD`, "flagged+newest") keeps per-head results
+# where they explain a verdict, and the newest pair's.
+PER_HEAD = ("all", "flagged", "newest", "flagged+newest")
 
 
 def report_dict(report: ScanReport, per_head: str = "all") -> dict[str, Any]:
     """The report as its JSON file holds it. `per_head` ("all", "flagged":
-    only layers at warn or alert, "newest": only the newest pair's): which
-    layers keep their per-head results, 86 % of a long report's bytes."""
+    only layers at warn or alert, "newest": only the newest pair's,
+    "flagged+newest": both): which layers keep their per-head results, 86 %
+    of a long report's bytes. Built field by field (`plain`), never through
+    `dataclasses.asdict`, whose deep copy of every per-head result, kept or
+    not, was half of a long trend's `--json` time."""
     check_per_head(per_head)
-    body = _plain(dataclasses.asdict(report))
-    command = body.pop("command")
-    _omit_empty_families(body)
+    newest = len(report.pairs) - 1
+    body = {}
+    for name in _field_names(ScanReport):
+        value = getattr(report, name)
+        body[name] = ([plain_pair(pair, per_head, index == newest) for index, pair in enumerate(value)]
+                      if name == "pairs" else plain(value))
     if per_head != "all":
-        newest = len(body["pairs"]) - 1
-        for index, pair in enumerate(body["pairs"]):
-            for layer in pair["layers"]:
-                if layer.get("attention") and not keeps_heads(per_head, layer["status"], index == newest):
-                    layer["attention"]["heads"] = []
         body["settings"]["per_head"] = per_head
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "ckptscan", "version": __version__},
-        "command": command,
+        "command": body.pop("command"),
         **body,
     }
 
 
-def _omit_empty_families(body: dict[str, Any]) -> None:
-    """A layer's `families` is written only when a registered family computed
-    values: without one the report is what it was before the field existed."""
-    for pair in body["pairs"]:
-        for layer in pair["layers"]:
-            if not layer["families"]:
-                del layer["families"]
+def plain_pair(pair: PairResult, per_head: str, newest: bool) -> dict[str, Any]:
+    """One pair as the report's `pairs` list holds it (`newest`: it is the
+    report's newest pair), each layer's per-head results left out
+    (`heads: []`, never serialised) where `per_head` does not keep them."""
+    data = {}
+    for name in _field_names(PairResult):
+        value = getattr(pair, name)
+        data[name] = [_plain_layer(layer, per_head, newest) for layer in value] if name == "layers" else plain(value)
+    return data
+
+
+def _plain_layer(layer: LayerResult, per_head: str, newest: bool) -> dict[str, Any]:
+    data = {}
+    for name in _field_names(LayerResult):
+        value = getattr(layer, name)
+        if name == "families" and not value:
+            # Written only when a registered family computed values: without one
+            # the layer is what it was before the field existed.
+            continue
+        if name == "attention" and value is not None and not keeps_heads(per_head, layer.status, newest):
+            data[name] = {field: [] if field == "heads" else plain(getattr(value, field))
+                          for field in _field_names(AttentionResult)}
+        else:
+            data[name] = plain(value)
+    return data
 
 
 def keeps_heads(per_head: str, layer_status: str, newest: bool) -> bool:
     """Whether a layer keeps its per-head results under `per_head` (`newest`:
     the layer is in the report's newest pair)."""
-    if per_head == "newest":
-        return newest
-    return per_head == "all" or layer_status in ("warn", "alert")
+    if per_head == "all" or (newest and per_head in ("newest", "flagged+newest")):
+        return True
+    return per_head in ("flagged", "flagged+newest") and layer_status in ("warn", "alert")
 
 
 def check_per_head(per_head: str) -> None:
@@ -84,12 +107,15 @@ def check_per_head(per_head: str) -> None:
         raise CkptScanError(f"--per-head must be one of {', '.join(PER_HEAD)}, not {per_head!r}")
 
 
-def compact(report: ScanReport) -> bool:
-    """Whether the report is long enough to be written without indentation."""
-    results = 0
-    for pair in report.pairs:
+def compact(report: ScanReport, per_head: str = "all") -> bool:
+    """Whether the report is long enough to be written without indentation:
+    more than COMPACT_RESULTS layer and per-head results written."""
+    results, newest = 0, len(report.pairs) - 1
+    for index, pair in enumerate(report.pairs):
         for layer in pair.layers:
-            results += 1 + (len(layer.attention.heads) if layer.attention is not None else 0)
+            results += 1
+            if layer.attention is not None and keeps_heads(per_head, layer.status, index == newest):
+                results += len(layer.attention.heads)
         if results > COMPACT_RESULTS:
             return True
     return False
@@ -97,8 +123,9 @@ def compact(report: ScanReport) -> bool:
 
 def report_json(report: ScanReport, per_head: str = "all") -> str:
     data = report_dict(report, per_head)
-    if compact(report):
+    if compact(report, per_head):
         return json.dumps(data, separators=(",", ":"), allow_nan=False) + "\n"
+    # The indenting encoder is Python's own (the C one cannot indent), 10x slower: for short reports only.
     return json.dumps(data, indent=2, allow_nan=False) + "\n"
 
 
@@ -112,13 +139,13 @@ def write_json(report: ScanReport, path: str | Path, per_head: str = "all") -> N
         raise CkptScanError(f"cannot write the JSON report: {e.strerror or e}", path=path) from None
 
 
-def sweep_dict(sweep: SweepReport) -> dict[str, Any]:
+def sweep_dict(sweep: SweepReport, per_head: str = "all") -> dict[str, Any]:
     """The sweep report: {schema_version, tool, command: "compare",
     summary: {status, runs, message}, notes, left_out, runs: [{rank, path,
     status, first_alert_step, first_warn_step, family, references, report}]},
     each `report` the run's whole report judged against its `references`;
     `left_out`: the runs that alert against all the others, left out of the
-    others' bands."""
+    others' bands; `per_head` as in `report_dict`, for each run's report."""
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "ckptscan", "version": __version__},
@@ -128,7 +155,7 @@ def sweep_dict(sweep: SweepReport) -> dict[str, Any]:
         "left_out": list(sweep.left_out),
         "runs": [{"rank": run.rank, "path": run.path, "status": run.status,
                   "first_alert_step": run.first_alert_step, "first_warn_step": run.first_warn_step,
-                  "family": run.family, "references": list(run.references), "report": report_dict(run.report)}
+                  "family": run.family, "references": list(run.references), "report": report_dict(run.report, per_head)}
                  for run in sweep.runs],
     }
 
@@ -147,15 +174,31 @@ def sweep_message(sweep: SweepReport) -> str:
             f"({worst.family or 'its'} {worst.status}{when})")
 
 
-def write_sweep_json(sweep: SweepReport, path: str | Path) -> None:
+def write_sweep_json(sweep: SweepReport, path: str | Path, per_head: str = "all") -> None:
     try:
-        write_output(path, json.dumps(sweep_dict(sweep), indent=2, allow_nan=False) + "\n")
+        write_output(path, json.dumps(sweep_dict(sweep, per_head), indent=2, allow_nan=False) + "\n")
     except OSError as e:
         raise CkptScanError(f"cannot write the JSON report: {e.strerror or e}", path=path) from None
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, bool) or value is None or isinstance(value, str):
+def plain(value: Any) -> Any:
+    """`value` as JSON holds it: dataclasses as dicts of their fields, tuples
+    as lists, dict keys as strings, numpy numbers as Python's, non-finite
+    floats as None (what `dataclasses.asdict` then a walk over its copy gave,
+    in one walk). The exact built-in types come first: they are nearly every
+    value of a report."""
+    kind = type(value)
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is list or kind is tuple:
+        return [plain(v) for v in value]
+    if kind is dict:
+        return {k if type(k) is str else str(k): plain(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain_fields(value, _field_names(kind))
+    if isinstance(value, bool) or isinstance(value, str):
         return value
     if isinstance(value, numbers.Integral):  # numpy integers too
         return int(value)
@@ -163,7 +206,28 @@ def _plain(value: Any) -> Any:
         value = float(value)
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value
+
+
+def _plain_fields(value: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """A dataclass's fields, `plain`; its float, string and None fields (most
+    of a report's ~10⁶ values) without a call each."""
+    data = {}
+    for name in names:
+        field_value = getattr(value, name)
+        kind = type(field_value)
+        if kind is float:
+            data[name] = field_value if math.isfinite(field_value) else None
+        elif kind is str or field_value is None or kind is int or kind is bool:
+            data[name] = field_value
+        else:
+            data[name] = plain(field_value)
+    return data
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))

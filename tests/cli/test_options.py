@@ -34,7 +34,7 @@ def test_bare_parameters_and_groups_become_the_shared_options_in_signature_order
     result = runner.invoke(toy, ["run", "ckpt", "--json", "r.json", "-q", "--tensorboard", "tb"])
     assert result.exit_code == 0, result.output
     assert received == {"path": "ckpt", "quiet": True, "limit": 3,
-                        "outputs": WatchOutputs(json_path=Path("r.json"), per_head="all", markdown_summary=None,
+                        "outputs": WatchOutputs(json_path=Path("r.json"), per_head="flagged+newest", markdown_summary=None,
                                                 tensorboard=Path("tb"), wandb=None, mlflow=None,
                                                 mlflow_experiment="ckptscan", notify=None, notify_on="warn,alert",
                                                 metrics_port=None, metrics_addr="127.0.0.1")}

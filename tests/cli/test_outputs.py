@@ -278,6 +278,21 @@ def test_watch_a_port_in_use_is_exit_2(tmp_path):
     assert result.stderr.startswith(f"error: --metrics-port {port}: cannot listen on 127.0.0.1:{port}")
 
 
+def test_trend_keeps_the_flagged_and_the_newest_per_head_results_unless_told_all(tmp_path):
+    run = write_run(tmp_path / "run", count=6, collapse_layer=1, collapse_from=300)
+    runner = CliRunner()
+    for flags, name in (([], "default.json"), (["--per-head", "all"], "all.json")):
+        result = runner.invoke(app, ["trend", str(run), "--json", str(tmp_path / name), *flags])
+        assert result.exit_code in (0, 1), result.output
+    default, everything = load_report(tmp_path / "default.json"), load_report(tmp_path / "all.json")
+    assert default.settings["per_head"] == "flagged+newest" and "per_head" not in everything.settings
+    newest = len(default.pairs) - 1
+    kept = [(i, layer.layer) for i, pair in enumerate(default.pairs) for layer in pair.layers if layer.attention.heads]
+    assert kept == [(i, layer.layer) for i, pair in enumerate(everything.pairs) for layer in pair.layers
+                    if i == newest or layer.status in ("warn", "alert")]
+    assert any(i != newest for i, _ in kept) and len(kept) < sum(len(pair.layers) for pair in default.pairs)
+
+
 def test_per_head_limits_the_json_report_and_a_bad_value_is_refused_before_the_scan(tmp_path):
     run = write_run(tmp_path / "run", count=4)
     runner = CliRunner()

@@ -38,12 +38,12 @@ def test_the_file_is_report_json_at_every_step(tmp_path):
     assert monitor.report.summary.status == "alert"
 
 
-@pytest.mark.parametrize("per_head", ["flagged", "newest"])
+@pytest.mark.parametrize("per_head", ["flagged", "newest", "flagged+newest"])
 def test_the_file_is_report_json_with_per_head_and_memory_keeps_only_those_heads(tmp_path, per_head):
     """With `per_head`, the file is report_json(report, per_head) at every
     step, and the intervals before the newest hold in memory only the
-    per-head results the file keeps: those of flagged layers ("flagged"),
-    none ("newest")."""
+    per-head results the file keeps: those of flagged layers ("flagged",
+    "flagged+newest"), none ("newest")."""
     torch.manual_seed(0)
     model = MixtralForCausalLM(tiny_config())
     monitor = Monitor(model, every=1, out=tmp_path, config=model.cfg.to_hf("float32"), thresholds=Thresholds(),
@@ -61,7 +61,7 @@ def test_the_file_is_report_json_with_per_head_and_memory_keeps_only_those_heads
     assert any("alert" in s or "warn" in s for s in statuses[:-1])  # some layer's heads worth keeping
     for pair, layers in zip(monitor.report.pairs[:-1], statuses[:-1]):
         for layer, status in zip(pair.layers, layers):
-            kept = per_head == "flagged" and status in ("warn", "alert")
+            kept = per_head in ("flagged", "flagged+newest") and status in ("warn", "alert")
             assert bool(layer.attention.heads) == kept, (pair.to_step, layer.layer)
     assert all(layer.attention.heads for layer in monitor.report.pairs[-1].layers)  # the newest: not yet
 

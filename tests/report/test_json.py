@@ -2,17 +2,23 @@
 past COMPACT_RESULTS, gzip-compressed when its path ends in .gz, per-head
 results limited on request; every form loads back as the same report."""
 
+import copy
 import dataclasses
 import gzip
 import json
+import math
+import numbers
 
+import numpy as np
 import pytest
 
+from ckptscan import __version__
 from ckptscan.errors import CkptScanError
 from ckptscan.live.report_file import ReportFile
 from ckptscan.report import json as report_json_module
-from ckptscan.report.json import report_dict, report_json, write_json
+from ckptscan.report.json import PER_HEAD, keeps_heads, report_dict, report_json, write_json
 from ckptscan.report.load import load_report
+from ckptscan.results import SCHEMA_VERSION
 
 
 def heads(data):
@@ -86,3 +92,89 @@ def test_the_live_report_file_follows_the_compact_layout(reports, monkeypatch, t
     assert file.text(report) == report_json(report)
     monkeypatch.setattr(report_json_module, "COMPACT_RESULTS", 10)
     assert file.text(report) == report_json(report) and "\n" not in file.text(report).rstrip("\n")
+
+
+def asdict_then_walk(report, per_head="all"):
+    """report_dict as it was built before it walked the dataclasses itself
+    (`dataclasses.asdict`, then a walk of the copy, then the heads left out):
+    the reference the faster build must equal, key order included."""
+    def walk(value):
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            return value
+        if isinstance(value, numbers.Integral):
+            return int(value)
+        if isinstance(value, numbers.Real):
+            value = float(value)
+            return value if math.isfinite(value) else None
+        if isinstance(value, dict):
+            return {str(k): walk(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [walk(v) for v in value]
+        return value
+
+    body = walk(dataclasses.asdict(report))
+    command = body.pop("command")
+    if per_head != "all":
+        newest = len(body["pairs"]) - 1
+        for index, pair in enumerate(body["pairs"]):
+            for layer in pair["layers"]:
+                if layer.get("attention") and not keeps_heads(per_head, layer["status"], index == newest):
+                    layer["attention"]["heads"] = []
+        body["settings"]["per_head"] = per_head
+    return {"schema_version": SCHEMA_VERSION, "tool": {"name": "ckptscan", "version": __version__},
+            "command": command, **body}
+
+
+def with_odd_values(report):
+    """`report` with what a scan can leave in it besides plain floats: numpy
+    numbers, NaN and infinities, a tuple, non-string dict keys."""
+    report = copy.deepcopy(report)
+    layer = report.pairs[0].layers[0]
+    layer.attention.delta2_entropy = np.float32(0.25)
+    layer.attention.dwq_entropy = float("nan")
+    layer.attention.heads[0].dwk_entropy = float("-inf")
+    layer.attention.heads[1].head = np.int64(1)
+    layer.changed_fraction = {"W_q": np.float64(0.5)}
+    report.settings["layers"] = (0, 1)
+    report.thresholds["by_layer"] = {3: 0.5}
+    return report
+
+
+@pytest.mark.parametrize("per_head", PER_HEAD)
+def test_report_dict_is_what_asdict_then_a_walk_of_it_gave(reports, per_head):
+    for report in (*reports.values(), with_odd_values(reports["loss"])):
+        built = report_dict(report, per_head)
+        assert json.dumps(built) == json.dumps(asdict_then_walk(report, per_head))
+        assert report_json(report, per_head) == json.dumps(built, indent=2, allow_nan=False) + "\n"
+    odd = report_dict(with_odd_values(reports["loss"]), per_head)["pairs"][0]["layers"][0]
+    assert (odd["attention"]["delta2_entropy"], odd["attention"]["dwq_entropy"]) == (0.25, None)
+    assert type(odd["changed_fraction"]["W_q"]) is float
+
+
+def test_flagged_and_newest_keeps_the_heads_of_both(reports):
+    report = reports["loss"]
+    both = report_dict(report, "flagged+newest")
+    assert set(heads(both)) == set(heads(report_dict(report, "flagged"))) | set(heads(report_dict(report, "newest")))
+    assert len(heads(both)) < len(heads(report_dict(report)))  # it leaves some out
+    assert both["settings"]["per_head"] == "flagged+newest"
+
+
+def test_only_the_heads_written_count_towards_the_compact_layout(reports, monkeypatch):
+    report = reports["loss"]
+    layers = sum(len(pair.layers) for pair in report.pairs)
+    newest_heads = sum(len(layer.attention.heads) for layer in report.pairs[-1].layers)
+    monkeypatch.setattr(report_json_module, "COMPACT_RESULTS", layers + newest_heads)
+    assert "\n  " in report_json(report, "newest")  # exactly at the limit: indented
+    assert "\n" not in report_json(report, "all").rstrip("\n")
+
+
+@pytest.mark.parametrize("per_head", ["all", "flagged+newest"])
+def test_a_report_written_indented_before_loads_as_the_compact_one(reports, monkeypatch, tmp_path, per_head):
+    """A file as ckptscan wrote it before (asdict, indented) and one written
+    now (compact) load as the same ScanReport, field by field."""
+    report = reports["loss"]
+    (tmp_path / "before.json").write_text(json.dumps(asdict_then_walk(report, per_head), indent=2) + "\n")
+    monkeypatch.setattr(report_json_module, "COMPACT_RESULTS", 10)
+    write_json(report, tmp_path / "now.json", per_head)
+    assert "\n" not in (tmp_path / "now.json").read_text().rstrip("\n")
+    assert load_report(tmp_path / "before.json") == load_report(tmp_path / "now.json")
