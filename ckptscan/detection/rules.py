@@ -54,12 +54,10 @@ from ckptscan.detection.series import first_judged
 from ckptscan.detection.state import JudgeState
 from ckptscan.detection.summary import SummaryState, summarize
 from ckptscan.detection.thresholds import Thresholds
-from ckptscan.results import NOT_JUDGED, PairResult, ScanReport, worst
+from ckptscan.results import PairResult, ScanReport, worst
 
 # A diff whose checkpoints' names carry no step: which one is older is the user's word alone
 # (run.check_pair refuses a reversed pair only when both steps are known).
-WARM_UP_NOT_JUDGED = ("warm-up (one of the run's first two intervals, or before the LR warm-up ends): healthy "
-                      "runs' QK updates dip below the hard floors there")
 ORDER_NOT_JUDGED = "the order of the checkpoints: no step in their names to check that the older one came first"
 
 __all__ = ["Thresholds", "assess_report", "cross_layer_findings", "first_judged_pair", "floor_findings",
@@ -113,39 +111,25 @@ def finish_report(report: ScanReport, state: JudgeState, loss_divergence_step: i
 
 
 def judge_alone(pair: PairResult, t: Thresholds, identical: bool = False) -> PairResult:
-    """A pair judged on its own (`diff`): no warm-up and no history, so the
-    floors, and the cross-layer rule in place of the series rules. In place;
+    """A pair judged on its own (`diff`): no history, so the floors and
+    ceilings, and the cross-layer rule in place of the series rules. A `diff`
+    knows no warm-up: of a pair at the end of the LR ramp, where `trend` leaves
+    the floors out (healthy runs dip toward them there), it may alert. In place;
     returns the pair. `identical`: bit-identical weights are a finding (a
     `diff`; in a run, frozen weights are UNCHANGED, detection/provenance.py)."""
     for layer in pair.layers:
         layer.findings = numeric_findings(layer) + ceiling_findings(layer, t)
         layer.judgements = {}
     update_of_one_run_findings(pair, None)
-    early = in_warm_up(pair, t)
     for layer in pair.layers:
-        layer.findings.extend(precision_findings(layer) + ([] if early else floor_findings(layer, t)))
+        layer.findings.extend(floor_findings(layer, t) + precision_findings(layer))
     if identical:
         identical_findings(pair)
     cross_layer_findings(pair, t)
     for layer in pair.layers:
         layer.status = layer_status(layer)
     pair.status = worst([layer.status for layer in pair.layers])
-    if early and pair.status == "ok":
-        pair.not_judged_reason = WARM_UP_NOT_JUDGED
-        pair.status = NOT_JUDGED
-        for layer in pair.layers:
-            if layer.status == "ok":
-                layer.status = NOT_JUDGED
     return pair
-
-
-def in_warm_up(pair: PairResult, t: Thresholds) -> bool:
-    """Whether `diff`'s pair lies where `trend`'s warm-up would: one of its
-    run's first two intervals (older step < 2 × the interval), or before the
-    loss log's LR warm-up ends (`warmup_steps`)."""
-    if pair.from_step is None or pair.to_step is None:
-        return False
-    return pair.from_step < max(2 * (pair.to_step - pair.from_step), t.warmup_steps)
 
 
 def first_judged_pair(pairs: list[PairResult], t: Thresholds) -> int:

@@ -107,7 +107,7 @@ class JudgeState:
         # The hard floors are not applied in the warm-up: at the end of the LR ramp healthy runs' Δ2
         # entropy dips toward and below them (0.221 on a healthy calibration run of the natural corpus,
         # 0.156 on a held-out one, step 100 → 200; docs/detection.md, warm-up). Those pairs are not
-        # judged, and say so; `diff` of such a pair does the same (rules.judge_alone).
+        # judged, and say so (`diff` of such a pair, knowing no warm-up, applies them: rules.judge_alone).
         if judged:
             update_of_one_run_findings(pair, lr_before)
             for layer in pair.layers:
