@@ -51,6 +51,12 @@ from ckptscan.results import LayerResult, PairResult, ScanReport
 # A reference saved more than this many times more (or less) often is not
 # compared on the monitors of an update (their level depends on the interval).
 INTERVAL_RATIO = 1.5
+# Likewise a reference trained at another learning rate: Adam's update is
+# about lr per step, so the update monitors of a run at 10× the LR depart from
+# healthy references at the usual LR by the LR alone (the natural corpus: a
+# QK-norm run at 3e-2 against references at 3e-3). Only compared where the
+# two LRs at the judged step are within this ratio (both known).
+LR_RATIO = 2.0
 # Fewest references that make a band (one reference: the widened single-run rule).
 BAND_MIN_RUNS = 2
 
@@ -65,6 +71,8 @@ class Member:
     all_steps: list[float]  # newer step of every pair (the band's view: warm-up included)
     all_layers: dict[int, list[LayerResult]]
     interval: float | None  # median steps between a pair's two checkpoints
+    # (newer step, learning rate) of each pair whose LR the run stated, in step order.
+    lrs: list[tuple[float, float]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -94,8 +102,8 @@ class Reference:
         return self.members[0].layers
 
     def check_model(self, model: ModelInfo) -> None:
-        mismatched = [f"{k}: {v} vs {getattr(model, k, None)}" for k, v in self.model.items()
-                      if hasattr(model, k) and getattr(model, k) != v]
+        theirs = _model_fields(model)
+        mismatched = [f"{k}: {v} vs {theirs[k]}" for k, v in self.model.items() if k in theirs and theirs[k] != v]
         if mismatched:
             raise CkptScanError(f"the reference run is of a different model ({'; '.join(mismatched)})",
                                 path=self.path)
@@ -108,8 +116,8 @@ class Reference:
         return [self.expectation(layer, monitor, step, count, scale_factor, band_factor, interval) for step in steps]
 
     def expectation(self, layer: int, monitor: JudgedMonitor, step: float, count: int, scale_factor: float,
-                    band_factor: float = 1.0, interval: float | None = None, warmup: bool = False
-                    ) -> Expectation | None:
+                    band_factor: float = 1.0, interval: float | None = None, warmup: bool = False,
+                    lr: float | None = None) -> Expectation | None:
         """Expected value and sigma of `monitor` in `layer` at `step`, in the
         monitor's judged units; None where no reference has a value there.
         `interval`: the judged pair's steps between checkpoints (a reference
@@ -117,8 +125,10 @@ class Reference:
         `warmup`: the judged pair is in the run's warm-up, which only a band
         judges: the band's members have values there, at the same steps of
         the same schedule, while one reference is known by its pairs after
-        its own warm-up only."""
-        usable = [m for m, member in enumerate(self.members) if _comparable(member, monitor, interval)]
+        its own warm-up only. `lr`: the judged pair's learning rate (a
+        reference trained at another LR is not compared on update monitors)."""
+        usable = [m for m, member in enumerate(self.members)
+                  if _comparable(member, monitor, interval) and _same_lr(member, monitor, step, lr)]
         if len(self.members) < BAND_MIN_RUNS:
             return self._single(usable[0], layer, monitor, step, count, scale_factor) if usable and not warmup \
                 else None
@@ -204,11 +214,39 @@ class Reference:
                 updates = ", ".join(m.name for m in judged_monitors() if m.per_update and m.across_runs)
                 notes.append(f"reference {member.path} was saved every {member.interval:.0f} steps, this run every "
                              f"{interval:.0f}: not compared on the update monitors ({updates})")
+            run_lr = _median([p.lr for p in pairs if p.lr is not None])
+            member_lr = _median([lr for _, lr in member.lrs])
+            if run_lr is not None and member_lr is not None and _ratio(run_lr, member_lr) > LR_RATIO:
+                updates = ", ".join(m.name for m in judged_monitors() if m.per_update and m.across_runs)
+                notes.append(f"reference {member.path} trained at a learning rate of {member_lr:.3g}, this run at "
+                             f"{run_lr:.3g} (medians): not compared on the update monitors ({updates}) where the two "
+                             f"differ by more than {LR_RATIO:g}×")
         return notes
 
 
 def _comparable(member: Member, monitor: JudgedMonitor, interval: float | None) -> bool:
     return not monitor.per_update or _same_interval(member.interval, interval)
+
+
+def _same_lr(member: Member, monitor: JudgedMonitor, step: float, lr: float | None) -> bool:
+    """Whether the member's LR at `step` (its pair nearest in step) is within
+    LR_RATIO of the judged pair's; True where either is unknown or the monitor
+    is of one checkpoint's state."""
+    if not monitor.per_update or lr is None or lr <= 0 or not member.lrs:
+        return True
+    position = bisect.bisect_left([s for s, _ in member.lrs], step)
+    near = [member.lrs[i] for i in (position - 1, position) if 0 <= i < len(member.lrs)]
+    member_lr = min(near, key=lambda sl: abs(sl[0] - step))[1]
+    return member_lr > 0 and _ratio(lr, member_lr) <= LR_RATIO
+
+
+def _ratio(a: float, b: float) -> float:
+    return max(a, b) / min(a, b)
+
+
+def _median(values: list[float]) -> float | None:
+    positive = [v for v in values if v > 0]
+    return float(statistics.median(positive)) if positive else None
 
 
 def _same_interval(a: float | None, b: float | None) -> bool:
@@ -274,11 +312,22 @@ def _member(report: ScanReport, warmup_pairs: int, warmup_steps: int, path: str 
 
     def steps(chosen: Sequence[PairResult]) -> list[float]:
         return [float(p.to_step) if p.to_step is not None else float(i) for i, p in enumerate(chosen)]
+    lrs = [(float(p.to_step), p.lr) for p in pairs if p.to_step is not None and p.lr is not None]
     return Member(path or str(report.settings.get("run", "the reference report")), steps(judged), _by_layer(judged),
-                  steps(pairs), _by_layer(pairs), _median_interval(pairs))
+                  steps(pairs), _by_layer(pairs), _median_interval(pairs), sorted(lrs))
 
 
-MODEL_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "num_experts")
+MODEL_FIELDS = ("family", "num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "num_experts")
+
+
+def _model_fields(model: ModelInfo) -> dict:
+    """What a reference must share with the run: the architecture (its family,
+    "qwen3-like" read as "qwen3": a Llama is no reference for a QK-norm Qwen3 of
+    the same shape) and the shape."""
+    fields = {k: getattr(model, k) for k in MODEL_FIELDS if hasattr(model, k)}
+    if isinstance(fields.get("family"), str):
+        fields["family"] = fields["family"].removesuffix("-like")
+    return fields
 
 
 def reference_from_reports(reports: Sequence[ScanReport], warmup_pairs: int, warmup_steps: int,
@@ -289,7 +338,7 @@ def reference_from_reports(reports: Sequence[ScanReport], warmup_pairs: int, war
         raise CkptScanError("no reference report given")
     paths = list(paths) if paths is not None else [None] * len(reports)
     members = [_member(r, warmup_pairs, warmup_steps, p) for r, p in zip(reports, paths)]
-    models = [{k: getattr(r.model, k) for k in MODEL_FIELDS if hasattr(r.model, k)} for r in reports]
+    models = [_model_fields(r.model) for r in reports]
     for member, model in zip(members[1:], models[1:]):
         mismatched = [f"{k}: {v} vs {models[0].get(k)}" for k, v in model.items() if models[0].get(k) != v]
         if mismatched:

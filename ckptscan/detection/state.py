@@ -180,7 +180,7 @@ class JudgeState:
                 if reference is not None and monitor.across_runs:
                     expected = reference.expectation(number, monitor, step, t.reference_pairs,
                                                      t.reference_scale_factor, band_factor(t, monitor), interval,
-                                                     warmup=not judged)
+                                                     warmup=not judged, lr=pair.lr)
                 state = series[monitor.name]
                 points[monitor.name] = state.update(step, raw, expected, warmup=not judged, label=pair.to_step)
                 onsets[monitor.name] = state.onset_label

@@ -30,6 +30,16 @@ def _attention(field: str) -> Callable[[LayerResult], float | None]:
     return lambda layer: getattr(layer.attention, field) if layer.attention is not None else None
 
 
+def _unnormalised_logit_bound(layer: LayerResult) -> float | None:
+    """σ_max(Q_hᵀK_g), where it bounds the logits: with a per-head QK-norm the
+    projections' scale drops out of them (a high LR grows W_q and W_k while
+    the logits stay put), and the QK-norm's own bound is judged instead."""
+    att = layer.attention
+    if att is None or att.qk_norm_logit_bound is not None:
+        return None
+    return att.qk_logit_bound
+
+
 def _monitor(name: str, label: str, unit: str | None, bad: str, log: bool, judging: Judging) -> MonitorSpec:
     return MonitorSpec(name, "attention", label, unit, bad, log, _attention(name), judging)
 
@@ -43,7 +53,8 @@ ATTENTION = FamilySpec(
                  Judging(0.02, "warn", per_update=True)),
         _monitor("dwq_entropy_norm", "ΔWq H/ln r", "H / ln r", "low", False, Judging(0.01, "warn", per_update=True)),
         _monitor("dwk_entropy_norm", "ΔWk H/ln r", None, "low", False, Judging(0.01, "warn", per_update=True)),
-        _monitor("qk_logit_bound", "logit bound", None, "high", True, Judging(0.05, "alert", follow_trend=True)),
+        MonitorSpec("qk_logit_bound", "attention", "logit bound", None, "high", True, _unnormalised_logit_bound,
+                    Judging(0.05, "alert", follow_trend=True)),
         # Absolute: judged against its ceiling from the first pair (detection/findings.py), not as a series.
         MonitorSpec("logit_scale", "attention", "logit scale", "logit σ", "high", True, _attention("logit_scale")),
         MonitorSpec("qk_norm_logit_bound", "attention", "QK-norm logit bound", "largest logit", "high", True,

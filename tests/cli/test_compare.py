@@ -111,10 +111,12 @@ def test_a_faulty_run_left_with_the_healthy_run_is_judged_as_against_that_run_al
         assert alone["pairs"] == run["report"]["pairs"]
 
 
-def test_leaving_alerting_runs_out_makes_faulty_runs_alert_no_later_and_some_earlier(samples_compared, cache):
+def test_leaving_alerting_runs_out_makes_faulty_runs_alert_no_later(samples_compared, cache):
     """Against bands that hold the other faulty runs (`leave_out=False`, the
-    first round) the faulty runs alert later: the faulty members widen the
-    bands. The healthy run is judged against all four either way."""
+    first round) the faulty runs alert no earlier: the faulty members widen the
+    bands. (On the sample runs both attention faults now alert at the logit
+    scale's ceiling, which no band moves: 1400 and 500 either way.) The
+    healthy run is judged against all four either way."""
     from ckptscan.cache import PairCache
     from ckptscan.sweep import compare_runs
 
@@ -122,7 +124,6 @@ def test_leaving_alerting_runs_out_makes_faulty_runs_alert_no_later_and_some_ear
     first_round = compare_runs([run["path"] for run in compared["runs"]], cache=PairCache(cache), leave_out=False)
     assert first_round.left_out == []
     before = {run.path: run for run in first_round.runs}
-    earlier = 0
     for run in compared["runs"]:
         assert sorted(before[run["path"]].references) == sorted(p["path"] for p in compared["runs"]
                                                                 if p["path"] != run["path"])
@@ -131,8 +132,6 @@ def test_leaving_alerting_runs_out_makes_faulty_runs_alert_no_later_and_some_ear
             assert new is None and run["status"] == "ok"  # the healthy run
         else:
             assert new <= old
-            earlier += new < old
-    assert earlier >= 2  # attention_fault and silent_fault (1600 -> 1500, 800 -> 700)
 
 
 def test_trend_of_a_sweep_directory_is_compare_of_its_runs(samples_compared, cache, tmp_path):
