@@ -233,12 +233,15 @@ class SummaryState:
             rollback = CheckpointRef(from_path, from_step)
             reason = self._reason(finding, self.onset)
             secondary = [family for family in self.alerted if family != first_family]
-            if self.lr_cause is not None and first_family != LR_FAMILY:
+            if self.lr_cause is not None:
                 # The learning rate rose just before the departure: it is the cause, whichever
                 # mechanism moved first under it; roll back to before it rose.
                 _, rise_path, rise_step, rise = self.lr_cause
-                reason = (f"{rise.message.split(':')[0]}, and {first_family} departed at step {_step(onset_step)} "
-                          f"after it (alerting at step {_step(first_step)})")
+                cause = rise.message.split(":")[0]
+                reason = (f"{cause}, and the update was as large as the weights at step {_step(first_step)}"
+                          if first_family == LR_FAMILY else
+                          f"{cause}, and {first_family} departed at step {_step(onset_step)} after it (alerting at "
+                          f"step {_step(first_step)})")
                 secondary = [family for family in self.alerted if family != LR_FAMILY]
                 first_family = LR_FAMILY
                 if rise_step is None or from_step is None or rise_step < from_step:
