@@ -25,12 +25,13 @@ SEVERITIES = ("ok", "info", "warn", "alert")
 NOT_JUDGED = "not_judged"
 # The CI gate's order of verdicts (`--fail-on LEVEL` fails those at LEVEL or after it). A run that could
 # not be judged comes after a warning, which is a judgement, and before an alert, which is evidence of a
-# fault: the default level, not_judged, fails an alert and an unjudged run and passes a warning.
+# fault: the level not_judged fails an alert and an unjudged run and passes a warning.
 GATE_ORDER = ("ok", "info", "warn", NOT_JUDGED, "alert")
-# The levels `--fail-on` and the config's `fail_on` take, and the default: exit 0 says "healthy"
-# (docs/guides/ci-gate.md), which a run that was not judged is not, while a warning stays a pass.
+# The levels `--fail-on` and the config's `fail_on` take, and the default. The default stays `alert`,
+# what the gate failed on before the level existed (users' CI keeps its exit codes); the verdict of
+# an unjudged run says NOT JUDGED, never HEALTHY, and `--fail-on not_judged` fails it.
 FAIL_ON_LEVELS = ("warn", NOT_JUDGED, "alert")
-DEFAULT_FAIL_ON = NOT_JUDGED
+DEFAULT_FAIL_ON = "alert"
 
 
 def reaches(status: str, level: str) -> bool:

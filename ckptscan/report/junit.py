@@ -10,8 +10,8 @@ text lists the case's warn/alert findings with their steps (the first 40). Warni
 the gate level leave the case passing and are listed in the suite's
 system-out, with the verdict and rollback candidate. A run that could not
 be judged (summary status "not_judged") fails every case at the levels
-not_judged (the default) and warn, with the reason, and says so in
-system-out at --fail-on alert.
+not_judged and warn, with the reason, and says so in system-out at
+--fail-on alert (the default).
 
 The document satisfies the strict Apache Ant JUnit schema (every required
 attribute and element; no <skipped>, which Ant's schema lacks) and so the

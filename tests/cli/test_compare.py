@@ -66,7 +66,7 @@ def test_the_sample_runs_are_ranked_healthiest_first_and_exit_by_the_worst(sampl
     assert [row[3] for row in rows] == [run["status"] for run in runs]
     assert [row[-1] for row in rows] == ["4", "1", "1", "1", "1"]  # "against": the healthy run, or all four
     assert f"the worst: {runs[-1]['path']}" in table
-    assert "gate failed (--fail-on not_judged)" in result.stderr
+    assert "gate failed (--fail-on alert)" in result.stderr
 
 
 def test_the_sweep_report_is_versioned_and_holds_each_run_judged_against_the_others(samples_compared):
@@ -184,7 +184,7 @@ def test_two_healthy_runs_each_judged_against_the_other_pass(two_seeds, tmp_path
     assert "2 runs, each judged against the other run" in result.stdout
     assert "HEALTHY: none of the 2 runs departed from the others" in result.stdout
     assert json.loads(path.read_text())["left_out"] == []
-    assert "gate passed (--fail-on not_judged)" in result.stderr
+    assert "gate passed (--fail-on alert)" in result.stderr
     runs = json.loads(path.read_text())["runs"]
     assert [run["status"] for run in runs] == ["ok", "ok"]
     assert [run["path"] for run in runs] == [str(d) for d in two_seeds]  # a tie keeps the order given

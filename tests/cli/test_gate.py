@@ -1,7 +1,8 @@
 """The CI gate's exit codes: 0 passed, 1 the verdict reached --fail-on (the
 reason printed), 2 usage or input errors (one line, no traceback). The
-levels, in order: warn < not_judged < alert; the default, not_judged, fails
-an alert and a run no pair of which could be judged, and passes a warning."""
+levels, in order: warn < not_judged < alert; the default, alert, fails an
+alert only; not_judged also fails a run no pair of which could be judged
+(whose verdict says NOT JUDGED whatever the level, never HEALTHY)."""
 
 import pytest
 from typer.testing import CliRunner
@@ -47,17 +48,17 @@ def test_alert_fails_the_gate_with_its_reason(runs, fail_on):
     assert f"gate failed (--fail-on {fail_on}): ALERT: attention monitors fired first" in result.stderr
 
 
-def test_default_gate_is_not_judged_which_fails_an_alert_and_passes_a_warning(runs):
+def test_default_gate_is_alert_which_fails_an_alert_and_passes_a_warning(runs):
     assert invoke("trend", runs["collapse"]).exit_code == 1
     warned = invoke("trend", runs["collapse"], *ONLY_WARN)
-    assert warned.exit_code == 0 and "gate passed (--fail-on not_judged): WARN" in warned.stderr
+    assert warned.exit_code == 0 and "gate passed (--fail-on alert): WARN" in warned.stderr
 
 
-@pytest.mark.parametrize("fail_on, code", [(None, 1), ("warn", 1), ("not_judged", 1), ("alert", 0)])
-def test_a_run_that_could_not_be_judged_fails_the_gate_unless_it_is_alert(runs, fail_on, code):
+@pytest.mark.parametrize("fail_on, code", [(None, 0), ("warn", 1), ("not_judged", 1), ("alert", 0)])
+def test_a_run_that_could_not_be_judged_fails_the_gate_at_not_judged_and_below(runs, fail_on, code):
     result = invoke("trend", runs["fresh"], *(["--fail-on", fail_on] if fail_on else []))
     assert result.exit_code == code, result.output
-    level = fail_on or "not_judged"
+    level = fail_on or "alert"
     verdict = "failed" if code else "passed"
     assert (f"gate {verdict} (--fail-on {level}): NOT JUDGED: none of the 2 pairs could be judged yet: warm-up "
             "(the first 2 pairs)") in result.stderr
@@ -125,6 +126,6 @@ def test_diff_gate_and_formats(runs, tmp_path):
     collapsed = [runs["collapse"] / "checkpoint-700", runs["collapse"] / "checkpoint-800"]
     result = invoke("diff", *collapsed, "--format", "json")
     assert result.exit_code == 1 and '"command": "diff"' in result.stdout
-    assert "gate failed (--fail-on not_judged)" in result.stderr
+    assert "gate failed (--fail-on alert)" in result.stderr
     assert invoke("diff", *collapsed, "--set", "delta2_entropy_norm_floor=0").exit_code == 0
     assert invoke("diff", *healthy, "--set", "nope=1").exit_code == 2

@@ -100,7 +100,7 @@ def test_follows_a_live_run_and_exits_at_the_first_alert(writer, tmp_path, mode)
     assert watch.wait() == 1
     assert rows(watch.out.lines) == STEPS[1:STEPS.index(COLLAPSE) + 1], "each row printed once, in order"
     assert "layer 1 [attention] alert:" in "\n".join(watch.out.lines)
-    assert any(line.startswith("gate failed (--fail-on not_judged): ALERT") for line in watch.err.lines)
+    assert any(line.startswith("gate failed (--fail-on alert): ALERT") for line in watch.err.lines)
     assert not any("Traceback" in line for line in watch.err.lines)
 
     # The JSON report is the run so far, judged as `ckptscan trend` judges it.
@@ -129,11 +129,11 @@ def test_keep_going_judges_past_the_alert_until_the_timeout(writer):
     assert "no new checkpoint for 1 s: stopped watching" in result.stderr.splitlines()
 
 
-def test_timeout_on_a_healthy_run_too_young_to_judge_fails_unless_the_gate_is_alert(sources):
+def test_timeout_on_a_healthy_run_too_young_to_judge_fails_at_not_judged(sources):
     """Five pairs: the warm-up and the baselines. The watch goes on through them (a run not judged
     yet is no verdict to stop at), and at the timeout the gate says so."""
     args = (sources["healthy"], "--timeout", "1", "--poll", "--interval", "0.05", "--no-cache")
-    result = invoke(*args)
+    result = invoke(*args, "--fail-on", "not_judged")
     assert result.exit_code == 1
     assert rows(result.stdout.splitlines()) == [100, 200, 300, 400, 500]
     assert result.stderr.splitlines()[-1].startswith("gate failed (--fail-on not_judged): NOT JUDGED: none of the "

@@ -85,7 +85,7 @@ def test_checkpoints_of_different_runs_fail_the_gate_with_a_finding(runs, tmp_pa
     assert all(abs(c) < 0.05 for c in cosines)
     related = statistics.median(cosines)
     assert _stderr_lines(result)[-1] == (
-        f"gate failed (--fail-on not_judged): ALERT: step 1000 → step 1100 is not an update of one run: the update is as "
+        f"gate failed (--fail-on alert): ALERT: step 1000 → step 1100 is not an update of one run: the update is as "
         f"large as the weights (‖ΔW‖/‖W‖ {change:.2f}, median over layers, ≥ 1) and the weights are unrelated "
         f"(cos(W_a, W_b) {related:.2f}, median over layers, < 0.1): not two steps of one run "
         "(different runs, a restart, or a checkpoint from another folder)")
@@ -102,7 +102,7 @@ def test_a_checkpoint_and_its_copy_fail_the_gate_with_a_finding(runs, tmp_path: 
     result = run_cli(capsys, "diff", runs[0] / "checkpoint-1000", copy, "--json", report_path)
     assert result.code == 1
     assert _stderr_lines(result)[-1] == (
-        f"gate failed (--fail-on not_judged): ALERT: step 1000 → {copy} is not an update of one run: every monitored "
+        f"gate failed (--fail-on alert): ALERT: step 1000 → {copy} is not an update of one run: every monitored "
         "weight is bit-identical in the two checkpoints (the same checkpoint twice, a copy, or weights that did not "
         "train): no update to judge")
     report = json.loads(report_path.read_text())
@@ -123,7 +123,7 @@ def test_another_runs_checkpoint_mixed_into_a_run_fails_the_trend_gate(runs, tmp
     report_path = tmp_path / "report.json"
     result = run_cli(capsys, "trend", mixed, "--no-cache", "--json", report_path)
     assert result.code == 1
-    assert _stderr_lines(result)[-1].startswith("gate failed (--fail-on not_judged): ALERT: step 1100 → step 1200 is not "
+    assert _stderr_lines(result)[-1].startswith("gate failed (--fail-on alert): ALERT: step 1100 → step 1200 is not "
                                                 "an update of one run: the update is as large as the weights")
     report = json.loads(report_path.read_text())
     flagged = [(p["from_step"], p["to_step"]) for p in report["pairs"]
@@ -145,7 +145,7 @@ def test_a_truncated_checkpoint_is_listed_before_the_verdict_and_fails_the_gate(
     assert result.code == 1
     lines = _stderr_lines(result)
     assert lines[0] == f"skipped {reason}"  # before the scan, so before the verdict
-    assert lines[-1] == (f"gate failed (--fail-on not_judged): corrupt checkpoint skipped: {reason}; without it: "
+    assert lines[-1] == (f"gate failed (--fail-on alert): corrupt checkpoint skipped: {reason}; without it: "
                          f"HEALTHY: no monitor fired over 14 pairs (7 judged){NOT_JUDGED_TAIL} (--allow-corrupt passes "
                          "over it)")
     table = result.stdout.splitlines()
@@ -162,7 +162,7 @@ def test_allow_corrupt_passes_over_a_corrupt_checkpoint_and_says_so(runs, tmp_pa
     os.truncate(run / "checkpoint-1500" / "model.safetensors", 1000)
     result = run_cli(capsys, "trend", run, "--no-cache", "--allow-corrupt", "--quiet")
     assert result.code == 0
-    assert _stderr_lines(result) == ["gate passed (--fail-on not_judged, --allow-corrupt: 1 corrupt checkpoint(s) "
+    assert _stderr_lines(result) == ["gate passed (--fail-on alert, --allow-corrupt: 1 corrupt checkpoint(s) "
                                      f"skipped): HEALTHY: no monitor fired over 14 pairs (7 judged){NOT_JUDGED_TAIL}"]
 
 
