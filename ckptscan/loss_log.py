@@ -64,13 +64,18 @@ class LossLog:
         pair.lr = self.pair_lr(pair.from_step, pair.to_step)
 
     def warmup_end(self) -> int | None:
-        """The step at which the learning rate's initial ramp ends: the first
-        logged step it does not rise after. Not where the LR is largest: a
-        run resumed at 10× its LR would otherwise be "warming up" until the
-        resume, and judged only against what came after it."""
+        """The step at which the learning rate's initial ramp ends: where it
+        first reaches the largest value of its leading non-decreasing stretch
+        (a ramp may step, flat between its rises). Not where the LR is largest
+        over the run: a run whose cosine decay was resumed at 10× its LR would
+        otherwise be "warming up" until the resume, and judged only against
+        what came after it. (A constant schedule raised at a resume is still
+        read as one ramp.)"""
         if not self.lrs:
             return None
-        return next((s for s, lr, after in zip(self.steps, self.lrs, self.lrs[1:]) if after <= lr), self.steps[-1])
+        end = next((i for i in range(len(self.lrs) - 1) if self.lrs[i + 1] < self.lrs[i]), len(self.lrs) - 1)
+        peak = max(self.lrs[:end + 1])
+        return next(s for s, lr in zip(self.steps, self.lrs) if lr >= peak)
 
 
 def read_loss_log(path: str | Path | RemotePath) -> LossLog:

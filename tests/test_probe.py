@@ -272,7 +272,7 @@ def test_scan_change_fields_are_b_minus_a_of_direct_computations(moe_run):
 
 def test_without_a_probe_routing_fields_are_null(moe_run):
     pa, pb, *_ = moe_run
-    report = ckptscan.scan_pair(pa, pb)
+    report = ckptscan.scan_pair(pa, pb, probe=None)  # the run's own probe.safetensors switched off
     assert report.probe is None
     for layer in report.pairs[0].layers:
         assert layer.router.routing_entropy is None and layer.router.dead_experts is None
@@ -291,8 +291,11 @@ def test_diff_with_probe_shows_routing_columns_and_writes_json(moe_run, tmp_path
     for key in ("routing_entropy", "routing_entropy_p05", "load_cv", "dead_experts", "routing_entropy_change"):
         assert router[key] is not None, key
     assert doc["probe"] == str(probe)
-    plain = runner.invoke(app, ["diff", str(pa), str(pb)])
+    plain = runner.invoke(app, ["diff", str(pa), str(pb), "--no-probe"])
     assert "route H" not in plain.output
+    # Without --probe, diff of two checkpoints of the run uses the run's probe, as trend does.
+    found = runner.invoke(app, ["diff", str(pa), str(pb)])
+    assert "route H" in found.output and "using the run's probe" in found.output
 
 
 def test_unknown_top_k_defaults_to_2_and_says_so(tmp_path):

@@ -52,9 +52,11 @@ def diff(
                             loss_log=None if no_loss_log else loss_log or AUTO, reference=reference, config=config,
                             settings=set_ or (),
                             scan_reference=reference_scanner(options, config=config, settings=set_ or ()))
-        for message in spec.notes:  # as trend prints them: before the verdict
-            note(message, "yellow" if message.startswith(("ignoring", "note:")) else "dim", quiet)
         report = scan(spec, options)
+        # Before the verdict, as trend prints them; after the scan, so that input that does not open
+        # gets its one error line alone.
+        for message in spec.notes:
+            note(message, "yellow" if message.startswith(("ignoring", "note:")) else "dim", quiet)
         code = outputs.write(report, fail_on or spec.config.fail_on, _print_table, quiet)
     raise typer.Exit(code)
 

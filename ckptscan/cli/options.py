@@ -93,7 +93,7 @@ PrecisionOpt = Annotated[Precision, typer.Option("--precision", help="Gram produ
 FailOnOpt = Annotated[Optional[FailOn], typer.Option(
     "--fail-on", help="Exit 1 when the verdict reaches this level, in the order warn < not_judged < alert: warn "
     "fails any warning, not_judged an alert or a run no pair of which could be judged yet (warm-up, no baseline), "
-    "alert only an alert (default: fail_on from the config, else not_judged).")]
+    "alert only an alert (default: fail_on from the config, else alert).")]
 JsonOut = Annotated[Optional[Path], typer.Option(
     "--json", metavar="FILE", help="Write the JSON report here (atomically; '-' for stdout, the table then going to "
     "stderr).")]

@@ -22,7 +22,7 @@ def report(
     outputs: RenderOutputs,
     fail_on: Annotated[Optional[FailOn], typer.Option(
         "--fail-on", help="The level that fails a JUnit test case (default: fail_on from the config, else "
-        "not_judged).")] = None,
+        "alert).")] = None,
     quiet,
 ) -> None:
     """Render a saved JSON report as an HTML page, PNG figures, TensorBoard events and/or JUnit XML."""

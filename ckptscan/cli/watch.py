@@ -19,7 +19,6 @@ from ckptscan.cli.app import (EXIT_INTERRUPT, command, err, note, out, run_argum
 from ckptscan.cli.options import LiveRunDir
 from ckptscan.cli.outputs import WatchOutputs, fails, gate
 from ckptscan.cli.process import load_library
-from ckptscan.results import NOT_JUDGED
 
 if TYPE_CHECKING:
     from ckptscan.watch import WatchEvent
@@ -76,7 +75,8 @@ def watch(
                     _print(event, first)
                     gate_on = fail_on or event.spec.config.fail_on
                     # A run not judged yet may be judged at the next checkpoint: only a verdict stops the watch.
-                    if not keep_going and event.report.summary.status != NOT_JUDGED and fails(event.report, gate_on):
+                    # ("not_judged" is results.NOT_JUDGED, spelled out: results imports torch, --help must not.)
+                    if not keep_going and event.report.summary.status != "not_judged" and fails(event.report, gate_on):
                         raise typer.Exit(gate(event.report, gate_on))
             except KeyboardInterrupt:
                 kept = (f"; {outputs.json_path} holds the series judged so far"

@@ -86,10 +86,12 @@ def assess_report(
 def finish_report(report: ScanReport, state: JudgeState, loss_divergence_step: int | None) -> None:
     """The report-wide fields of a report whose pairs `state` judged: its
     thresholds, warm-up end, reference and summary, from the state alone
-    (O(layers)). A single pair is judged again like `diff` (`judge_alone`)."""
+    (O(layers)). The pair of a `diff` is judged again alone (`judge_alone`); a
+    run of one pair is the first pair of a run, in its warm-up, so that its
+    verdict does not change when the run grows."""
     report.thresholds = state.thresholds.as_dict()
     not_judged: list[str] = []
-    if len(report.pairs) == 1:
+    if len(report.pairs) == 1 and report.command == "diff":
         alone = judge_alone(unjudged(report.pairs[0]), state.thresholds, identical=report.command == "diff")
         report.pairs[0] = alone
         report.settings["warmup_end_step"] = alone.from_step

@@ -57,7 +57,7 @@ def test_every_command_takes_a_shared_flag_with_its_one_declaration():
         option = annotation.__metadata__[0]
         declared.setdefault(option.default, set()).add(option.help)
     # The commands' own variants of a shared flag are the only other declarations.
-    variants = {("inspect", "--format"), ("diff", "--probe"), ("report", "--fail-on")}
+    variants = {("inspect", "--format"), ("diff", "--probe"), ("diff", "--loss-log"), ("report", "--fail-on")}
     for command in typer.main.get_group(app).commands.values():
         for parameter in command.params:
             for flag in set(parameter.opts) & declared.keys():

@@ -32,7 +32,7 @@ from writer_process import GUARD_S, Lines, Writer, environment
 
 runner = CliRunner()
 SAMPLES = Path(__file__).parent.parent.parent / "sample_checkpoints"
-FAULTY = SAMPLES / "attention_fault"  # attention alerts at step 1600
+FAULTY = SAMPLES / "attention_fault"  # attention alerts at step 1400 (the logit scale's ceiling)
 HEALTHY = SAMPLES / "healthy"
 
 
@@ -85,8 +85,8 @@ def test_trend_wandb_writes_the_steps_and_the_first_alert(offline, faulty_report
     assert f"wandb: {len(steps)} new step(s) written to ckptscan-tests/attention, 0 already there" in result.stderr
     ((_, history, summary, _),) = offline_runs(offline)
     assert sorted(history) == steps
-    assert history[1600]["ckptscan/attention_severity"] == 3  # alert
-    assert summary["ckptscan/verdict"] == "alert" and summary["ckptscan/first_alert_step"] == 1600
+    assert history[1400]["ckptscan/attention_severity"] == 3  # alert
+    assert summary["ckptscan/verdict"] == "alert" and summary["ckptscan/first_alert_step"] == 1400
     assert summary["ckptscan/first_alert_family"] == "attention"
 
 
@@ -97,7 +97,7 @@ def test_report_wandb_renders_a_saved_report(offline, faulty_report, tmp_path, c
     assert result.exit_code == 0, result.output
     ((_, history, summary, _),) = offline_runs(offline)
     assert sorted(history) == [p.to_step for p in faulty_report.pairs]
-    assert summary["ckptscan/first_alert_step"] == 1600
+    assert summary["ckptscan/first_alert_step"] == 1400
 
 
 def test_trend_mlflow_logs_metrics_tags_and_the_report(store, faulty_report, cache_dir):
@@ -107,7 +107,7 @@ def test_trend_mlflow_logs_metrics_tags_and_the_report(store, faulty_report, cac
     experiment = client.get_experiment_by_name("nightly")
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.data.tags["ckptscan.verdict"] == "alert"
-    assert run.data.tags["ckptscan.first_alert_step"] == "1600"
+    assert run.data.tags["ckptscan.first_alert_step"] == "1400"
     history = client.get_metric_history(run.info.run_id, "ckptscan/attention_severity")
     assert sorted(m.step for m in history) == [p.to_step for p in faulty_report.pairs]
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "ckptscan")}
@@ -127,7 +127,7 @@ def test_trend_notify_posts_the_first_alert_once(hook, cache_dir):
     assert trend(FAULTY, "--notify", hook.url, cache_dir=cache_dir).exit_code == 1
     ((ctype, body),) = hook.bodies  # the alert says more than its warning: one message
     assert ctype == "application/json" and body["ckptscan"]["kind"] == "alert"
-    assert body["text"].startswith("ckptscan ALERT: attention at step 1600")
+    assert body["text"].startswith("ckptscan ALERT: attention at step 1400")
     assert body["ckptscan"]["run"] == str(FAULTY.resolve())
     assert trend(FAULTY, "--notify", hook.url, cache_dir=cache_dir).exit_code == 1
     assert len(hook.bodies) == 1  # a re-run does not repeat it

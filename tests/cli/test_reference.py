@@ -92,7 +92,7 @@ def test_when_every_reference_alerts_the_run_is_judged_against_its_own_history(c
     own = trend(FAULTY, cache=cache)
     assert screened["settings"]["reference_left_out"] == [str(SILENT)]
     assert screened["settings"]["reference_notes"] == [
-        f"reference {SILENT} is left out: it alerts on its own history (attention, step 1400), so it is not a "
+        f"reference {SILENT} is left out: it alerts on its own history (attention, step 500), so it is not a "
         "healthy run to judge against", "every reference alerts: the run is judged against its own history only"]
     assert "reference" not in screened["settings"]
     assert screened["pairs"] == own["pairs"] and screened["summary"] == own["summary"]

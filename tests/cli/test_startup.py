@@ -44,7 +44,7 @@ def test_help_shows_the_choices():
     proc = subprocess.run([sys.executable, "-m", "ckptscan", "trend", "--help"], capture_output=True, text=True,
                           timeout=60)
     text = " ".join(proc.stdout.split())
-    for choices in ("<table|json|markdown|junit>", "<float32|float64>", "<warn|alert>", "<previous|first>",
+    for choices in ("<table|json|markdown|junit>", "<float32|float64>", "<warn|not_judged|alert>", "<previous|first>",
                     "[cpu|cuda|cuda:N|auto]", "[tool.ckptscan]", "--reference"):
         assert choices in text, choices
     assert "--baseline" not in text  # the deprecated alias still works, but is not advertised

@@ -129,7 +129,7 @@ def test_a_run_says_which_pairs_it_judged_and_why_not_the_others():
 
 
 def test_a_single_pair_is_judged_and_says_when_no_step_tells_its_order():
-    named = run_report(1)
+    named = dataclasses.replace(run_report(1), command="diff")
     assess_report(named, Thresholds())
     assert (named.summary.status, named.summary.judged_pairs) == ("ok", 1)
     unnamed = ScanReport("diff", MODEL, [], [dataclasses.replace(named.pairs[0], from_step=None, to_step=None)],

@@ -56,13 +56,13 @@ def test_judging_pair_by_pair_gives_the_one_shot_report_at_every_pair(seed, resu
         assert_same_report(got, judge(prefix(metrics, count), thresholds, reference, reference_path="ref.json"))
 
 
-def test_a_series_of_one_pair_is_judged_like_diff_then_as_warm_up():
-    """A lone pair is judged like `diff` (the floors at once); with a second pair it is warm-up, which
-    the floors leave alone (healthy runs dip toward them at the end of the LR ramp): not judged."""
+def test_a_series_of_one_pair_is_its_warm_up_and_stays_so_as_it_grows():
+    """A run's lone pair is its first, in the warm-up, which the floors leave alone (healthy runs dip
+    toward them at the end of the LR ramp): not judged, before and after the run grows."""
     report = run_report(2, d2n=lambda i, n: 0.1)
     metrics = Metrics("run", report.model, [], report.pairs)
     judging = SeriesJudge()
-    assert judging.report(prefix(metrics, 1)).pairs[0].status == "alert"  # the Δ2 entropy floor
+    assert judging.report(prefix(metrics, 1)).pairs[0].status == "not_judged"
     grown = judging.report(metrics)
     assert grown.pairs[0].status == "not_judged" and grown.pairs[0].not_judged_reason == "warm-up (the first 2 pairs)"
     assert_same_report(judging.report(metrics), judge(metrics))

@@ -114,6 +114,10 @@ def asdict_then_walk(report, per_head="all"):
 
     body = walk(dataclasses.asdict(report))
     command = body.pop("command")
+    for pair in body["pairs"]:
+        for layer in pair["layers"]:
+            if not layer["families"]:  # written only when a registered family computed values
+                del layer["families"]
     if per_head != "all":
         newest = len(body["pairs"]) - 1
         for index, pair in enumerate(body["pairs"]):

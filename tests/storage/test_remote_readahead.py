@@ -29,13 +29,14 @@ SHARD = "checkpoint-200/model-00001-of-00002.safetensors"
 
 
 def monitored_bytes(folders, layers) -> int:
-    """q_proj and k_proj of every layer of every checkpoint (bf16), from the local files."""
+    """q_proj and k_proj of every layer of every checkpoint (bf16), and the gain of the norm in
+    front of attention (the logit scale's), from the local files."""
     total = 0
     for folder in folders:
         source = open_checkpoint(folder).tensors
         for layer in range(layers):
-            for p in "qk":
-                entry = source.entry(f"model.layers.{layer}.self_attn.{p}_proj.weight")
+            for name in ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "input_layernorm.weight"):
+                entry = source.entry(f"model.layers.{layer}.{name}")
                 total += entry.end - entry.start
     return total
 
@@ -65,8 +66,8 @@ def test_the_next_loads_are_in_flight_while_the_current_one_is_read(s3, tmp_path
     ahead.reach(0, 0)
     # Checkpoint 0's layer 0 (needed now), and ahead of it checkpoint 1's layer 0 and checkpoint 0's layer 1.
     pending = {(c, name) for c, ckpt in enumerate(checkpoints) for name, _ in ckpt.tensors._prefetched}
-    assert pending == {(c, f"model.layers.{layer}.self_attn.{p}_proj.weight")
-                       for c, layer in ((0, 0), (1, 0), (0, 1)) for p in "qk"}
+    assert pending == {(c, f"model.layers.{layer}.{name}") for c, layer in ((0, 0), (1, 0), (0, 1))
+                       for name in ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "input_layernorm.weight")}
     local = open_checkpoints([str(f) for f in folders])
     for layer, c in ((0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)):
         ahead.reach(layer, c)

@@ -48,8 +48,9 @@ def test_selected_heads_read_only_their_rows_and_equal_the_local_scan(store, pro
     same_numbers(report_dict(local), report_dict(remote))
     # Every byte is fetched once: per layer and checkpoint the q rows of heads 1-2
     # (2 x 16 rows x 64 floats) and the k rows of their KV heads 0-1 (all 32 rows);
-    # each shard's first GET (its header, read with up to 64 KiB more); config and index.
-    monitored = 2 * 2 * (2 * 16 * 64 + 32 * 64) * 4
+    # the gain of the norm in front of attention (64 floats: the logit scale's); each shard's first
+    # GET (its header, read with up to 64 KiB more); config and index.
+    monitored = 2 * 2 * (2 * 16 * 64 + 32 * 64 + 64) * 4
     headers = sum(min(f.stat().st_size, 8 + REMOTE_HEADER_GUESS) for f in (tmp_path / "run").rglob("*.safetensors"))
     small_files = sum(f.stat().st_size for f in (tmp_path / "run").rglob("*.json"))
     assert ranged.stats["bytes"] - before["bytes"] == monitored + headers + small_files
