@@ -15,7 +15,7 @@ def repo(tmp_path):
 
 def test_defaults_without_a_file(repo):
     config = load_config(start=repo)
-    assert config.thresholds == Thresholds() and config.fail_on == "not_judged" and config.source is None
+    assert config.thresholds == Thresholds() and config.fail_on == "alert" and config.source is None
 
 
 def test_pyproject_table_found_from_a_subdirectory(repo):

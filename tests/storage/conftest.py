@@ -284,13 +284,18 @@ class FaultProxy:
         """`after`: let that many matching requests through first (a shard's header read)."""
         self.rules.append([match, fault, times, after])
 
-    def _rule(self, path: str) -> list | None:
+    def _rule(self, path: str, command: str) -> list | None:
+        """The rule this request meets, its fault counted now, under the lock: concurrent requests
+        must not both take a rule's last fault (a cut is decided here too, not after the upstream
+        answered, and given back in `handle` when the answer has no body to cut)."""
         with self.lock:
             rule = next((r for r in self.rules if r[0] in path and r[2] > 0), None)
             if rule is not None and rule[3] > 0:
                 rule[3] -= 1
                 return None
-            if rule is not None and rule[1] != "cut":
+            if rule is not None and rule[1] == "cut" and command != "GET":
+                return None
+            if rule is not None:
                 rule[2] -= 1
                 self.faults_sent += 1
             return rule
@@ -312,7 +317,7 @@ class FaultProxy:
         self.seen.append((request.command, request.path))
         self._join_wave(request.path)
         body = request.rfile.read(int(request.headers.get("Content-Length") or 0))
-        rule = self._rule(urllib.parse.unquote(request.path))
+        rule = self._rule(urllib.parse.unquote(request.path), request.command)
         if rule is not None and rule[1] == "stall" and self._abandoned(request):
             return
         if rule is not None and rule[1] != "cut":
@@ -340,10 +345,12 @@ class FaultProxy:
         if response.getheader("Content-Length") is None:  # a chunked answer, forwarded whole
             request.send_header("Content-Length", str(len(data)))
         request.end_headers()
-        if rule is not None and request.command == "GET" and len(data) > 1:
+        if rule is not None and len(data) <= 1:  # nothing to cut: the fault is given back
             with self.lock:
-                rule[2] -= 1
-                self.faults_sent += 1
+                rule[2] += 1
+                self.faults_sent -= 1
+            rule = None
+        if rule is not None:
             request.wfile.write(data[:len(data) // 2])
             request.wfile.flush()
             request.close_connection = True
