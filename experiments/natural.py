@@ -149,6 +149,10 @@ def calibrate(corpus: Path) -> None:
             continue
         scales = logit_scales(load_report(run_dir))
         steps, logits, _ = inside_view(run_dir)
+        if not scales:  # a QK-norm model: its gains' bound (qk_norm_logit_bound) is judged instead
+            print(f"{run['name']}: QK-norm, no logit scale; largest logged logit "
+                  f"{max((v for v in logits if v is not None), default=None)}")
+            continue
         observed = max((v for v in logits if v is not None), default=None)
         if run["fault"] == "none":
             healthy.setdefault(run["recipe"], []).append(max(scales.values()))
