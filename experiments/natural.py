@@ -85,7 +85,7 @@ def first_alert(report: ScanReport) -> int | None:
     return min(steps) if steps else None
 
 
-def verdict_row(run: dict, run_dir: Path, report: ScanReport, every: int) -> dict:
+def verdict_row(run: dict, run_dir: Path, report: ScanReport, every: int, qk_norm: bool) -> dict:
     steps, logits, losses = inside_view(run_dir)
     saturation = saturation_step(steps, logits)
     divergence = divergence_step(steps, losses)
@@ -94,7 +94,6 @@ def verdict_row(run: dict, run_dir: Path, report: ScanReport, every: int) -> dic
     s = report.summary
     family = s.primary_family or s.first_family
     rollback = s.rollback_candidate.step if s.rollback_candidate is not None else None
-    qk_norm = "qwen3" in load_manifest()["recipes"][run["recipe"]]
     problems = []
     if run["fault"] == "none":
         if alert is not None:
@@ -135,7 +134,7 @@ def evaluate(corpus: Path, split: str, references: bool, partial: bool) -> list[
             names = [n for n in healthy_seed_references(manifest, run) if (corpus / n / "metrics.json").exists()]
             refs = [corpus / n for n in names] or None
         report = judge_run(run_dir, Thresholds(), None, refs)
-        rows.append(verdict_row(run, run_dir, report, every))
+        rows.append(verdict_row(run, run_dir, report, every, "qwen3" in manifest["recipes"][run["recipe"]]))
     return rows
 
 

@@ -71,8 +71,10 @@ class Member:
     all_steps: list[float]  # newer step of every pair (the band's view: warm-up included)
     all_layers: dict[int, list[LayerResult]]
     interval: float | None  # median steps between a pair's two checkpoints
-    # (newer step, learning rate) of each pair whose LR the run stated, in step order.
+    # (newer step, learning rate) of each pair whose LR the run stated, in step order, and those steps
+    # alone (for bisect: `_same_lr` runs for every judged point).
     lrs: list[tuple[float, float]] = field(default_factory=list)
+    lr_steps: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -234,7 +236,7 @@ def _same_lr(member: Member, monitor: JudgedMonitor, step: float, lr: float | No
     is of one checkpoint's state."""
     if not monitor.per_update or lr is None or lr <= 0 or not member.lrs:
         return True
-    position = bisect.bisect_left([s for s, _ in member.lrs], step)
+    position = bisect.bisect_left(member.lr_steps, step)
     near = [member.lrs[i] for i in (position - 1, position) if 0 <= i < len(member.lrs)]
     member_lr = min(near, key=lambda sl: abs(sl[0] - step))[1]
     return member_lr > 0 and _ratio(lr, member_lr) <= LR_RATIO
@@ -312,9 +314,9 @@ def _member(report: ScanReport, warmup_pairs: int, warmup_steps: int, path: str 
 
     def steps(chosen: Sequence[PairResult]) -> list[float]:
         return [float(p.to_step) if p.to_step is not None else float(i) for i, p in enumerate(chosen)]
-    lrs = [(float(p.to_step), p.lr) for p in pairs if p.to_step is not None and p.lr is not None]
+    lrs = sorted((float(p.to_step), p.lr) for p in pairs if p.to_step is not None and p.lr is not None)
     return Member(path or str(report.settings.get("run", "the reference report")), steps(judged), _by_layer(judged),
-                  steps(pairs), _by_layer(pairs), _median_interval(pairs), sorted(lrs))
+                  steps(pairs), _by_layer(pairs), _median_interval(pairs), lrs, [s for s, _ in lrs])
 
 
 MODEL_FIELDS = ("family", "num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "num_experts")

@@ -92,14 +92,7 @@ def html_page(report: ScanReport, data: dict[str, Any], figures: list[Figure]) -
     timeline = [f for f in figures if f not in heatmaps]
     single = len(report.pairs) == 1
     parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        "<head>",
-        '<meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_e(title)}</title>",
-        f"<style>{CSS}</style>",
-        "</head>",
+        *page_head(title),
         "<body>",
         "<header>",
         f'<h1>ckptscan {_e(report.command)} <span class="badge {_e(s.status)}">{_e(status_word(s.status))}</span></h1>',
@@ -122,6 +115,13 @@ def html_page(report: ScanReport, data: dict[str, Any], figures: list[Figure]) -
         "</html>",
     ]
     return "\n".join(parts) + "\n"
+
+
+def page_head(title: str) -> list[str]:
+    """The lines of a report page up to its body: one stylesheet for the run and the sweep pages."""
+    return ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">', f"<title>{_e(title)}</title>",
+            f"<style>{CSS}</style>", "</head>"]
 
 
 def _e(value: object) -> str:

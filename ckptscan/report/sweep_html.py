@@ -18,7 +18,7 @@ from typing import Any
 
 from ckptscan.errors import CkptScanError
 from ckptscan.output import write_output
-from ckptscan.report.html import CSS
+from ckptscan.report.html import page_head
 from ckptscan.results import status_word
 
 
@@ -35,14 +35,7 @@ def sweep_page(data: dict[str, Any]) -> str:
     verdicts = "\n".join(
         f"<dt>{_e(run.get('path'))}</dt><dd>{_e(_verdict(run.get('report', {})))}</dd>" for run in runs)
     parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        "<head>",
-        '<meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>ckptscan sweep of {len(runs)} runs — {_e(status_word(status))}</title>",
-        f"<style>{CSS}</style>",
-        "</head>",
+        *page_head(f"ckptscan sweep of {len(runs)} runs — {status_word(status)}"),
         "<body>",
         "<header>",
         f'<h1>ckptscan sweep <span class="badge {_e(status)}">{_e(status_word(status))}</span></h1>',
