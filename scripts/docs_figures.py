@@ -46,10 +46,12 @@ Fact = Union[int, float, str, list, None]
 
 def _reports() -> dict[str, Any]:
     """Each sample run's report alone and (the faulty ones) against the healthy run's JSON report, as
-    `ckptscan trend RUN [--reference healthy.json]` judges them from the repository root."""
+    `ckptscan trend RUN [--reference healthy.json]` judges them from the repository root, and each
+    against the band of the other four (`compare`, before it leaves out the runs that alert against all)."""
     sys.path.insert(0, str(ROOT))
     import ckptscan
     from ckptscan.report.json import write_json
+    from ckptscan.sweep import compare_runs
 
     # From the root, as the pages' commands run: the reports name the runs' paths as the pages show them.
     here = Path.cwd()
@@ -61,6 +63,10 @@ def _reports() -> dict[str, Any]:
             write_json(reports["healthy"], healthy)
             for run in RUNS[1:]:
                 reports[f"{run}.vs_healthy"] = ckptscan.scan_run(f"sample_checkpoints/{run}", reference=healthy)
+        # `ckptscan compare sample_checkpoints/*`'s first round: each run against the band of all the others.
+        sweep = compare_runs([f"sample_checkpoints/{run}" for run in RUNS], leave_out=False)
+        for entry in sweep.runs:
+            reports[f"{Path(entry.path).name}.vs_all_others"] = entry.report
     finally:
         os.chdir(here)
     return reports
@@ -123,12 +129,36 @@ def value_facts(reports: dict[str, Any]) -> dict[str, Fact]:
     }
 
 
+def sample_run_ranges(reports: dict[str, Any]) -> dict[str, Fact]:
+    """What the five sample runs share, as a range over them: the first two pairs (where the weights
+    still outgrow their initialisation: the update's size and relatedness the misuse rules read, and the
+    lowest normalised Δ2 entropy at the end of the LR ramp), and the healthy run's largest logit scale."""
+    from ckptscan.detection.provenance import relatedness
+    from ckptscan.detection.update import relative_change
+
+    def spread(name: str, values: list[float]) -> dict[str, Fact]:
+        return {f"sample_runs.{name}.lowest": _rounded(min(values)), f"sample_runs.{name}.highest": _rounded(max(values))}
+
+    runs = [reports[run] for run in RUNS]
+    healthy = reports["healthy"]
+    return {
+        **spread("first_pair.relative_change", [relative_change(r.pairs[0]) for r in runs]),
+        **spread("second_pair.relative_change", [relative_change(r.pairs[1]) for r in runs]),
+        **spread("first_pair.relatedness", [relatedness(r.pairs[0]) for r in runs]),
+        **spread("second_pair.delta2_entropy_norm", [min(layer.attention.delta2_entropy_norm for layer in r.pairs[1].layers)
+                                                     for r in runs]),
+        "healthy.logit_scale.largest": _rounded(max(layer.attention.logit_scale for pair in healthy.pairs
+                                                    for layer in pair.layers)),
+    }
+
+
 def facts(reports: dict[str, Any] | None = None) -> dict[str, Fact]:
     reports = reports if reports is not None else _reports()
     found: dict[str, Fact] = {}
     for name, report in reports.items():
         found.update(run_facts(name, report))
     found.update(value_facts(reports))
+    found.update(sample_run_ranges(reports))
     return found
 
 
