@@ -7,8 +7,8 @@ first `ckptscan.toml`, or `pyproject.toml` with a `[tool.ckptscan]` table; a
 
 What: every field of `Thresholds` (see `ckptscan/detection/rules.py` and
 docs/detection.md), plus `fail_on` ("warn" | "not_judged" | "alert", the CI gate's default level;
-default "not_judged": an alert or a run that could not be judged fails). In a
-`ckptscan.toml` the keys sit at the top level (or under `[tool.ckptscan]`).
+default "alert": an alerting run fails; "not_judged" also fails a run none of whose pairs could be
+judged yet). In a `ckptscan.toml` the keys sit at the top level (or under `[tool.ckptscan]`).
 `--set KEY=VALUE` (repeatable) overrides any of them; VALUE is a TOML value
 (`--set alert_sigma=5`, `--set 'disabled_monitors=["epsilon"]'`) or, for
 `disabled_monitors`, a comma-separated list. Unknown keys are errors: a typo

@@ -96,19 +96,20 @@ def run_facts(name: str, report: Any) -> dict[str, Fact]:
     }
     for family, step in sorted(s.first_alert_step.items()):
         facts[f"{name}.first_alert.{family}"] = step
-    # The first alert of each monitor (any layer, any rule but the hard ceilings and floors, which the
-    # monitor's own key does not tell apart from its baseline rules: they get their rule's key).
+    # The first alert of each monitor (any layer; a hard ceiling's or floor's gets its rule in its key,
+    # apart from the rules that judge the monitor against its history), and where its departure began.
+    first: dict[str, int] = {}
     for pair in report.pairs:
         for layer in pair.layers:
             for finding in layer.findings:
-                if finding.severity != "alert":
-                    continue
-                key = finding.monitor if finding.rule not in ("ceiling", "floor") else f"{finding.monitor}.{finding.rule}"
-                if f"{name}.alert.{key}" not in facts:
+                absolute = finding.rule in ("ceiling", "floor")
+                key = f"{finding.monitor}.{finding.rule}" if absolute else finding.monitor
+                if finding.severity == "alert" and key not in first:
+                    first[key] = pair.to_step
                     facts[f"{name}.alert.{key}"] = pair.to_step
                     facts[f"{name}.onset.{key}"] = finding.onset_step
-    history = [facts[k] for k in facts if k.startswith(f"{name}.alert.") and not k.endswith((".ceiling", ".floor"))]
-    facts[f"{name}.first_history_alert"] = min(history) if history else None  # type: ignore[type-var]
+    history = [step for key, step in first.items() if not key.endswith((".ceiling", ".floor"))]
+    facts[f"{name}.first_history_alert"] = min(history) if history else None
     return facts
 
 
