@@ -17,12 +17,18 @@ import re
 
 import pytest
 
-from docs.examples import ROOT
-from docs.figures import NOT_A_FIGURE, Unit, agrees, all_units, bindings, unbound_steps
+from docs.examples import ROOT, SHELL, blocks, documents
+from docs.figures import ABOUT_SAMPLE_RUNS, NOT_A_FIGURE, STEP, Unit, agrees, all_units, bindings, unbound_steps
 
 # The pages whose tables are measurements of other runs (benchmarks, the calibration corpus), not the
 # tool's output on the sample runs: each table's section says where its figures come from.
 MEASURED_ELSEWHERE = ("docs/performance.md", "docs/performance-gpu.md", "docs/calibration.md")
+# The data blocks (not run, no markers possible) that show the tool's output on a sample run, each checked
+# by a test of its own below; a new one must join them.
+DATA_BLOCKS = {
+    ("docs/guides/alerts.md", "json"): "the --notify body of attention_fault's alert",
+    ("docs/development.md", "text"): "how a marker is written (its numbers are a marker's, bound in README.md)",
+}
 SOURCE = re.compile(r"\b20\d\d-\d\d-\d\d\b|make bench|bench/\w+\.py|experiments[./]\w+|scripts/\w+|python -m \w+")
 
 
@@ -113,6 +119,25 @@ def test_tables_measured_elsewhere_say_where_they_come_from(page):
             if not SOURCE.search("\n".join(lines[section:i])):
                 missing.append(f"{page}:{i + 1}: {line[:80]}")
     assert not missing, "tables with no script or date above them in their section:\n" + "\n".join(missing)
+
+
+def test_every_data_block_about_the_sample_runs_is_checked():
+    found = {(str(b.path.relative_to(ROOT)), b.lang) for page in documents() if page.name != "cli.md"
+             for b in blocks(page) if b.lang not in {"console", "python", "pycon", *SHELL}
+             and ABOUT_SAMPLE_RUNS.search(b.text) and STEP.search(b.text)}
+    assert found == set(DATA_BLOCKS), "a data block quotes the tool on a sample run: check it here"
+
+
+def test_the_notify_body_shown_is_the_one_sent_for_the_attention_fault(reports):
+    from ckptscan.report.notify import notice_payload, notices
+
+    page = ROOT / "docs" / "guides" / "alerts.md"
+    shown = json.loads(next(b.text for b in blocks(page) if b.lang == "json"))
+    report = reports["attention_fault"]
+    sent = json.loads(json.dumps(notice_payload(report, notices(report)[-1])))
+    facts = ("kind", "step", "family", "status", "layers", "heads", "rollback_candidate")
+    assert {key: shown["ckptscan"][key] for key in facts} == {key: sent["ckptscan"][key] for key in facts}
+    assert shown["text"].split(" in ")[0] == sent["text"].split(" in ")[0]  # "ckptscan ALERT: attention at step N"
 
 
 # The scan itself, on made-up sentences.
