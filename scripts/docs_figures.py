@@ -30,7 +30,10 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Union
+from typing import TYPE_CHECKING, Sequence, Union
+
+if TYPE_CHECKING:
+    from ckptscan.results import LayerResult, PairResult, ScanReport
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "docs" / "figures.json"
@@ -44,11 +47,12 @@ WINDOW = (1280, 1900)
 Fact = Union[int, float, str, list, None]
 
 
-def _reports() -> dict[str, Any]:
+def scan_sample_runs() -> dict[str, ScanReport]:
     """Each sample run's report alone and (the faulty ones) against the healthy run's JSON report, as
     `ckptscan trend RUN [--reference healthy.json]` judges them from the repository root, and each
     against the band of the other four (`compare`, before it leaves out the runs that alert against all)."""
-    sys.path.insert(0, str(ROOT))
+    if str(ROOT) not in sys.path:  # this checkout's ckptscan, when run as a script
+        sys.path.insert(0, str(ROOT))
     import ckptscan
     from ckptscan.report.json import write_json
     from ckptscan.sweep import compare_runs
@@ -72,12 +76,20 @@ def _reports() -> dict[str, Any]:
     return reports
 
 
-def _rounded(value: float) -> float:
+def _rounded(value: float | None) -> float | None:
     """Four significant digits: what a page quotes, and stable across machines' last bits."""
-    return float(f"{value:.4g}")
+    return None if value is None else float(f"{value:.4g}")
 
 
-def run_facts(name: str, report: Any) -> dict[str, Fact]:
+def _known(values: Sequence[float | None], what: str) -> list[float]:
+    """`values`, each of which the sample runs have: a range the pages quote is over all of them."""
+    known = [value for value in values if value is not None]
+    if len(known) != len(values) or not known:
+        raise SystemExit(f"docs_figures: a sample run has no {what}")
+    return known
+
+
+def run_facts(name: str, report: ScanReport) -> dict[str, Fact]:
     """What one report says: the verdict, its first alerts (overall, per family, per monitor with the
     onset of the departure behind it), the loss, the lead and the rollback step."""
     s = report.summary
@@ -98,7 +110,7 @@ def run_facts(name: str, report: Any) -> dict[str, Fact]:
         facts[f"{name}.first_alert.{family}"] = step
     # The first alert of each monitor (any layer; a hard ceiling's or floor's gets its rule in its key,
     # apart from the rules that judge the monitor against its history), and where its departure began.
-    first: dict[str, int] = {}
+    first: dict[str, int | None] = {}
     for pair in report.pairs:
         for layer in pair.layers:
             for finding in layer.findings:
@@ -108,37 +120,46 @@ def run_facts(name: str, report: Any) -> dict[str, Fact]:
                     first[key] = pair.to_step
                     facts[f"{name}.alert.{key}"] = pair.to_step
                     facts[f"{name}.onset.{key}"] = finding.onset_step
-    history = [step for key, step in first.items() if not key.endswith((".ceiling", ".floor"))]
+    history = [step for key, step in first.items() if step is not None and not key.endswith((".ceiling", ".floor"))]
     facts[f"{name}.first_history_alert"] = min(history) if history else None
     return facts
 
 
-def value_facts(reports: dict[str, Any]) -> dict[str, Fact]:
+def _layer(pair: PairResult, number: int) -> LayerResult:
+    return next(layer for layer in pair.layers if layer.layer == number)
+
+
+def value_facts(reports: dict[str, ScanReport]) -> dict[str, Fact]:
     """The monitor values sample-runs.md quotes: the router fault's routing collapse, and where layer 0's
     Δ2 entropy stands at its last pair."""
     router = reports["router_fault"]
-    first = router.summary.first_alert_step["router"]
-    before = next(p for p in router.pairs if p.to_step == first - (router.pairs[1].to_step - router.pairs[0].to_step))
-    at = next(p for p in router.pairs if p.to_step == first)
-    last = router.pairs[-1].layers[0].judgements["delta2_entropy_norm"]
+    first = next(k for k, pair in enumerate(router.pairs) if pair.to_step == router.summary.first_alert_step["router"])
+    before, at = (_layer(router.pairs[k], 0).router for k in (first - 1, first))
+    last = _layer(router.pairs[-1], 0).judgements["delta2_entropy_norm"]
+    routing = [result.routing_entropy_norm if result is not None else None for result in (before, at)]
     return {
-        "router_fault.layer0.routing_entropy_norm.before_first_alert": _rounded(before.layers[0].router.routing_entropy_norm),
-        "router_fault.layer0.routing_entropy_norm.at_first_alert": _rounded(at.layers[0].router.routing_entropy_norm),
+        "router_fault.layer0.routing_entropy_norm.before_first_alert": _rounded(routing[0]),
+        "router_fault.layer0.routing_entropy_norm.at_first_alert": _rounded(routing[1]),
         "router_fault.layer0.delta2_entropy_norm.baseline": _rounded(last.expected),
         "router_fault.layer0.delta2_entropy_norm.last": _rounded(last.value),
         "router_fault.layer0.delta2_entropy_norm.last_alert_at": _rounded(last.alert_at),
     }
 
 
-def sample_run_ranges(reports: dict[str, Any]) -> dict[str, Fact]:
+def sample_run_ranges(reports: dict[str, ScanReport]) -> dict[str, Fact]:
     """What the five sample runs share, as a range over them: the first two pairs (where the weights
     still outgrow their initialisation: the update's size and relatedness the misuse rules read, and the
     lowest normalised Δ2 entropy at the end of the LR ramp), and the healthy run's largest logit scale."""
     from ckptscan.detection.provenance import relatedness
     from ckptscan.detection.update import relative_change
 
-    def spread(name: str, values: list[float]) -> dict[str, Fact]:
-        return {f"sample_runs.{name}.lowest": _rounded(min(values)), f"sample_runs.{name}.highest": _rounded(max(values))}
+    def spread(name: str, values: list[float | None]) -> dict[str, Fact]:
+        known = _known(values, name)
+        return {f"sample_runs.{name}.lowest": _rounded(min(known)), f"sample_runs.{name}.highest": _rounded(max(known))}
+
+    def lowest_delta2(pair: PairResult) -> float:
+        return min(_known([layer.attention.delta2_entropy_norm if layer.attention else None for layer in pair.layers],
+                          "normalised Δ2 entropy"))
 
     runs = [reports[run] for run in RUNS]
     healthy = reports["healthy"]
@@ -146,15 +167,16 @@ def sample_run_ranges(reports: dict[str, Any]) -> dict[str, Fact]:
         **spread("first_pair.relative_change", [relative_change(r.pairs[0]) for r in runs]),
         **spread("second_pair.relative_change", [relative_change(r.pairs[1]) for r in runs]),
         **spread("first_pair.relatedness", [relatedness(r.pairs[0]) for r in runs]),
-        **spread("second_pair.delta2_entropy_norm", [min(layer.attention.delta2_entropy_norm for layer in r.pairs[1].layers)
-                                                     for r in runs]),
-        "healthy.logit_scale.largest": _rounded(max(layer.attention.logit_scale for pair in healthy.pairs
-                                                    for layer in pair.layers)),
+        **spread("second_pair.delta2_entropy_norm", [lowest_delta2(r.pairs[1]) for r in runs]),
+        "healthy.logit_scale.largest": _rounded(max(_known([layer.attention.logit_scale if layer.attention else None
+                                                            for pair in healthy.pairs for layer in pair.layers],
+                                                           "attention logit scale"))),
     }
 
 
-def facts(reports: dict[str, Any] | None = None) -> dict[str, Fact]:
-    reports = reports if reports is not None else _reports()
+def facts(reports: dict[str, ScanReport] | None = None) -> dict[str, Fact]:
+    """Every fact of docs/figures.json, from `reports` (default: scanned now)."""
+    reports = reports if reports is not None else scan_sample_runs()
     found: dict[str, Fact] = {}
     for name, report in reports.items():
         found.update(run_facts(name, report))
@@ -163,7 +185,7 @@ def facts(reports: dict[str, Any] | None = None) -> dict[str, Fact]:
     return found
 
 
-def drawn(report: Any) -> dict[str, Fact]:
+def drawn(report: ScanReport) -> dict[str, Fact]:
     """The numbers a figure of `report` shows: the verdict, the first alert, the loss divergence, the
     lead, the rollback step, and per flagged layer the monitor drawn with its band at the last pair."""
     s = report.summary
@@ -175,11 +197,11 @@ def drawn(report: Any) -> dict[str, Fact]:
         monitor = layer.first_alert_monitor or next(
             f.monitor for p in report.pairs for lr in p.layers if lr.layer == layer.layer
             for f in lr.findings if f.severity in ("warn", "alert"))
-        last = next(lr for lr in report.pairs[-1].layers if lr.layer == layer.layer)
-        point = last.judgements.get(monitor)  # a ceiling's monitor has no band, only its level
+        # A ceiling's monitor has no band, only its level.
+        point = _layer(report.pairs[-1], layer.layer).judgements.get(monitor)
         bands.append({"layer": layer.layer, "monitor": monitor,
-                      **{key: _rounded(getattr(point, key)) if point is not None and getattr(point, key) is not None
-                         else None for key in ("expected", "warn_at", "alert_at")}})
+                      **{key: _rounded(getattr(point, key)) if point is not None else None
+                         for key in ("expected", "warn_at", "alert_at")}})
     return {
         "status": s.status,
         "first_family": family,
@@ -192,15 +214,16 @@ def drawn(report: Any) -> dict[str, Fact]:
 
 
 def sidecar(png: Path) -> Path:
+    """The JSON beside a committed figure: the numbers it shows, and its SHA-256."""
     return png.with_suffix(".json")
 
 
-def _write_sidecar(png: Path, report: Any, how: str) -> None:
+def _write_sidecar(png: Path, report: ScanReport, how: str) -> None:
     record = {"drawn_by": how, "sha256": hashlib.sha256(png.read_bytes()).hexdigest(), **drawn(report)}
     sidecar(png).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
 
 
-def draw_overview(report: Any) -> None:
+def draw_overview(report: ScanReport) -> None:
     """The home page's figure: the report's own timeline figure (what `--png` writes as timeline.png)."""
     from ckptscan.report.figures import run_figures
 
@@ -209,7 +232,7 @@ def draw_overview(report: Any) -> None:
     _write_sidecar(OVERVIEW, report, "ckptscan.report.figures.run_figures (timeline) of trend attention_fault")
 
 
-def draw_screenshot(report: Any) -> None:
+def draw_screenshot(report: ScanReport) -> None:
     """The README's picture of the demo's HTML report, as a headless Chromium shows its top."""
     from ckptscan.report.html import write_report_files
     from ckptscan.report.json import report_dict
@@ -232,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--png", action="store_true", help="also redraw the committed figures and their JSON")
     args = parser.parse_args(argv)
-    reports = _reports()
+    reports = scan_sample_runs()
     FIGURES.write_text(json.dumps(facts(reports), indent=2, ensure_ascii=False) + "\n")
     print(f"wrote {FIGURES.relative_to(ROOT)}")
     if args.png:

@@ -13,9 +13,10 @@ and so are inline code spans (paths, commands).
 The scan for unbound numbers: a step number (an integer of 3 to 5 digits that
 is not a size, a time, a year, a share or a version) in a sentence about the
 sample runs (one naming a sample run — `healthy` in backticks, the faulty ones
-by their names —, `sample_checkpoints`, "sample run(s)" or the demo, and every sentence of docs/sample-runs.md) must be bound, or the
-sentence says it is not the tool's output with `<!-- not a figure: WHY -->`
-(a history of earlier versions, how a run was made).
+by their names —, `sample_checkpoints`, "sample run(s)" or the demo, and every
+sentence of docs/sample-runs.md) must be bound, or the sentence says it is not
+the tool's output with `<!-- not a figure: WHY -->` (the step a fault was
+injected at, the pairs a sentence names).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ ABOUT_SAMPLE_RUNS = re.compile(
     r"sample runs?\b|\bthe demo\b|make demo", re.I)
 PAGES_ABOUT_SAMPLE_RUNS = {"docs/sample-runs.md"}
 # An integer that could be a step: 3 to 5 digits, not part of a decimal, a word, a range of sizes or times.
-STEP = re.compile(r"(?<![\w.,/#×-])(?P<number>\d{3,5})(?![\w.,]\d|\d|\s*(?:%|×|MB|GB|KB|MiB|GiB|ms|s\b|nats|tokens|columns|lines|characters))")
+STEP = re.compile(r"(?<![\w.,/#×-])(?P<number>\d{3,5})"
+                  r"(?![\w.,]\d|\d|\s*(?:%|×|MB|GB|KB|MiB|GiB|ms|s\b|nats|tokens|columns|lines|characters))")
 YEAR = re.compile(r"^(?:19|20)\d\d$")
 LIST_ITEM = re.compile(r"^ *(?:[-*]|\d+\.) ")
 

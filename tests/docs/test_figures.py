@@ -47,7 +47,7 @@ def script():
 @pytest.fixture(scope="module")
 def reports(script):
     """The sample runs' reports, as the script computes them (a few seconds a run)."""
-    return script._reports()
+    return script.scan_sample_runs()
 
 
 @pytest.fixture(scope="module")
