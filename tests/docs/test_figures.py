@@ -23,8 +23,8 @@ from docs.figures import ABOUT_SAMPLE_RUNS, NOT_A_FIGURE, STEP, Unit, agrees, al
 # The pages whose tables are measurements of other runs (benchmarks, the calibration corpus), not the
 # tool's output on the sample runs: each table's section says where its figures come from.
 MEASURED_ELSEWHERE = ("docs/performance.md", "docs/performance-gpu.md", "docs/calibration.md")
-# The data blocks (not run, no markers possible) that show the tool's output on a sample run, each checked
-# by a test of its own below; a new one must join them.
+# The data blocks (not run, no markers possible) that quote step numbers about a sample run: the tool's
+# output, checked by a test of its own below, or why not; a new one must join them.
 DATA_BLOCKS = {
     ("docs/guides/alerts.md", "json"): "the --notify body of attention_fault's alert",
     ("docs/development.md", "text"): "how a marker is written (its numbers are a marker's, bound in README.md)",
