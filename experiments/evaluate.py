@@ -77,6 +77,7 @@ from ckptscan.detection.catalog import JudgedMonitor, judged_by_name
 from ckptscan.detection.rules import Thresholds
 from ckptscan.detection.series import difference_scale, judged_value
 from ckptscan.results import PairResult, ScanReport, Summary
+from experiments import pinned
 from experiments.baselines import BASELINES, read_log
 from experiments.calibrate import CALIBRATION
 from experiments.corpus import DEFAULT_OUT, healthy_seed_references, load_manifest, reference_run, require_corpus
@@ -380,7 +381,15 @@ def main(argv: list[str] | None = None) -> None:
                              "every other seed")
     p.add_argument("--partial", action="store_true",
                    help="evaluate only the runs generated so far (with their twin and references)")
+    p.add_argument("--pin", type=Path, default=None,
+                   help="record these results per run in this file (experiments/pinned.py), to compare later runs of "
+                        "the evaluation against")
+    p.add_argument("--against", type=Path, default=None,
+                   help="the pinned results to compare with (default: experiments/pinned/evaluate-SPLIT-REFS.json "
+                        "where it exists)")
     args = p.parse_args(argv)
+    if args.pin is not None and args.partial:
+        p.error("--pin records a whole split: not with --partial")
     if not args.partial:
         require_corpus(args.corpus)
     manifest = load_manifest()
@@ -413,6 +422,25 @@ def main(argv: list[str] | None = None) -> None:
     print_table(outcomes)
     for title, members in generations(outcomes):
         print_summary(summarize(members), title)
+    options = pin_options(args)
+    held = {o.run["name"]: held_result(o) for o in outcomes}
+    if args.pin is not None:
+        pinned.save(args.pin, held, options)
+        print(f"\npinned {len(held)} run(s) in {args.pin}")
+    against = args.against or pinned.PINNED / f"evaluate-{options['split']}-{options['references']}.json"
+    if args.pin is None and against.exists():
+        pinned.report(against, held, options)
+
+
+def pin_options(args: argparse.Namespace) -> dict:
+    """What a pinned result depends on besides the code: results under other options are not compared."""
+    references = args.references or ("none" if args.reference_seed is None else f"seed{args.reference_seed}")
+    return {"split": args.split, "references": references, "legacy": args.legacy}
+
+
+def held_result(o: Outcome) -> pinned.Held:
+    alarm = o.ckptscan_alarm if o.ckptscan_false is None else None
+    return pinned.Held(o.ckptscan_alarm, o.ckptscan_false, o.family, lead(o, alarm), not o.wrong_family)
 
 
 if __name__ == "__main__":
