@@ -19,7 +19,8 @@ argparse fields it would, named as its flags are.
     python tests/golden/make_megatron.py OUT dense moe  # some of them
 
 Runs: `dense` (torch_dist, iterations 10 and 20), `moe` (4 experts, top-2,
-no grouped GEMM; iterations 10 and 20), `gated` (the dense model with
+sigmoid scores with an expert bias updated as finalize_model_grads updates
+it, no grouped GEMM; iterations 10 and 20), `gated` (the dense model with
 --attention-output-gate and --qk-layernorm), `legacy` (the dense weights in
 the torch format), and four runs on two gloo ranks, each in both formats
 (`NAME/` torch_dist, `legacy_NAME/` the torch format): `tp2` / `pp2`, the
@@ -162,7 +163,8 @@ def config(kind: str, sizes: Sizes = Sizes()):
     extra: dict = {
         "dense": {},
         "moe": dict(num_moe_experts=EXPERTS, moe_router_topk=TOP_K, moe_grouped_gemm=False,
-                    moe_ffn_hidden_size=MOE_FFN, moe_aux_loss_coeff=0.0, moe_token_dispatcher_type="allgather"),
+                    moe_ffn_hidden_size=MOE_FFN, moe_aux_loss_coeff=0.0, moe_token_dispatcher_type="allgather",
+                    moe_router_score_function="sigmoid", moe_router_enable_expert_bias=True),
         "gated": dict(attention_output_gate=True, qk_layernorm=True),
     }[kind]
     return TransformerConfig(
@@ -199,7 +201,8 @@ def args(kind: str, iteration: int, ckpt_format: str, sizes: Sizes = Sizes()) ->
         add_bias_linear=False, seq_length=SEQ, max_position_embeddings=SEQ, padded_vocab_size=VOCAB,
         num_experts=EXPERTS if kind == "moe" else None, moe_ffn_hidden_size=MOE_FFN if kind == "moe" else None,
         qk_layernorm=kind == "gated", attention_output_gate=kind == "gated",
-        moe_router_topk=TOP_K, moe_grouped_gemm=False, moe_router_score_function="softmax", transformer_impl="local",
+        moe_router_topk=TOP_K, moe_grouped_gemm=False, moe_router_score_function="sigmoid" if kind == "moe" else "softmax",
+        moe_router_enable_expert_bias=kind == "moe", transformer_impl="local",
         params_dtype=torch.float32, tensor_model_parallel_size=sizes.tp, pipeline_model_parallel_size=sizes.pp,
         virtual_pipeline_model_parallel_size=sizes.vpp, decoder_first_pipeline_num_layers=sizes.first_stage,
         expert_model_parallel_size=1, micro_batch_size=GLOBAL_BATCH, global_batch_size=GLOBAL_BATCH,
@@ -229,6 +232,14 @@ def train_step(gpt, optimizer, sched, iteration: int) -> None:
     loss = gpt(tokens[:, :-1], positions, causal_mask(), labels=tokens[:, 1:]).float().mean()
     optimizer.zero_grad()
     loss.backward()
+    if gpt.config.moe_router_enable_expert_bias:  # as finalize_model_grads does after the backward pass
+        from megatron.core.distributed.finalize_model_grads import (
+            _update_router_expert_bias,
+            reset_model_temporary_tensors,
+        )
+
+        _update_router_expert_bias([gpt], gpt.config)
+        reset_model_temporary_tensors(gpt.config, [gpt])
     optimizer.step()
     sched.step(increment=GLOBAL_BATCH)
 
@@ -286,16 +297,18 @@ def megatron_split(gpt, optimizer) -> dict[str, torch.Tensor]:
             attention = layer.self_attention
             norms = attention.q_layernorm, attention.k_layernorm
             attention.q_layernorm = attention.k_layernorm = None
-            query, key = attention.get_query_key_value_tensors(
-                eye, None, output_gate=attention.config.attention_output_gate)[:2]
+            # megatron-core 0.15 has no output gate (nor the argument)
+            gated = {"output_gate": True} if getattr(attention.config, "attention_output_gate", False) else {}
+            query, key = attention.get_query_key_value_tensors(eye, None, **gated)[:2]
             attention.q_layernorm, attention.k_layernorm = norms
             split[f"{i}.query"] = query[:, 0].permute(1, 2, 0).contiguous()  # [hidden, heads, d] -> [heads, d, hidden]
             split[f"{i}.key"] = key[:, 0].permute(1, 2, 0).contiguous()
             for name, norm in zip(("q_norm", "k_norm"), norms, strict=True):
-                if norm is not None:
+                if hasattr(norm, "weight"):  # without QK norms they are IdentityOp
                     split[f"{i}.{name}"] = norm.weight.detach().clone()
             if hasattr(layer.mlp, "router"):
                 split[f"{i}.router"] = layer.mlp.router.weight.detach().clone()
+                split[f"{i}.expert_bias"] = layer.mlp.router.expert_bias.detach().clone()
     return split
 
 
