@@ -90,7 +90,7 @@ def test_legacy_tensor_parallel_merges_qkv_and_keeps_replicated(saves):
 
 
 def test_legacy_pipeline_stages_are_renumbered(saves):
-    """Each stage's file numbers its layers from 0: one layer a stage, then 2 and 1 (MoE routers too)."""
+    """Each stage's file numbers its layers from 0 (one layer a stage here): merged, the single-rank model."""
     single = {k: v for k, v in rank_file(LEGACY)["model"].items() if isinstance(v, torch.Tensor)}
     assert [k for k in rank_file(saves / "legacy_pp2" / "iter_0000020", "mp_rank_00_001")["model"]
             if k.endswith(QKV)] == [f"decoder.layers.0.{QKV}"]
@@ -101,6 +101,8 @@ def test_legacy_pipeline_stages_are_renumbered(saves):
 
 
 def test_legacy_uneven_pipeline_stages_are_renumbered(saves, tmp_path):
+    """3 MoE layers split 2 + 1 (--decoder-first-pipeline-num-layers 2): the
+    second stage's layer 0 is layer 2, router included, as in the torch_dist save."""
     reference = torch_dist_tensors(saves / "uneven" / "iter_0000010", tmp_path)
     stages = [rank_file(saves / "legacy_uneven" / "iter_0000010", f"mp_rank_00_00{p}")["model"] for p in (0, 1)]
     assert [sum(k.endswith(QKV) for k in stage) for stage in stages] == [2, 1]
