@@ -171,7 +171,7 @@ class ChunkedSavePlanner(DefaultSavePlanner):
         return self.plan
 
     def transform_object(self, write_item: WriteItem, object):
-        # A BytesIO value is already serialised (as Megatron's and torchtitan's planners treat them): its bytes as they are.
+        # A BytesIO value is already serialised (Megatron's and torchtitan's planners agree): its bytes as they are.
         if isinstance(object, io.BytesIO):
             return object
         return super().transform_object(write_item, object)

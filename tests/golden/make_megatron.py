@@ -63,7 +63,6 @@ import sys
 import time
 import warnings
 from pathlib import Path
-
 from typing import Any
 
 # torch (seconds to import on a small machine) is imported by the processes
@@ -89,6 +88,7 @@ def _not_compiled(model=None, **options):
 
 
 def import_torch() -> None:
+    """torch, for the module's functions (see `torch` above)."""
     global torch, F
     import torch
     import torch.nn.functional as F
@@ -201,7 +201,8 @@ def args(kind: str, iteration: int, ckpt_format: str, sizes: Sizes = Sizes()) ->
         add_bias_linear=False, seq_length=SEQ, max_position_embeddings=SEQ, padded_vocab_size=VOCAB,
         num_experts=EXPERTS if kind == "moe" else None, moe_ffn_hidden_size=MOE_FFN if kind == "moe" else None,
         qk_layernorm=kind == "gated", attention_output_gate=kind == "gated",
-        moe_router_topk=TOP_K, moe_grouped_gemm=False, moe_router_score_function="sigmoid" if kind == "moe" else "softmax",
+        moe_router_topk=TOP_K, moe_grouped_gemm=False,
+        moe_router_score_function="sigmoid" if kind == "moe" else "softmax",
         moe_router_enable_expert_bias=kind == "moe", transformer_impl="local",
         params_dtype=torch.float32, tensor_model_parallel_size=sizes.tp, pipeline_model_parallel_size=sizes.pp,
         virtual_pipeline_model_parallel_size=sizes.vpp, decoder_first_pipeline_num_layers=sizes.first_stage,
@@ -413,7 +414,8 @@ def split_anew(out: Path, name: str) -> None:
     chunks = [model(kind, sizes, vp_stage=v if sizes.vpp else None) for v in range(sizes.vpp or 1)]
     sched = scheduler(torch.optim.SGD([p for chunk in chunks for p in chunk.parameters()], lr=LR))
     iteration = ITERATIONS[0]
-    save_torch_dist(chunks, common_state(kind, iteration, "torch_dist", sched, sizes), iteration_dir(out / name, iteration))
+    save_torch_dist(chunks, common_state(kind, iteration, "torch_dist", sched, sizes),
+                    iteration_dir(out / name, iteration))
     save_legacy(chunks, common_state(kind, iteration, "torch", sched, sizes),
                 iteration_dir(out / f"legacy_{name}", iteration))
     torch.distributed.barrier()
@@ -465,7 +467,10 @@ def main() -> None:
         cpu_shims()
         init_process_group()
         for name in on_ranks:
-            reshard(out / "dense", out, name) if name in RESHARDED else split_anew(out, name)
+            if name in RESHARDED:
+                reshard(out / "dense", out, name)
+            else:
+                split_anew(out, name)
         torch.distributed.destroy_process_group()
         return
     if set(runs) & {"dense", "legacy", "moe", "gated"} or not (out / "dense").is_dir():
