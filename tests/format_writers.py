@@ -1,28 +1,29 @@
 """Writers of small checkpoints in the on-disk layouts of training frameworks,
-for tests: HF `.bin`, nanoGPT `ckpt.pt`, DeepSpeed `global_stepN/`, Megatron
-legacy `iter_NNNNNNN/mp_rank_*` and `torch_dist`, and DCP directories with
-several chunks per tensor (as sharded training writes them).
+for tests: HF `.bin`, nanoGPT `ckpt.pt`, DeepSpeed `global_stepN/`, and DCP
+directories with several chunks per tensor (as sharded training writes them).
 
 Each writer mirrors the producer's own save code (file names, nesting, the
 non-tensor objects pickled next to the weights), cited per function.
+Megatron-LM's saves are not imitated here: real megatron-core writes them
+(`megatron_saves`, tests/golden/megatron/).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import enum
 import io
 import itertools
 import json
-import random
+import os
+import shutil
+import subprocess
 import sys
 import types
 import warnings
 from collections import OrderedDict
 from pathlib import Path
 
-import numpy
+import filelock
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
@@ -116,23 +117,13 @@ def write_deepspeed(save_dir: Path, step: int, tensors: dict[str, torch.Tensor],
     return directory
 
 
-class AttnBackend(enum.Enum):
-    """Stands for megatron.core.transformer.enums.AttnBackend when pickling."""
-
-    flash = 1
-    fused = 2
-    unfused = 3
-    local = 4
-    auto = 5
-
-
 @contextlib.contextmanager
 def fake_module(name: str, **attributes):
     """Pickle records a class or function by module and name and checks it can
     import it back; register `attributes` under `name` (and empty parent
-    packages) while saving, so the file names e.g. `megatron.core.transformer.
-    enums.AttnBackend` exactly like a real checkpoint. Removed afterwards, so
-    loading can never import it."""
+    packages) while saving, so the file names a class of that module exactly
+    as a real checkpoint would (for the hostile tests: one the allow-list
+    refuses). Removed afterwards, so loading can never import it."""
     parts = name.split(".")
     added = [".".join(parts[:i]) for i in range(1, len(parts) + 1) if ".".join(parts[:i]) not in sys.modules]
     for package in added:
@@ -145,54 +136,6 @@ def fake_module(name: str, **attributes):
     finally:
         for package in added:
             del sys.modules[package]
-
-
-def megatron_args(layers: int, hidden: int, heads: int, groups: int, experts: int | None, tp: int = 1, pp: int = 1,
-                  vpp: int | None = None) -> argparse.Namespace:
-    """The parts of Megatron's `args` readers and layouts look at, plus the
-    kinds of values a real namespace pickles (dtype, enum, path, lists)."""
-    return argparse.Namespace(
-        num_layers=layers, hidden_size=hidden, num_attention_heads=heads, group_query_attention=groups != heads,
-        num_query_groups=groups, kv_channels=hidden // heads, ffn_hidden_size=4 * hidden, num_experts=experts,
-        moe_router_topk=2, tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-        virtual_pipeline_model_parallel_size=vpp, expert_model_parallel_size=1, params_dtype=torch.bfloat16,
-        attention_backend=AttnBackend.auto, save="/checkpoints/run", data_path=["1.0", "/data/text_document"],
-        ckpt_format="torch", seq_length=4096, iteration=0,
-    )
-
-
-def megatron_rng_state() -> list[dict]:
-    """`get_rng_state` in megatron/training/checkpointing.py."""
-    return [{
-        "random_rng_state": random.getstate(),
-        "np_rng_state": numpy.random.get_state(),
-        "torch_rng_state": torch.get_rng_state(),
-        "cuda_rng_state": torch.zeros(16, dtype=torch.uint8),
-        "rng_tracker_states": {"model-parallel-rng": torch.zeros(16, dtype=torch.uint8)},
-    }]
-
-
-def write_megatron_legacy(save_dir: Path, iteration: int, shards: dict[tuple[int, int], dict[str, dict]],
-                          args: argparse.Namespace) -> Path:
-    """megatron/training/checkpointing.py: save_dir/iter_{N:07d}/mp_rank_{tp:02d}
-    [_{pp:03d}]/model_optim_rng.pt = {args, checkpoint_version, iteration,
-    model | model0.., optimizer, opt_param_scheduler, rng_state}, then
-    latest_checkpointed_iteration.txt. `shards[(tp, pp)]` maps 'model' or
-    'model{i}' to that rank's state dict."""
-    directory = save_dir / f"iter_{iteration:07d}"
-    args.iteration = iteration
-    with fake_module("megatron.core.transformer.enums", AttnBackend=AttnBackend):
-        for (t, p), models in shards.items():
-            rank = f"mp_rank_{t:02d}" + (f"_{p:03d}" if args.pipeline_model_parallel_size > 1 else "")
-            (directory / rank).mkdir(parents=True, exist_ok=True)
-            state = {"args": args, "checkpoint_version": 3.0, "iteration": iteration, **models,
-                     "optimizer": {"optimizer": {"state": {}, "param_groups": [{"lr": 1e-4, "params": []}]},
-                                   "fp32_from_fp16_params": []},
-                     "opt_param_scheduler": {"max_lr": 3e-4, "num_steps": iteration},
-                     "rng_state": megatron_rng_state(), "num_floating_point_operations_so_far": 1.5e15}
-            torch.save(state, directory / rank / "model_optim_rng.pt")
-    (save_dir / "latest_checkpointed_iteration.txt").write_text(str(iteration))
-    return directory
 
 
 class ChunkedSavePlanner(DefaultSavePlanner):
@@ -228,7 +171,7 @@ class ChunkedSavePlanner(DefaultSavePlanner):
         return self.plan
 
     def transform_object(self, write_item: WriteItem, object):
-        # Like Megatron's MCoreSavePlanner: BytesIO values are already serialised.
+        # A BytesIO value is already serialised (Megatron's and torchtitan's planners agree): its bytes as they are.
         if isinstance(object, io.BytesIO):
             return object
         return super().transform_object(write_item, object)
@@ -253,25 +196,26 @@ def write_dcp(directory: Path, state_dict: dict, chunks: dict[str, list[tuple[in
     return directory
 
 
-def write_megatron_torch_dist(save_dir: Path, iteration: int, tensors: dict[str, torch.Tensor],
-                              args: argparse.Namespace, chunks: dict[str, list[tuple[int, int]]]) -> Path:
-    """Megatron `--ckpt-format torch_dist`: save_dir/iter_{N:07d}/ holds DCP files,
-    metadata.json {"sharded_backend": "torch_dist"} and the common state as the
-    `common_state/shard_0_1` byte entry (torch.save of [common_state_dict]),
-    then latest_checkpointed_iteration.txt (dist_checkpointing/serialization.py,
-    strategies/torch.py)."""
-    directory = save_dir / f"iter_{iteration:07d}"
-    args.ckpt_format = "torch_dist"
-    args.iteration = iteration
-    common = io.BytesIO()
-    with fake_module("megatron.core.transformer.enums", AttnBackend=AttnBackend):
-        torch.save([{"args": args, "checkpoint_version": 3.0, "iteration": iteration,
-                     "num_floating_point_operations_so_far": 1.5e15}], common)
-    common.seek(0)
-    state = dict(tensors)
-    state["common_state/shard_0_1"] = common
-    write_dcp(directory, state, chunks)
-    (directory / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist",
-                                                         "sharded_backend_version": 1}))
-    (save_dir / "latest_checkpointed_iteration.txt").write_text(str(iteration))
-    return directory
+GOLDEN_MEGATRON = Path(__file__).parent / "golden" / "megatron"
+MAKE_MEGATRON = Path(__file__).parent / "golden" / "make_megatron.py"
+MEGATRON_TWO_RANK_RUNS = ("tp2", "pp2", "vpp", "uneven")
+
+
+def megatron_saves(tmp_path_factory) -> Path:
+    """A folder holding the committed single-rank dense run and the two-rank
+    saves real megatron-core writes under tests/golden/make_megatron.py: tp2,
+    pp2 (the dense weights resharded), vpp (virtual pipeline chunks), uneven
+    (2 layers, then 1; MoE), each as torch_dist and in the torch format
+    (`legacy_` + name). Written once a session, the xdist workers waiting on
+    one lock in their common temporary folder; tests copy what they change."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    root = tmp_path_factory.getbasetemp().parent if worker else tmp_path_factory.getbasetemp()
+    out = root / "megatron-saves"
+    with filelock.FileLock(str(root / "megatron-saves.lock")):
+        if not (out / "written").exists():
+            shutil.rmtree(out, ignore_errors=True)
+            shutil.copytree(GOLDEN_MEGATRON / "dense", out / "dense")
+            subprocess.run([sys.executable, "-W", "ignore", str(MAKE_MEGATRON), str(out), *MEGATRON_TWO_RANK_RUNS],
+                           check=True, timeout=300)
+            (out / "written").touch()
+    return out

@@ -2,11 +2,12 @@
 temporary and incomplete checkpoints skipped with a reason."""
 
 import json
+import shutil
 
 import pytest
 import torch
 from factories import llama_config, llama_tensors, write_hf_checkpoint
-from format_writers import megatron_args, write_deepspeed, write_dcp, write_megatron_legacy, write_nanogpt
+from format_writers import GOLDEN_MEGATRON, write_deepspeed, write_dcp, write_nanogpt
 
 from ckptscan.discovery import discover_run
 from ckptscan.errors import CkptScanError
@@ -64,19 +65,14 @@ def test_deepspeed_run_ignores_latest_and_skips_a_save_in_progress(tmp_path):
     assert "still being written" in skipped(run)["global_step15"]
 
 
-def megatron_iteration(save_dir, iteration):
-    model = {"decoder.layers.0.self_attention.linear_qkv.weight": torch.randn(16, 8)}
-    write_megatron_legacy(save_dir, iteration, {(0, 0): {"model": model}}, megatron_args(1, 8, 2, 1, None))
-
-
 def test_megatron_run(tmp_path):
-    for iteration in (2000, 1000):
-        megatron_iteration(tmp_path, iteration)
-    (tmp_path / "iter_0003000" / "mp_rank_00").mkdir(parents=True)  # crashed mid-save; tracker still says 2000
-    (tmp_path / "latest_checkpointed_iteration.txt").write_text("2000")
+    """A --save directory megatron-core wrote (iterations 10 and 20), and a save that crashed midway."""
+    shutil.copytree(GOLDEN_MEGATRON / "legacy", tmp_path, dirs_exist_ok=True)
+    (tmp_path / "iter_0000030" / "mp_rank_00").mkdir(parents=True)  # the tracker still says 20
+    assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == "20"
     run = discover_run(tmp_path)
-    assert steps(run) == [1000, 2000] and run.checkpoints[1].meta["iteration"] == 2000
-    assert set(skipped(run)) == {"iter_0003000"}
+    assert steps(run) == [10, 20] and run.checkpoints[1].meta["iteration"] == 20
+    assert set(skipped(run)) == {"iter_0000030"}
 
 
 def test_torchtitan_run_under_dump_checkpoint(tmp_path):

@@ -1,17 +1,19 @@
-"""Training-framework checkpoints end to end: Megatron-Core (legacy shards and
-torch_dist), legacy Megatron GPT (three checkpoint_versions), nanoGPT,
-torchtitan (2025 and 2026 names, MLA) and OLMo-core. Each test writes the
-framework's own file layout (tests/format_writers.py) with QKV rows fused
-from per-head blocks it drew first, and compares the scan per head with the
-dense reference of those blocks."""
+"""Training-framework checkpoints end to end: Megatron-Core (tensor-parallel
+saves real megatron-core writes, held to Megatron's own q/k split), legacy
+Megatron GPT (three checkpoint_versions), nanoGPT, torchtitan (2025 and 2026
+names, MLA) and OLMo-core. Each of the others writes the framework's own file
+layout (tests/format_writers.py) with QKV rows fused from per-head blocks it
+drew first, and compares the scan per head with the dense reference of those
+blocks."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
-from format_writers import megatron_args, write_dcp, write_megatron_legacy, write_megatron_torch_dist, write_nanogpt
+from format_writers import GOLDEN_MEGATRON, megatron_saves, write_dcp, write_nanogpt
 from layout_factories import (
     assert_heads_match,
     assert_router_matches,
@@ -24,94 +26,80 @@ from layout_factories import (
 )
 
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts import HeadOverrides
+from ckptscan.layouts import HeadOverrides, resolve_layout
+from ckptscan.readers.base import Checkpoint, dtype_name
 
 D, E = 32, 4
 BF16 = torch.bfloat16
 
 
-def megatron_grouped(q, k, v, gate=None):
-    """linear_qkv rows: G × [q·(H/G) | (gate·(H/G)) | k | v] ("q1 q2 k1 v1 | q3 q4 k2 v2")."""
-    heads, kv_heads = q.shape[0], k.shape[0]
-    per = heads // kv_heads
-    groups = []
-    for g in range(kv_heads):
-        parts = [q[g * per:(g + 1) * per]] + ([gate[g * per:(g + 1) * per]] if gate is not None else [])
-        groups.append(torch.cat(parts + [k[g:g + 1], v[g:g + 1]]))
-    return torch.cat(groups).reshape(-1, q.shape[-1])
+@pytest.fixture(scope="session")
+def megatron(tmp_path_factory) -> Path:
+    return megatron_saves(tmp_path_factory)
 
 
-def test_megatron_core_tensor_parallel_shards_with_gqa_and_expert_bias_routers(tmp_path):
-    heads, groups, d, layers, tp = 4, 2, 8, 2, 2
-    pairs = [head_pair(heads, groups, d, D, seed=10 * i, dtype=BF16) for i in range(layers)]
-    routers = [router_pair(E, D, 50 + i, torch.float32) for i in range(layers)]
-    biases = [(exact((E,), 60 + i, torch.float32), exact((E,), 70 + i, torch.float32)) for i in range(layers)]
-    paths = []
-    for side, step in enumerate((100, 200)):
-        shards = {}
-        for rank in range(tp):
-            state = {}
-            for i, pair in enumerate(pairs):
-                q, k = (pair.q_a, pair.k_a) if side == 0 else (pair.q_b, pair.k_b)
-                qkv = megatron_grouped(q, k, exact((groups, d, D), 5, BF16)).to(BF16)
-                p = f"decoder.layers.{i}."
-                # Column parallel: each rank holds whole query groups, in rank order.
-                state[p + "self_attention.linear_qkv.weight"] = qkv.chunk(tp, dim=0)[rank].clone()
-                state[p + "self_attention.linear_qkv.layer_norm_weight"] = torch.ones(D, dtype=BF16)
-                state[p + "mlp.router.weight"] = routers[i][side].float()
-                state[p + "mlp.router.expert_bias"] = biases[i][side].float()
-            shards[(rank, 0)] = {"model": state}
-        args = megatron_args(layers, D, heads, groups, E, tp=tp)
-        args.moe_router_score_function, args.moe_router_enable_expert_bias = "sigmoid", True
-        paths.append(write_megatron_legacy(tmp_path / "run", step, shards, args))
-    report = scan(*paths)
+def megatron_split(iteration: int) -> dict[str, torch.Tensor]:
+    """Megatron's own q/k split of the dense run's iteration (make_megatron.py `megatron_split`)."""
+    return torch.load(GOLDEN_MEGATRON / "megatron_split" / "dense" / f"iter_{iteration:07d}.pt", weights_only=True)
+
+
+@pytest.mark.parametrize("run", ["tp2", "legacy_tp2"])
+def test_megatron_core_tensor_parallel_saves_with_gqa(megatron, run):
+    """The dense GQA run resharded to TP 2 by megatron-core, each rank one
+    query group of linear_qkv: as torch_dist chunks and as rank files."""
+    report = scan(megatron / run / "iter_0000010", megatron / run / "iter_0000020")
     model = report.model
-    assert (model.family, model.num_heads, model.num_kv_heads, model.head_dim) == ("megatron", heads, groups, d)
-    assert (model.num_experts, model.top_k, model.router_scoring) == (E, 2, "sigmoid")
-    for layer, pair in zip(report.pairs[0].layers, pairs, strict=True):
-        assert_heads_match(layer, reference(pair.q_a, pair.k_a, pair.q_b, pair.k_b))
-        assert_router_matches(layer, *routers[layer.layer], bias_b=biases[layer.layer][1])
-
-
-def test_megatron_torch_dist_stacked_with_output_gate_and_zero_centred_qk_norm(tmp_path):
-    heads, groups, d, layers = 4, 2, 8, 3
-    pairs = [head_pair(heads, groups, d, D, seed=10 * i, dtype=BF16) for i in range(layers)]
-    # --apply-layernorm-1p stores w and scales by 1 + w.
-    gains = [[exact((d,), 90 + 2 * i + j, BF16, 0.3) for j in range(2)] for i in range(layers)]
-    gains_b = [[nudged(g, 120 + 2 * i + j, BF16) for j, g in enumerate(pair)] for i, pair in enumerate(gains)]
-    paths, folded = [], []
-    for side, step in enumerate((10, 20)):
-        qkv, q_norm, k_norm, truth = [], [], [], []
-        for i, pair in enumerate(pairs):
-            q, k = (pair.q_a, pair.k_a) if side == 0 else (pair.q_b, pair.k_b)
-            gate = exact((heads, d, D), 7 + i, BF16)
-            qkv.append(megatron_grouped(q, k, exact((groups, d, D), 5, BF16), gate=gate))
-            g_q, g_k = (gains if side == 0 else gains_b)[i]
-            q_norm.append(g_q)
-            k_norm.append(g_k)
-            truth.append((q * (1 + g_q)[None, :, None], k * (1 + g_k)[None, :, None]))
-        folded.append(truth)
-        tensors = {
-            "decoder.layers.self_attention.linear_qkv.weight": torch.stack(qkv).to(BF16),
-            "decoder.layers.self_attention.q_layernorm.weight": torch.stack(q_norm).to(BF16),
-            "decoder.layers.self_attention.k_layernorm.weight": torch.stack(k_norm).to(BF16),
-            "decoder.final_layernorm.weight": torch.ones(D, dtype=BF16),
-        }
-        args = megatron_args(layers, D, heads, groups, None)
-        args.qk_layernorm, args.attention_output_gate, args.apply_layernorm_1p = True, True, True
-        chunks = {name: [(0, layers)] for name in tensors if name.startswith("decoder.layers.")}
-        paths.append(write_megatron_torch_dist(tmp_path / "run", step, tensors, args, chunks))
-    report = scan(*paths)
-    assert report.model.num_layers == layers
+    assert (model.family, model.num_heads, model.num_kv_heads, model.head_dim) == ("megatron", 4, 2, 8)
+    a, b = megatron_split(10), megatron_split(20)
     for layer in report.pairs[0].layers:
-        (qa, ka), (qb, kb) = folded[0][layer.layer], folded[1][layer.layer]
-        assert_heads_match(layer, reference(qa, ka, qb, kb))
+        i = layer.layer
+        assert_heads_match(layer, reference(a[f"{i}.query"], a[f"{i}.key"], b[f"{i}.query"], b[f"{i}.key"]))
+
+
+def folded_split(run: str, iteration: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer, Megatron's q/k blocks before its QK norms, each scaled by its
+    norm's gain (diag(γ) W_h, in float64): the weights the logits see."""
+    split = torch.load(GOLDEN_MEGATRON / "megatron_split" / run / f"iter_{iteration:07d}.pt", weights_only=True)
+    f64 = torch.float64
+    return {i: (split[f"{i}.query"].to(f64) * split[f"{i}.q_norm"].to(f64)[None, :, None],
+                split[f"{i}.key"].to(f64) * split[f"{i}.k_norm"].to(f64)[None, :, None]) for i in range(2)}
+
+
+def test_megatron_torch_dist_stacked_with_output_gate_and_qk_norm():
+    """--attention-output-gate puts each query head's gate rows after it in
+    linear_qkv ([q, gate, k, v] per group); --qk-layernorm's gains fold into
+    the heads. (Zero-centred gains, --apply-layernorm-1p, need Transformer
+    Engine or Apex norms: megatron-core's torch norms refuse them, so no save
+    here has them.)"""
+    run = GOLDEN_MEGATRON / "gated"
+    report = scan(run / "iter_0000010", run / "iter_0000020")
+    assert (report.model.num_layers, report.model.num_kv_heads, report.model.head_dim) == (2, 2, 8)
+    a, b = folded_split("gated", 10), folded_split("gated", 20)
+    for layer in report.pairs[0].layers:
+        assert_heads_match(layer, reference(*a[layer.layer], *b[layer.layer]))
+
+
+class Tensors(dict):
+    """Named tensors in memory, read as a checkpoint's (`readers.base.TensorSource`)."""
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self[name].shape)
+
+    def dtype(self, name: str) -> str:
+        return dtype_name(self[name].dtype)
+
+    def get(self, name: str, rows: tuple[int, int] | None = None) -> torch.Tensor:
+        return self[name] if rows is None else self[name][rows[0]:rows[1]]
 
 
 @pytest.mark.parametrize("version", [3.0, 1.0, 0])
-def test_legacy_megatron_gpt_rows_follow_the_checkpoint_version(version, tmp_path, monkeypatch):
+def test_legacy_megatron_gpt_rows_follow_the_checkpoint_version(version):
+    """Megatron-LM's legacy GPT (before Megatron-Core) is no longer written by
+    any megatron-core release, so its model_optim_rng.pt files cannot be made
+    for real: the layout is given the tensors and metadata the legacy reader
+    returns for one, and its q/k blocks are those the rows were fused from."""
     heads, d = 4, 8
-    pairs = [head_pair(heads, heads, d, D, seed=10 * i, dtype=BF16) for i in range(2)]
+    blocks = [(exact((heads, d, D), 10 * i + 1, BF16), exact((heads, d, D), 10 * i + 2, BF16)) for i in range(2)]
 
     def fuse(q, k, v):
         if version >= 2:  # [np, 3, hn]
@@ -120,27 +108,16 @@ def test_legacy_megatron_gpt_rows_follow_the_checkpoint_version(version, tmp_pat
             return torch.stack([q, k, v], dim=2).reshape(-1, D)
         return torch.cat([q, k, v]).reshape(-1, D)  # [3, np, hn]
 
-    # The writer saves the current version (3.0); older files carry theirs.
-    save = torch.save
-    monkeypatch.setattr(torch, "save", lambda obj, f, **kw: save(
-        {**obj, "checkpoint_version": version} if isinstance(obj, dict) and "checkpoint_version" in obj else obj,
-        f, **kw))
-    paths = []
-    for side, step in enumerate((100, 200)):
-        encoder = {}
-        for i, pair in enumerate(pairs):
-            q, k = (pair.q_a, pair.k_a) if side == 0 else (pair.q_b, pair.k_b)
-            encoder[f"layers.{i}.self_attention.query_key_value.weight"] = fuse(q, k, exact((heads, d, D), 3,
-                                                                                             BF16)).to(BF16)
-            encoder[f"layers.{i}.input_norm.weight"] = torch.ones(D, dtype=BF16)
-        model = {"language_model": {"embedding": {"word_embeddings": {"weight": exact((16, D), 1, BF16).to(BF16)}},
-                                    "encoder": encoder}}
-        args = megatron_args(2, D, heads, heads, None)
-        paths.append(write_megatron_legacy(tmp_path / "run", step, {(0, 0): {"model": model}}, args))
-    report = scan(*paths)
-    assert report.model.family == "megatron-legacy"
-    for layer, pair in zip(report.pairs[0].layers, pairs, strict=True):
-        assert_heads_match(layer, reference(pair.q_a, pair.k_a, pair.q_b, pair.k_b))
+    tensors = Tensors({f"language_model.encoder.layers.{i}.self_attention.query_key_value.weight":
+                       fuse(q, k, exact((heads, d, D), 3, BF16)).to(BF16) for i, (q, k) in enumerate(blocks)})
+    args = {"num_layers": 2, "hidden_size": D, "num_attention_heads": heads, "kv_channels": d}
+    checkpoint = Checkpoint(path=Path("iter_0000100"), format="megatron", step=100, tensors=tensors,
+                            meta={"args": args, "checkpoint_version": version, "iteration": 100})
+    layout = resolve_layout(checkpoint, HeadOverrides())
+    assert layout.info.family == "megatron-legacy"
+    for plan, (q, k) in zip(layout.layers, blocks, strict=True):
+        weights = plan.build({name: tensors[name] for name in plan.tensors}, torch.float64)
+        assert torch.equal(weights.q, q.double()) and torch.equal(weights.k, k.double()), plan.layer
 
 
 def test_nanogpt_compiled_ckpt_with_model_args(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from factories import llama_config, llama_tensors, random_weights, write_hf_checkpoint
-from format_writers import megatron_args, write_megatron_legacy
+from format_writers import GOLDEN_MEGATRON
 from layout_factories import assert_heads_match, head_pair, reference, scan
 
 from ckptscan.errors import CkptScanError
@@ -100,27 +100,23 @@ def test_legacy_megatron_names_without_a_checkpoint_version_are_refused(tmp_path
         _resolve(path, num_heads=4)
 
 
-def test_megatron_args_decide_over_ambiguous_shapes(tmp_path):
-    """With args the gate and G come from args: the same 96 rows read as 2
-    gated groups when args say attention_output_gate."""
-    heads, groups, d = 4, 2, 8
-    pairs = [head_pair(heads, groups, d, D, seed=3, dtype=torch.float32)]
-    paths = []
-    for side, step in enumerate((1, 2)):
-        pair = pairs[0]
-        q, k = (pair.q_a, pair.k_a) if side == 0 else (pair.q_b, pair.k_b)
-        per = heads // groups
-        gate = random_weights((heads, d, D), 9)
-        v = random_weights((groups, d, D), 8)
-        qkv = torch.cat([torch.cat([q[g * per:(g + 1) * per], gate[g * per:(g + 1) * per], k[g:g + 1], v[g:g + 1]])
-                         for g in range(groups)]).reshape(-1, D)
-        args = megatron_args(1, D, heads, groups, None)
-        args.attention_output_gate = True
-        state = {"decoder.layers.0.self_attention.linear_qkv.weight": qkv.float()}
-        paths.append(write_megatron_legacy(tmp_path / "run", step, {(0, 0): {"model": state}}, args))
-    report = scan(*paths)
-    assert (report.model.num_kv_heads, report.model.head_dim) == (groups, d)
-    assert_heads_match(report.pairs[0].layers[0], reference(pairs[0].q_a, pairs[0].k_a, pairs[0].q_b, pairs[0].k_b))
+def test_megatron_args_decide_over_ambiguous_shapes():
+    """linear_qkv's 96 rows of the gated run megatron-core saved would read as
+    4 ungated MHA groups of head_dim 8 too: its args decide (2 query groups,
+    attention_output_gate), and the heads are Megatron's own."""
+    run = GOLDEN_MEGATRON / "gated"
+    checkpoint = open_checkpoint(run / "iter_0000020")
+    assert checkpoint.tensors.shape("decoder.layers.0.self_attention.linear_qkv.weight") == (96, D)
+    layout = resolve_layout(checkpoint, HeadOverrides())
+    assert "fused layout: grouped_gated (args 'attention_output_gate')" in layout.notes
+    report = scan(run / "iter_0000010", run / "iter_0000020")
+    assert (report.model.num_kv_heads, report.model.head_dim) == (2, 8)
+    f64 = torch.float64
+    split = [torch.load(GOLDEN_MEGATRON / "megatron_split" / "gated" / f"iter_{i:07d}.pt", weights_only=True)
+             for i in (10, 20)]
+    q_a, k_a, q_b, k_b = (s[f"0.{part}"].to(f64) * s[f"0.{norm}"].to(f64)[None, :, None]
+                          for s in split for part, norm in (("query", "q_norm"), ("key", "k_norm")))
+    assert_heads_match(report.pairs[0].layers[0], reference(q_a, k_a, q_b, k_b))
 
 
 def test_the_reference_catches_a_wrong_split(tmp_path):
