@@ -36,6 +36,7 @@ from pathlib import Path
 
 from ckptscan.detection.rules import Thresholds
 from ckptscan.results import ScanReport
+from experiments import pinned
 from experiments.corpus import DEFAULT_OUT, healthy_seed_references, load_manifest
 from experiments.divergence import divergence_step
 from experiments.judge import judge_run, load_report
@@ -182,7 +183,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--references", choices=["healthy-seeds"], help="judge against the band of healthy seeds")
     p.add_argument("--partial", action="store_true", help="judge the runs whose metrics exist")
     p.add_argument("--calibrate", action="store_true", help="the logit-scale figures the ceiling is set from")
+    p.add_argument("--pin", type=Path, default=None, help="record these verdicts per run (experiments/pinned.py)")
+    p.add_argument("--against", type=Path, default=None,
+                   help="the pinned verdicts to compare with (default: experiments/pinned/natural-SPLIT-REFS.json)")
     args = p.parse_args(argv)
+    if args.pin is not None and args.partial:
+        p.error("--pin records a whole split: not with --partial")
     if args.calibrate:
         calibrate(args.corpus)
         return
@@ -194,6 +200,22 @@ def main(argv: list[str] | None = None) -> None:
               f"{r['family']} | {r['rollback']} | {r['verdict']} | {', '.join(r['problems']) or 'ok'} |")
     wrong = sum(bool(r["problems"]) for r in rows)
     print(f"{len(rows)} runs, {wrong} with a problem")
+    options = {"split": args.split, "references": args.references or "none"}
+    held = {r["run"]: held_result(r) for r in rows}
+    if args.pin is not None:
+        pinned.save(args.pin, held, options)
+        print(f"pinned {len(held)} run(s) in {args.pin}")
+    against = args.against or pinned.PINNED / f"natural-{options['split']}-{options['references']}.json"
+    if args.pin is None and against.exists():
+        pinned.report(against, held, options)
+
+
+def held_result(row: dict) -> pinned.Held:
+    """A verdict row as a pinned result: a false or pre-onset alarm is the false alarm, any other alert the
+    alarm; the family is right unless the row's problems say it is not."""
+    false = row["alert"] if {"false alarm", "pre-onset alarm"} & set(row["problems"]) else None
+    wrong = any(p.startswith(("LR jump named", "QK-norm run blamed")) for p in row["problems"])
+    return pinned.Held(None if false is not None else row["alert"], false, row["family"], None, not wrong)
 
 
 if __name__ == "__main__":
