@@ -101,12 +101,7 @@ def _commit(report: ScanReport, path: Path, per_head: str, fingerprint: str, par
     chunks, committed = list(parts["chunks"]), parts["bytes"]
     if new:
         chunk = gzip.compress(_chunk_text(new, per_head).encode(), GZIP_LEVEL, mtime=0)
-        with open(path.parent / parts["file"], "r+b") as f:
-            f.truncate(committed)  # what a write cut short left past the committed length
-            f.seek(committed)
-            f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
+        _append(path.parent / parts["file"], committed, chunk)
         chunks.append([len(new), len(chunk), hashlib.sha256(chunk).hexdigest()])
         committed += len(chunk)
     document = report_dict(dataclasses.replace(report, pairs=[]), per_head)
@@ -121,6 +116,16 @@ def _commit(report: ScanReport, path: Path, per_head: str, fingerprint: str, par
     }
     text = json.dumps(document, separators=(",", ":"), allow_nan=False) + "\n"
     write_atomic(path, gzip.compress(text.encode(), GZIP_LEVEL, mtime=0) if path.name.endswith(".gz") else text)
+
+
+def _append(file: Path, committed: int, chunk: bytes) -> None:
+    """`chunk` at `committed` in `file`, on disk before the document names it."""
+    with open(file, "r+b") as f:
+        f.truncate(committed)  # what a write cut short left past the committed length
+        f.seek(committed)
+        f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _chunk_text(pairs: list[PairResult], per_head: str) -> str:
