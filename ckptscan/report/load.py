@@ -9,15 +9,17 @@ give the same bytes.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ckptscan.errors import CkptScanError
-from ckptscan.report.parts import PARTS_SCHEMA_VERSION, expand
-from ckptscan.results import ScanReport, from_dict
+from ckptscan.report.parts import PARTS_SCHEMA_VERSION, expand, pair_columns
+from ckptscan.report.rebuild import build
+from ckptscan.results import PairResult, ScanReport, from_dict
 from ckptscan.storage import RemotePath, as_path
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -54,11 +56,19 @@ def _expand(data: Any, path: Path | RemotePath, again: bool) -> Any:
     replaced whole between the two reads, its old pairs file removed)."""
     if not _has_parts(data):
         return data
+    return _reading_parts(lambda document: expand(document, path), data, path, again)
+
+
+def _reading_parts(read: Callable[[dict[str, Any]], Any], data: dict[str, Any], path: Path | RemotePath,
+                   again: bool) -> Any:
+    """read(data), its errors as one clear line each (see `_expand` for `again`)."""
     try:
-        return expand(data, path)
+        return read(data)
     except FileNotFoundError:
         if again:
-            return _expand(_read_document(path), path, again=False)
+            document = _read_document(path)
+            if _has_parts(document):
+                return _reading_parts(read, document, path, again=False)
         raise CkptScanError(f"the file of the report's pairs, {data['pairs']['parts']['file']}, is missing",
                             path=path) from None
     except (ValueError, KeyError, TypeError, EOFError, zlib.error) as e:
@@ -80,7 +90,27 @@ def _read_document(path: Path | RemotePath) -> Any:
 def load_report(path: str | Path | RemotePath) -> ScanReport:
     """A ckptscan JSON report file as result objects, its schema version checked:
     what `--reference` compares with and what `ckptscan report` renders."""
-    return report_from_dict(read_report(path), path)
+    path = as_path(path)
+    document = _read_document(path)
+    if not _has_parts(document):
+        return report_from_dict(document, path)
+    # Schema 2: the pairs built from their columns (`rebuild.build`), not from a dict each.
+    check_report({**document, "pairs": []}, path)
+
+    def pairs_of(document: dict[str, Any]) -> list[PairResult]:
+        return [pair for column in pair_columns(document, path) for pair in build(PairResult, column)]
+
+    # ~10⁶ objects made in a row: the cyclic collector would walk the growing heap again and again.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        pairs = _reading_parts(pairs_of, document, path, again=True)
+    finally:
+        if collecting:
+            gc.enable()
+    report = report_from_dict({**document, "pairs": []}, path)
+    report.pairs = pairs
+    return report
 
 
 def as_json_values(data: dict[str, Any]) -> dict[str, Any]:

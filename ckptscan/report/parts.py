@@ -144,13 +144,16 @@ def run_fingerprint(report: ScanReport, per_head: str) -> str:
 
 
 def _digest(pairs: list[PairResult]) -> str:
-    """The pairs as far as a re-run could change them: their steps, what
-    judging wrote (statuses, loss, findings, judgements) and each layer's
-    headline Δ2 entropy (a metric recomputed differently)."""
+    """The pairs as far as a re-run could change them: their steps, loss and
+    learning rate, what judging decided (each layer's status and findings)
+    and each layer's headline Δ2 entropy (a metric computed otherwise).
+    Judgements are left out: they follow from the same points as the
+    statuses, and are most of a pair's repr (a re-run at 2,000 pairs would
+    spend a second on them)."""
     h = hashlib.sha256()
     for pair in pairs:
         h.update(repr((pair.from_step, pair.to_step, pair.status, pair.loss, pair.lr,
-                       [(layer.layer, layer.status, layer.findings, sorted(layer.judgements.items()),
+                       [(layer.layer, layer.status, layer.findings,
                          layer.attention.delta2_entropy if layer.attention is not None else None)
                         for layer in pair.layers])).encode())
     return h.hexdigest()
@@ -199,6 +202,12 @@ def expand(document: dict[str, Any], path: Path | Any) -> dict[str, Any]:
     (`pairs` a list), `schema_version` 2. `path`: the document's (a local
     path or a RemotePath); raises ValueError where the parts are missing,
     cut or not the ones the document names, OSError where they cannot be read."""
+    return {**document, "pairs": [pair for column in pair_columns(document, path) for pair in columns.decode(column)]}
+
+
+def pair_columns(document: dict[str, Any], path: Path | Any) -> list[dict[str, Any]]:
+    """The columns of a schema-2 document's pairs, in order: each chunk of
+    its parts file, checked against the document, then the newest pair."""
     pairs = document["pairs"]
     if pairs.get("encoding") != ENCODING:
         raise ValueError(f"unknown pairs encoding {pairs.get('encoding')!r}")
@@ -206,22 +215,27 @@ def expand(document: dict[str, Any], path: Path | Any) -> dict[str, Any]:
     name = parts["file"]
     if not isinstance(name, str) or "/" in name or "\\" in name or name in ("", ".", ".."):
         raise ValueError(f"bad parts file name {name!r}")
-    where = path.parent / name
-    raw = where.read_bytes()[:parts["bytes"]]  # FileNotFoundError: the caller reads the document again
+    raw = (path.parent / name).read_bytes()[:parts["bytes"]]  # FileNotFoundError: the caller reads the document again
     if len(raw) < parts["bytes"]:
         raise ValueError(f"its pairs file {name} is cut short ({len(raw)} of {parts['bytes']} bytes)")
-    rows: list[Any] = []
-    start = 0
+    found: list[dict[str, Any]] = []
+    start, total = 0, 0
     for count, size, sha in parts["chunks"]:
         chunk = raw[start:start + size]
         start += size
         if hashlib.sha256(chunk).hexdigest() != sha:
             raise ValueError(f"its pairs file {name} does not hold the pairs it names (a chunk differs)")
-        decoded = columns.decode(json.loads(gzip.decompress(chunk)))
-        if len(decoded) != count:
-            raise ValueError(f"a chunk of {name} holds {len(decoded)} pairs, not {count}")
-        rows.extend(decoded)
-    rows.extend(columns.decode(pairs["newest"]))
-    if len(rows) != pairs["count"]:
-        raise ValueError(f"it names {pairs['count']} pairs and holds {len(rows)}")
-    return {**document, "pairs": rows}
+        column = json.loads(gzip.decompress(chunk))
+        if _rows(column) != count:
+            raise ValueError(f"a chunk of {name} holds {_rows(column)} pairs, not {count}")
+        found.append(column)
+        total += count
+    found.append(pairs["newest"])
+    if total + _rows(pairs["newest"]) != pairs["count"]:
+        raise ValueError(f"it names {pairs['count']} pairs and holds {total + _rows(pairs['newest'])}")
+    return found
+
+
+def _rows(column: dict[str, Any]) -> int:
+    """How many pairs a column of pairs holds (a table of them, or a raw list)."""
+    return int(column["n"]) if "obj" in column else len(columns.decode(column))

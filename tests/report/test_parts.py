@@ -18,6 +18,7 @@ import pytest
 
 from ckptscan import scan_run
 from ckptscan.errors import CkptScanError
+from ckptscan.live.report_file import ReportFile
 from ckptscan.report import parts
 from ckptscan.report.json import report_json, write_json
 from ckptscan.report.load import as_json_values, load_report, read_json_file, report_from_dict
@@ -280,3 +281,13 @@ def test_a_schema_1_file_still_loads_and_as_schema_2_loads_the_same(tmp_path):
     write_json(loaded, tmp_path / "report.json", PER_HEAD)
     assert document(tmp_path / "report.json")["schema_version"] == 2
     assert load_report(tmp_path / "report.json") == loaded
+
+
+def test_the_live_report_file_of_a_long_run_is_schema_2_and_appends_each_step(grown, tmp_path):
+    before, after = grown
+    live = ReportFile(tmp_path / "report.json", PER_HEAD)
+    live.write(before)
+    live.write(after)
+    assert [c[0] for c in document(tmp_path / "report.json")["pairs"]["parts"]["chunks"]] == \
+        [len(before.pairs) - 1, len(after.pairs) - len(before.pairs)]
+    assert load_report(tmp_path / "report.json") == as_read(after)
