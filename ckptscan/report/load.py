@@ -39,8 +39,8 @@ def read_report(path: str | Path | RemotePath) -> dict[str, Any]:
 
 def read_json_file(path: str | Path | RemotePath) -> Any:
     """The JSON a report file holds, unchecked (a sweep's report, too), gzip-compressed
-    or not; a schema-2 report with its pairs read back from the file beside it
-    (the dict of schema 1, `schema_version` 2)."""
+    or not; a schema-2 report with its pairs read back from the file beside it,
+    as the dict its schema-1 file would hold (`parts.expand`)."""
     path = as_path(path)
     return _expand(_read_document(path), path, again=True)
 

@@ -39,7 +39,7 @@ from ckptscan import __version__
 from ckptscan.atomic import write_atomic
 from ckptscan.report import columns
 from ckptscan.report.plain import plain_pair, report_dict
-from ckptscan.results import PairResult, ScanReport
+from ckptscan.results import SCHEMA_VERSION, PairResult, ScanReport
 
 PARTS_SCHEMA_VERSION = 2
 ENCODING = "columns-gzip"
@@ -198,11 +198,14 @@ def _glob_escape(name: str) -> str:
 
 
 def expand(document: dict[str, Any], path: Path | Any) -> dict[str, Any]:
-    """A schema-2 document with its pairs read back: the dict of schema 1
-    (`pairs` a list), `schema_version` 2. `path`: the document's (a local
-    path or a RemotePath); raises ValueError where the parts are missing,
-    cut or not the ones the document names, OSError where they cannot be read."""
-    return {**document, "pairs": [pair for column in pair_columns(document, path) for pair in columns.decode(column)]}
+    """A schema-2 document with its pairs read back: the dict its schema-1
+    file would hold (`pairs` a list, `schema_version` 1), so that `ckptscan
+    report FILE --html` draws what `trend --html` drew. `path`: the
+    document's (a local path or a RemotePath); raises ValueError where the
+    parts are missing, cut or not the ones the document names, OSError
+    where they cannot be read."""
+    pairs = [pair for column in pair_columns(document, path) for pair in columns.decode(column)]
+    return {**document, "schema_version": SCHEMA_VERSION, "pairs": pairs}
 
 
 def pair_columns(document: dict[str, Any], path: Path | Any) -> list[dict[str, Any]]:
