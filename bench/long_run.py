@@ -488,13 +488,15 @@ def rerun_figures(checkpoints: list[Path], root: Path, sizes: list[int]) -> dict
                 for p in saved.iterdir():
                     shutil.copy2(p, out.parent / p.name)
                 timed[name] = ckptscan("trend", str(run), "--cache-dir", str(cache), "--quiet", *extra)
+                if name == "json":  # before the next round puts the report of the run before back
+                    timed["written"] = {"bytes": written_bytes(out), **written_how(out)}
             timed["diff"] = ckptscan("diff", str(checkpoints[n - 1]), str(checkpoints[n]), "--quiet")
             rounds.append(timed)
         best = {name: min(r[name]["seconds"] for r in rounds) for name in ("json", "plain", "diff")}
         found[n] = {"best": best, "peak_rss": max(r["json"]["peak_rss"] for r in rounds),
                     "json_over_diff": statistics.median(r["json"]["seconds"] / r["diff"]["seconds"] for r in rounds),
                     "plain_over_diff": statistics.median(r["plain"]["seconds"] / r["diff"]["seconds"] for r in rounds),
-                    "bytes": written_bytes(out), "load": load_average(), **written_how(out)}
+                    "load": load_average(), **rounds[-1]["written"]}
         r = found[n]
         print(f"  {n + 1} checkpoints, after one new: with --json {best['json']:.2f} s, without "
               f"{best['plain']:.2f} s, diff of the new pair {best['diff']:.2f} s (best of {TREND_ROUNDS}); median "
