@@ -19,13 +19,19 @@ Each figure is measured in a child process, so each has its own peak RSS
   run and re-run after one new checkpoint (with the pair cache) next to a
   `diff` of that pair, peak RSS at 100 and at 2,000 checkpoints; `watch`
   latency for a new checkpoint in a directory of 20 and of 2,000;
-* issue #41 (`--parts report,rerun`): the JSON report at 80 × 64 under
-  `--per-head all` and under the CLI's default (bytes, gzip, write and
-  `load_report` time, peak RSS, projected to 2,000 checkpoints), and a
-  generated 16-layer run (`LONG16`, 2,001 checkpoints, ~0.9 GB) re-run
-  from its cache after one new checkpoint, with `--json`, without, and a
-  `diff` of the new pair, in turn, at 30, 600 and 2,000 checkpoints (the
-  first run of each size is kept under --root and reused);
+* issue #41 (`--parts report,report2000,renderers,rerun`): the JSON report
+  at 80 × 64 under `--per-head all` and under the CLI's default (schema 2's
+  bytes, document and parts, beside what schema 1 and its .json.gz weighed;
+  write and `load_report` time, peak RSS; projected to 2,000 checkpoints),
+  the default JSON of 2,000 checkpoints × 80 × 64 generated at full size and
+  measured (`report2000`); JUnit, Markdown, live mode's report.json,
+  TensorBoard and `--json` re-written after one new pair at 30 and 2,000
+  pairs × 16 layers (`renderers`); and a generated 16-layer run (`LONG16`,
+  2,001 checkpoints, ~0.9 GB) re-run from its cache after one new
+  checkpoint, with `--json` (appending to the report the run before wrote,
+  put back before each round), without, and a `diff` of the new pair, in
+  turn, at 30, 600 and 2,000 checkpoints (the first run of each size is
+  kept under --root and reused);
 * live overhead at every=50 over 10,000 simulated pairs at the 1B shape:
   the monitored step's fixed part (snapshot + the pair's scan) and the
   training step are the README's measured 1B figures (--train-step-s,

@@ -288,3 +288,31 @@ def test_the_live_report_file_of_a_long_run_is_schema_2_and_appends_each_step(gr
     assert [c[0] for c in document(tmp_path / "report.json")["pairs"]["parts"]["chunks"]] == \
         [len(before.pairs) - 1, len(after.pairs) - len(before.pairs)]
     assert load_report(tmp_path / "report.json") == as_read(after)
+
+
+def test_trend_json_of_a_growing_run_appends_and_ckptscan_report_reads_it(runs, tmp_path):
+    """The CLI's own path: `trend RUN --json FILE` each night, then `ckptscan report FILE`."""
+    from typer.testing import CliRunner
+
+    from ckptscan.cli import app
+
+    runner, source, run, path = CliRunner(), runs["collapse"], tmp_path / "run", tmp_path / "report.json"
+    checkpoints = sorted(source.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    run.mkdir()
+    for p in source.iterdir():
+        if p not in checkpoints[-2:]:
+            (run / p.name).symlink_to(p)
+
+    def trend():
+        result = runner.invoke(app, ["trend", str(run), "--json", str(path), "--cache-dir", str(tmp_path / "cache"),
+                                     "--quiet"])
+        assert result.exit_code in (0, 1), result.output
+
+    trend()
+    (run / checkpoints[-2].name).symlink_to(checkpoints[-2])  # the night's new checkpoint
+    trend()
+    assert [c[0] for c in document(path)["pairs"]["parts"]["chunks"]] == [len(checkpoints) - 4, 1]
+    assert document(path)["pairs"]["count"] == len(checkpoints) - 2
+    result = runner.invoke(app, ["report", str(path), "--html", str(tmp_path / "report.html")])
+    assert result.exit_code in (0, 1), result.output
+    assert (tmp_path / "report.html").stat().st_size > 0
