@@ -19,13 +19,19 @@ Each figure is measured in a child process, so each has its own peak RSS
   run and re-run after one new checkpoint (with the pair cache) next to a
   `diff` of that pair, peak RSS at 100 and at 2,000 checkpoints; `watch`
   latency for a new checkpoint in a directory of 20 and of 2,000;
-* issue #41 (`--parts report,rerun`): the JSON report at 80 × 64 under
-  `--per-head all` and under the CLI's default (bytes, gzip, write and
-  `load_report` time, peak RSS, projected to 2,000 checkpoints), and a
-  generated 16-layer run (`LONG16`, 2,001 checkpoints, ~0.9 GB) re-run
-  from its cache after one new checkpoint, with `--json`, without, and a
-  `diff` of the new pair, in turn, at 30, 600 and 2,000 checkpoints (the
-  first run of each size is kept under --root and reused);
+* issue #41 (`--parts report,report2000,renderers,rerun`): the JSON report
+  at 80 × 64 under `--per-head all` and under the CLI's default (schema 2's
+  bytes, document and parts, beside what schema 1 and its .json.gz weighed;
+  write and `load_report` time, peak RSS; projected to 2,000 checkpoints),
+  the default JSON of 2,000 checkpoints × 80 × 64 generated at full size and
+  measured (`report2000`); JUnit, Markdown, live mode's report.json,
+  TensorBoard and `--json` re-written after one new pair at 30 and 2,000
+  pairs × 16 layers (`renderers`); and a generated 16-layer run (`LONG16`,
+  2,001 checkpoints, ~0.9 GB) re-run from its cache after one new
+  checkpoint, with `--json` (appending to the report the run before wrote,
+  put back before each round), without, and a `diff` of the new pair, in
+  turn, at 30, 600 and 2,000 checkpoints (the first run of each size is
+  kept under --root and reused);
 * live overhead at every=50 over 10,000 simulated pairs at the 1B shape:
   the monitored step's fixed part (snapshot + the pair's scan) and the
   training step are the README's measured 1B figures (--train-step-s,
@@ -224,34 +230,69 @@ def live_monitor_seconds(judged: dict, written: dict, pairs: int, fixed_s: float
 
 # ---------------------------------------------------------------- the JSON report
 
+def written_bytes(path: Path) -> int:
+    """The bytes of the report at `path`: its document and, in schema 2, its parts file."""
+    return sum(p.stat().st_size for p in [path, *path.parent.glob(f"{path.name}.pairs-*")])
+
+
+def remove_report(path: Path) -> None:
+    for p in [path, *path.parent.glob(f"{path.name}.pairs-*")]:
+        p.unlink()
+
+
 def write_report(layers: int, heads: int, pairs: int, path: Path, per_head: str = "all") -> dict:
     """A judged report of `pairs` pairs written to `path` as `--json
-    --per-head PER_HEAD` writes it; its bytes, what they are made of, and the
-    seconds `write_json` took."""
+    --per-head PER_HEAD` writes it (schema 2 past PARTS_LAYERS layer results);
+    its bytes, the seconds `write_json` took, and what schema 1 (compact, as
+    it wrote a report this long) and its .json.gz weighed."""
     from ckptscan.detection.judge import judge
-    from ckptscan.report.json import write_json
+    from ckptscan.report.json import report_json, write_json
 
     report = judge(run_metrics(model_info(layers, heads), synthetic_pairs(layers, heads, pairs, pairs // 2)),
                    Thresholds())
     start = time.perf_counter()
     write_json(report, path, per_head)
     written = time.perf_counter() - start
-    text = path.read_text()
-    if per_head != "all":  # what it weighs for its own layout below; the share of heads is --per-head all's
-        return {"bytes": len(text.encode()), "write_s": written, "gzip_bytes": len(gzip.compress(text.encode(), 6))}
+    with open(path) as f:
+        schema = json.load(f)["schema_version"]
+    text = report_json(report, per_head)
+    found = {"bytes": written_bytes(path), "schema": schema, "write_s": written, "v1_bytes": len(text.encode()),
+             "v1_gzip_bytes": len(gzip.compress(text.encode(), 6))}
+    if per_head != "all":
+        return found
     data = json.loads(text)
     layer = data["pairs"][-1]["layers"][3]
-    parts = {"heads": len(json.dumps(layer["attention"]["heads"], separators=(",", ":"))),
-             "judgements": len(json.dumps(layer["judgements"], separators=(",", ":"))),
-             "findings": len(json.dumps(layer["findings"], separators=(",", ":"))),
-             "layer": len(json.dumps(layer, separators=(",", ":")))}
-    compact = len(json.dumps(data, separators=(",", ":")))
-    for pair in data["pairs"]:  # what the report would weigh without its per-head results
-        for result in pair["layers"]:
-            result["attention"]["heads"] = []
-    without_heads = len(json.dumps(data, separators=(",", ":")))
-    return {"bytes": len(text.encode()), "compact_bytes": compact, "compact_without_heads_bytes": without_heads,
-            "gzip_bytes": len(gzip.compress(text.encode(), 6)), "layer_parts": parts, "write_s": written}
+    found["layer_parts"] = {"heads": len(json.dumps(layer["attention"]["heads"], separators=(",", ":"))),
+                            "judgements": len(json.dumps(layer["judgements"], separators=(",", ":"))),
+                            "findings": len(json.dumps(layer["findings"], separators=(",", ":"))),
+                            "layer": len(json.dumps(layer, separators=(",", ":")))}
+    return found
+
+
+def write_tiled_report(layers: int, heads: int, judged: int, pairs: int, path: Path, per_head: str) -> dict:
+    """A report of `pairs` pairs at full size, not projected: the pairs of a
+    judged synthetic run of `judged` pairs repeated, each copy at its own
+    steps (a batch judge of 2,000 pairs × 80 layers would take longer than
+    the whole benchmark; the values repeat with a period of `judged` pairs,
+    longer than gzip's window at 80 layers, so they pack no better than a
+    real run's), written as `--json --per-head PER_HEAD` writes it."""
+    from ckptscan.detection.judge import judge
+    from ckptscan.report.json import write_json
+
+    report = judge(run_metrics(model_info(layers, heads), synthetic_pairs(layers, heads, judged, judged // 2)),
+                   Thresholds())
+    tiled = [dataclasses.replace(report.pairs[i % judged], from_step=i * INTERVAL, to_step=(i + 1) * INTERVAL,
+                                 from_path=f"run/checkpoint-{i * INTERVAL}",
+                                 to_path=f"run/checkpoint-{(i + 1) * INTERVAL}") for i in range(pairs)]
+    long = dataclasses.replace(report, pairs=tiled, checkpoints=[CheckpointRef(f"run/checkpoint-{i * INTERVAL}",
+                                                                               i * INTERVAL)
+                                                                 for i in range(pairs + 1)])
+    start = time.perf_counter()
+    write_json(long, path, per_head)
+    written = time.perf_counter() - start
+    with open(path) as f:
+        schema = json.load(f)["schema_version"]
+    return {"bytes": written_bytes(path), "schema": schema, "write_s": written}
 
 
 def load_seconds(path: Path) -> dict:
@@ -266,6 +307,66 @@ def load_seconds(path: Path) -> dict:
     start = time.perf_counter()
     load_report(path)
     return {"json_load_s": json_load, "load_report_s": time.perf_counter() - start}
+
+
+def renderer_figures(layers: int, heads: int, count: int) -> dict:
+    """Each report of a judged run of `count` pairs and the same run one pair
+    longer, as a re-run writes it: bytes and seconds of JUnit, Markdown, the
+    live report file, TensorBoard (its re-run appends the new pair's points)
+    and `--json` (schema 2: its re-run appends)."""
+    from ckptscan.detection.judge import judge
+    from ckptscan.live.report_file import ReportFile
+    from ckptscan.report.json import write_json
+    from ckptscan.report.junit import junit_xml
+    from ckptscan.report.markdown import markdown_report
+
+    model = model_info(layers, heads)
+    pairs = synthetic_pairs(layers, heads, count + 1, count // 2)
+    before, after = (judge(run_metrics(model, pairs[:k]), Thresholds()) for k in (count, count + 1))
+    found: dict = {}
+
+    def timed(name: str, write) -> None:
+        start = time.perf_counter()
+        size = write()
+        found[name] = {"s": round(time.perf_counter() - start, 4), "bytes": size}
+
+    with tempfile.TemporaryDirectory() as out:
+        where = Path(out)
+        timed("junit", lambda: len(junit_xml(after).encode()))
+        timed("markdown", lambda: len(markdown_report(after).encode()))
+        live = ReportFile(where / "live.json", DEFAULT_PER_HEAD)
+        live.write(before)
+        timed("live_report_file_next", lambda: (live.write(after), (where / "live.json").stat().st_size)[1])
+        write_json(before, where / "report.json", DEFAULT_PER_HEAD)
+        timed("json_rerun", lambda: (write_json(after, where / "report.json", DEFAULT_PER_HEAD),
+                                     written_bytes(where / "report.json"))[1])
+        timed("json_whole", lambda: (write_json(after, where / "whole.json", DEFAULT_PER_HEAD),
+                                     written_bytes(where / "whole.json"))[1])
+        try:
+            from ckptscan.report.tensorboard import write_tensorboard
+
+            write_tensorboard(before, where / "tb")
+            timed("tensorboard_rerun", lambda: (write_tensorboard(after, where / "tb"),
+                                                sum(p.stat().st_size for p in (where / "tb").iterdir()))[1])
+        except ImportError:
+            found["tensorboard_rerun"] = None
+    return found
+
+
+def renderer_rows(shown: dict, sizes: list[int]) -> list[Row]:
+    small, large = shown[sizes[0]], shown[sizes[-1]]
+    rows = []
+    for name, words in (("junit", "JUnit XML"), ("markdown", "Markdown summary"),
+                        ("live_report_file_next", "live report.json, next monitored step"),
+                        ("tensorboard_rerun", "TensorBoard re-run (appends the new pair)"),
+                        ("json_rerun", "--json re-run (schema 2: appends)"), ("json_whole", "--json written whole")):
+        if small.get(name) is None or large.get(name) is None:
+            rows.append(Row(f"{words}: not measured (tensorboard not installed)", ""))
+            continue
+        a, b = small[name], large[name]
+        rows.append(Row(f"{words}, {sizes[-1]:,} / {sizes[0]} pairs × {LONG16.layers} layers: seconds, size",
+                        f"{b['s']:.3f} s / {a['s']:.3f} s; {b['bytes'] / 1e3:,.0f} KB / {a['bytes'] / 1e3:,.0f} KB"))
+    return rows
 
 
 # ---------------------------------------------------------------- child processes
@@ -300,6 +401,12 @@ def child_main(argv: list[str]) -> None:
     elif kind == "report":
         layers, heads, count, path, per_head = int(rest[0]), int(rest[1]), int(rest[2]), Path(rest[3]), rest[4]
         print(json.dumps(write_report(layers, heads, count, path, per_head)))
+    elif kind == "tiled":
+        layers, heads, judged, count, path, per_head = (int(rest[0]), int(rest[1]), int(rest[2]), int(rest[3]),
+                                                        Path(rest[4]), rest[5])
+        print(json.dumps(write_tiled_report(layers, heads, judged, count, path, per_head)))
+    elif kind == "renderers":
+        print(json.dumps(renderer_figures(int(rest[0]), int(rest[1]), int(rest[2]))))
     elif kind == "load":
         print(json.dumps(load_seconds(Path(rest[0]))))
     else:
@@ -364,6 +471,17 @@ def rerun_figures(checkpoints: list[Path], root: Path, sizes: list[int]) -> dict
         cache, kept, out = root / f"rerun-cache-{n}", root / f"rerun-cache-{n}-first", root / f"rerun-{n}.json"
         if not kept.is_dir():
             ckptscan("trend", str(run), "--cache-dir", str(kept), "--quiet")
+        # The report the run before wrote (the nightly job's file, which the re-run appends to), kept aside.
+        shutil.rmtree(cache, ignore_errors=True)
+        shutil.copytree(kept, cache, symlinks=True)
+        saved = root / f"rerun-{n}-before"
+        shutil.rmtree(saved, ignore_errors=True)
+        saved.mkdir()
+        for p in out.parent.glob(f"{out.name}*"):
+            p.unlink()
+        ckptscan("trend", str(run), "--cache-dir", str(cache), "--quiet", "--json", str(out))
+        for p in out.parent.glob(f"{out.name}*"):
+            shutil.copy2(p, saved / p.name)
         (run / checkpoints[n].name).symlink_to(checkpoints[n])
         rounds = []
         for _ in range(TREND_ROUNDS):
@@ -371,21 +489,39 @@ def rerun_figures(checkpoints: list[Path], root: Path, sizes: list[int]) -> dict
             for name, extra in (("json", ["--json", str(out)]), ("plain", [])):
                 shutil.rmtree(cache, ignore_errors=True)
                 shutil.copytree(kept, cache, symlinks=True)
+                for p in out.parent.glob(f"{out.name}*"):
+                    p.unlink()
+                for p in saved.iterdir():
+                    shutil.copy2(p, out.parent / p.name)
                 timed[name] = ckptscan("trend", str(run), "--cache-dir", str(cache), "--quiet", *extra)
+                if name == "json":  # before the next round puts the report of the run before back
+                    timed["written"] = {"bytes": written_bytes(out), **written_how(out)}
             timed["diff"] = ckptscan("diff", str(checkpoints[n - 1]), str(checkpoints[n]), "--quiet")
             rounds.append(timed)
         best = {name: min(r[name]["seconds"] for r in rounds) for name in ("json", "plain", "diff")}
         found[n] = {"best": best, "peak_rss": max(r["json"]["peak_rss"] for r in rounds),
                     "json_over_diff": statistics.median(r["json"]["seconds"] / r["diff"]["seconds"] for r in rounds),
                     "plain_over_diff": statistics.median(r["plain"]["seconds"] / r["diff"]["seconds"] for r in rounds),
-                    "bytes": out.stat().st_size, "load": load_average()}
+                    "load": load_average(), **rounds[-1]["written"]}
         r = found[n]
         print(f"  {n + 1} checkpoints, after one new: with --json {best['json']:.2f} s, without "
               f"{best['plain']:.2f} s, diff of the new pair {best['diff']:.2f} s (best of {TREND_ROUNDS}); median "
               f"ratio to the diff {r['json_over_diff']:.2f}× / {r['plain_over_diff']:.2f}×; JSON "
-              f"{r['bytes'] / 1e6:.1f} MB, peak RSS {r['peak_rss'] / 2**20:.0f} MiB; load average {r['load']}",
+              f"{r['bytes'] / 1e6:.1f} MB (schema {r['schema']}, {r['chunks']} chunks of pairs: "
+              f"{'appended' if r['chunks'] > 1 else 'written whole'}), peak RSS {r['peak_rss'] / 2**20:.0f} MiB; "
+              f"load average {r['load']}",
               flush=True)
     return found
+
+
+def written_how(path: Path) -> dict:
+    """The schema of the report at `path` and how many chunks its pairs are in
+    (schema 2: one per write that appended; schema 1: 0)."""
+    with open(path) as f:
+        data = json.load(f)
+    pairs = data["pairs"]
+    return {"schema": data["schema_version"],
+            "chunks": len(pairs["parts"]["chunks"]) if isinstance(pairs, dict) else 0}
 
 
 def rerun_rows(found: dict, sizes: list[int]) -> list[Row]:
@@ -394,7 +530,8 @@ def rerun_rows(found: dict, sizes: list[int]) -> list[Row]:
         r, best = found[n], found[n]["best"]
         target = n >= 600 or n == sizes[-1]
         rows.append(Row(f"re-run after one new checkpoint, {n + 1:,} checkpoints × 16 layers: with --json / without "
-                        f"/ diff of the new pair (JSON {r['bytes'] / 1e6:.1f} MB; load {r['load']})",
+                        f"/ diff of the new pair (JSON {r['bytes'] / 1e6:.1f} MB, schema {r['schema']}"
+                        f"{', appended to' if r['chunks'] > 1 else ''}; load {r['load']})",
                         f"{best['json']:.2f} s / {best['plain']:.2f} s / {best['diff']:.2f} s"))
         rows.append(Row("  with --json / diff (without --json / diff), median of the rounds",
                         f"{r['json_over_diff']:.2f}× ({r['plain_over_diff']:.2f}×)", "≤ 2×" if target else "",
@@ -537,10 +674,11 @@ def main() -> None:
                    help="training step of the 1B shape (README, bench/live_overhead.py on this machine's CPU)")
     p.add_argument("--monitor-fixed-s", type=float, default=11.3,
                    help="monitored step of the 1B shape without judging and the report (snapshot + scan)")
-    p.add_argument("--parts", default="judge,live,report,run,rerun",
+    p.add_argument("--parts", default="judge,live,report,report2000,renderers,run,rerun",
                    help="which measurements: judge (synthetic metrics), live, report (JSON size), run (the "
                         "generated long run: trend and watch), rerun (issue #41: a 16-layer run's cached re-run "
-                        "with --json)")
+                        "with --json), renderers (JUnit, Markdown, live report.json, TensorBoard at 30 and 2,000 "
+                        "pairs), report2000 (the default JSON of 2,000 checkpoints × 80 × 64, generated and measured)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -549,7 +687,7 @@ def main() -> None:
     quick = args.quick
     judge_sizes = [10, 100, 1_000, 10_000]
     rounds = 10  # new pairs timed at each size (the best counts: the machine is shared)
-    report_sizes = [5, 10] if quick else [10, 40]
+    report_sizes = [30, 35] if quick else [30, 60]  # both past PARTS_LAYERS at 80 layers: schema 2
     rerun_sizes = [10, 40] if quick else [30, 600, 2_000]
     trend_sizes = [20, 200] if quick else [100, 2_000]
     watch_sizes = [20, trend_sizes[-1] + 1]
@@ -612,15 +750,14 @@ def main() -> None:
                 path = args.root / f"report-{n}.json"
                 by_size[n] = child(["report", "80", "64", str(n), str(path), per_head])
                 by_size[n].update(child(["load", str(path)]))  # its peak RSS: loading alone
-                path.unlink()
+                remove_report(path)
                 r = by_size[n]
-                extra = (f" (compact {r['compact_bytes'] / 1e6:.1f} MB, compact without per-head results "
-                         f"{r['compact_without_heads_bytes'] / 1e6:.1f} MB; one layer's JSON: {r['layer_parts']})"
-                         if per_head == "all" else "")
-                print(f"  --per-head {per_head}, {n} pairs: {r['bytes'] / 1e6:.1f} MB{extra}, gzip "
-                      f"{r['gzip_bytes'] / 1e6:.1f} MB, written in {r['write_s']:.2f} s, json.load "
-                      f"{r['json_load_s']:.2f} s, load_report {r['load_report_s']:.2f} s, peak RSS {_mib(r)}; "
-                      f"load average {load_average()}", flush=True)
+                extra = f"; one layer's JSON in schema 1: {r['layer_parts']}" if per_head == "all" else ""
+                print(f"  --per-head {per_head}, {n} pairs: schema {r['schema']} {r['bytes'] / 1e6:.1f} MB (schema 1 "
+                      f"{r['v1_bytes'] / 1e6:.1f} MB, its .json.gz {r['v1_gzip_bytes'] / 1e6:.1f} MB){extra}, "
+                      f"written in {r['write_s']:.2f} s, json.load of the document {r['json_load_s']:.2f} s, "
+                      f"load_report {r['load_report_s']:.2f} s, peak RSS {_mib(r)}; load average {load_average()}",
+                      flush=True)
         a, b = report_sizes[0], report_sizes[-1]
 
         def at_2000(by_size: dict[int, dict], read) -> float:
@@ -630,23 +767,48 @@ def main() -> None:
         for per_head, by_size in sized.items():
             per_pair = (by_size[b]["bytes"] - by_size[a]["bytes"]) / (b - a)
             size_2000 = at_2000(by_size, lambda r: r["bytes"])
-            gzip_2000 = at_2000(by_size, lambda r: r["gzip_bytes"])
+            v1_2000 = at_2000(by_size, lambda r: r["v1_bytes"])
+            v1_gzip_2000 = at_2000(by_size, lambda r: r["v1_gzip_bytes"])
             load_2000 = at_2000(by_size, lambda r: r["load_report_s"])
             rss_2000 = at_2000(by_size, lambda r: r["peak_rss"])
-            what = f"JSON --per-head {per_head}{' (the default)' if per_head == DEFAULT_PER_HEAD else ''}"
-            rows.append(Row(f"{what}, 2,000 checkpoints × 80 layers × 64 heads (projected linearly from {a} and {b} "
-                            f"pairs)", f"~{size_2000 / 1e6:,.0f} MB ({per_pair / 1e6:.3f} MB/pair), .json.gz "
-                            f"~{gzip_2000 / 1e6:,.0f} MB", "≤ 100 MB" if per_head == DEFAULT_PER_HEAD else "",
-                            _verdict(size_2000 <= 100e6) if per_head == DEFAULT_PER_HEAD else ""))
-            rows.append(Row(f"  load_report of it: time / peak RSS", f"~{load_2000:.1f} s / ~{rss_2000 / 2**30:.2f} GiB",
-                            "≤ 5 s, 1 GiB" if per_head == DEFAULT_PER_HEAD else "",
-                            _verdict(load_2000 <= 5 and rss_2000 <= 2**30) if per_head == DEFAULT_PER_HEAD else ""))
-        whole = sized["all"][b]
-        share = {key: whole[key] / whole["bytes"] for key in ("compact_bytes", "compact_without_heads_bytes",
-                                                              "gzip_bytes")}
-        rows.append(Row("  --per-head all: without indentation / also without per-head results / gzip",
-                        f"{share['compact_bytes']:.0%} / {share['compact_without_heads_bytes']:.0%} / "
-                        f"{share['gzip_bytes']:.0%} of it"))
+            default = per_head == DEFAULT_PER_HEAD
+            what = f"JSON --per-head {per_head}{' (the default)' if default else ''}"
+            rows.append(Row(f"{what}, 2,000 checkpoints × 80 layers × 64 heads, schema {by_size[b]['schema']} "
+                            f"(projected linearly from generated reports of {a} and {b} pairs)",
+                            f"~{size_2000 / 1e6:,.0f} MB ({per_pair / 1e6:.3f} MB/pair); schema 1 ~{v1_2000 / 1e6:,.0f} "
+                            f"MB, as .json.gz ~{v1_gzip_2000 / 1e6:,.0f} MB", "≤ 100 MB" if default else "",
+                            _verdict(size_2000 <= 100e6) if default else ""))
+            rows.append(Row("  load_report of it: time / peak RSS", f"~{load_2000:.1f} s / ~{rss_2000 / 2**30:.2f} GiB",
+                            "≤ 5 s, 1 GiB" if default else "",
+                            _verdict(load_2000 <= 5 and rss_2000 <= 2**30) if default else ""))
+
+    if "report2000" in parts:
+        print("JSON report, 2,000 checkpoints × 80 layers × 64 heads, generated (60 judged pairs repeated):",
+              flush=True)
+        args.root.mkdir(parents=True, exist_ok=True)
+        path = args.root / "report-2000.json"
+        count = 300 if quick else 1_999
+        r = child(["tiled", "80", "64", "60", str(count), str(path), DEFAULT_PER_HEAD])
+        r.update(child(["load", str(path)]))
+        remove_report(path)
+        print(f"  {count + 1:,} checkpoints: schema {r['schema']} {r['bytes'] / 1e6:.1f} MB, written in "
+              f"{r['write_s']:.1f} s, load_report {r['load_report_s']:.2f} s, its peak RSS {_mib(r)}; load average "
+              f"{load_average()}", flush=True)
+        rows.append(Row(f"JSON --per-head {DEFAULT_PER_HEAD} (the default), {count + 1:,} checkpoints × 80 layers × 64 "
+                        f"heads, schema {r['schema']}, measured (generated: 60 judged pairs repeated)",
+                        f"{r['bytes'] / 1e6:,.1f} MB; written whole in {r['write_s']:.0f} s", "≤ 100 MB",
+                        _verdict(r["bytes"] <= 100e6)))
+        rows.append(Row("  load_report of it: time / peak RSS",
+                        f"{r['load_report_s']:.2f} s / {r['peak_rss'] / 2**30:.2f} GiB", "≤ 5 s, 1 GiB",
+                        _verdict(r["load_report_s"] <= 5 and r["peak_rss"] <= 2**30)))
+
+    if "renderers" in parts:
+        print(f"the other reports at {LONG16.layers} layers × {LONG16.heads} heads (synthetic judged pairs):", flush=True)
+        sizes = [30, 300] if quick else [30, 2_000]
+        shown = {n: child(["renderers", str(LONG16.layers), str(LONG16.heads), str(n)]) for n in sizes}
+        for n, r in shown.items():
+            print(f"  {n:,} pairs: {json.dumps(r)}", flush=True)
+        rows += renderer_rows(shown, sizes)
 
     if "rerun" in parts:
         print(f"re-run with --json: {LONG16.name} ({LONG16.layers} layers), {', '.join(map(str, rerun_sizes))} "

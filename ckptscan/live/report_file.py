@@ -9,7 +9,9 @@ writes (statuses, findings, judgements) are unchanged; a pair whose
 judgement did change (a lone first pair, judged like `diff`, becomes
 warm-up) is serialised again, and so, under per_head "newest" (or
 "flagged+newest"), is the pair that was the newest. The file is byte-for-byte what
-`report_json(report, per_head)` gives (tested), written atomically.
+`report_json(report, per_head)` gives (tested), written atomically. A long
+report (past `parts.PARTS_LAYERS` layer results) is written as `--json`
+writes it, schema 2, each monitored step appending its new pair.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 from ckptscan.atomic import write_atomic
 from ckptscan.errors import CkptScanError
+from ckptscan.report import parts
 from ckptscan.report.json import check_per_head, compact, plain_pair, report_dict, report_json
 from ckptscan.results import PairResult, ScanReport
 
@@ -41,6 +44,10 @@ class ReportFile:
 
     def write(self, report: ScanReport) -> None:
         try:
+            if parts.uses_parts(report, self.path):
+                # Long: schema 2, as `--json` writes it; each step appends its new pair.
+                parts.write_parts(report, self.path, self.per_head)
+                return
             write_atomic(self.path, self.text(report))
         except OSError as e:
             raise CkptScanError(f"cannot write the JSON report: {e.strerror or e}", path=self.path) from None

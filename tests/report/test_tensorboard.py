@@ -4,6 +4,7 @@ per-family summaries and findings; a re-run over a grown run appends only
 the new steps; a training job's own event files are left alone."""
 
 import copy
+import dataclasses
 import json
 import shutil
 import sys
@@ -11,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 from tensorboard.compat.proto import event_pb2
 from tensorboard.plugins.scalar.summary_v2 import scalar_pb
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
@@ -18,6 +20,7 @@ from tensorboard.util import tensor_util
 from typer.testing import CliRunner
 
 from ckptscan.cli import app
+from ckptscan.report import tensorboard
 from ckptscan.report.json import write_json
 from ckptscan.report.tensorboard import write_tensorboard
 
@@ -170,3 +173,23 @@ def test_a_pair_without_steps_is_written_at_its_position(reports, tmp_path):
     assert {tag: [step for step, _ in points] for tag, points in events.items()} == {tag: [0] for tag in events}
     value = report.pairs[0].layers[0].attention.delta2_entropy_norm
     assert events["delta2_entropy_norm/layer_0"][0][1].item() == np.float32(value).item()
+
+
+def test_a_rerun_reads_the_index_of_newest_steps_only_while_it_describes_the_event_files(reports, tmp_path):
+    report = reports["loss"]
+    shorter = dataclasses.replace(report, pairs=report.pairs[:-1])
+    write_tensorboard(shorter, tmp_path)
+    index = json.loads((tmp_path / tensorboard.INDEX).read_text())
+    read_back = {}
+    for path in tmp_path.glob("*tfevents*"):
+        for event in EventFileLoader(str(path)).Load():
+            for value in event.summary.value:
+                read_back[value.tag] = max(read_back.get(value.tag, event.step), event.step)
+    assert index["newest"] == read_back and set(index["files"]) == {p.name for p in tmp_path.glob("*tfevents*")}
+    assert tensorboard.newest_steps(tmp_path) == read_back
+    # An index that no longer describes the files (one removed) is not believed: they are read back.
+    (tmp_path / tensorboard.INDEX).write_text(json.dumps({**index, "newest": {tag: 0 for tag in index["newest"]}}))
+    assert tensorboard.newest_steps(tmp_path) == {tag: 0 for tag in read_back}  # believed: it matches the files
+    (tmp_path / tensorboard.INDEX).write_text(json.dumps({**index, "files": {}}))
+    assert tensorboard.newest_steps(tmp_path) == read_back
+    assert write_tensorboard(report, tmp_path) == (1, len(shorter.pairs))
