@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from ckptscan.report.prometheus import MetricsServer
-    from ckptscan.results import ScanReport
+    from ckptscan.results import ScanReport, SweepReport
     from ckptscan.watch import WatchEvent
 
 
@@ -216,6 +216,44 @@ class RenderOutputs:
             write_junit(junit_xml(saved, fail_on), self.junit)
             note(f"wrote {self.junit}", quiet=quiet)
         write_service_outputs(saved, self.wandb, self.mlflow, self.mlflow_experiment, quiet=quiet)
+
+
+@dataclass(frozen=True)
+class SweepOutputs:
+    """A sweep's destinations (`compare`, `trend SWEEP/`): the ranking on
+    stdout (or the sweep's JSON, `as_json`), --json and --html."""
+
+    json_path: Path | None
+    html: Path | None
+    per_head: str = "all"  # which layers of each run's report keep their per-head results
+    as_json: bool = False
+
+    def write(self, sweep: SweepReport) -> None:
+        """The ranking (stdout; stderr when the JSON report goes to stdout), then --json and --html."""
+        from ckptscan.output import STDOUT, own_descriptor, write_output
+        from ckptscan.report.json import sweep_dict, write_sweep_json
+        from ckptscan.report.sweep_table import print_sweep
+
+        json_to_stdout = self.json_path is not None and own_descriptor(str(self.json_path)) == 1
+        if self.as_json and not json_to_stdout:
+            import json
+
+            write_output(STDOUT, json.dumps(sweep_dict(sweep, self.per_head), indent=2, allow_nan=False) + "\n")
+        elif not self.as_json:
+            console = report_console(stderr=True) if json_to_stdout else out()
+            print_sweep(console, sweep)
+            console.file.flush()
+        if self.json_path is not None:
+            write_sweep_json(sweep, self.json_path, self.per_head)
+            if not json_to_stdout:
+                wrote(self.json_path)
+        if self.html is not None:
+            from ckptscan.report.load import as_json_values
+            from ckptscan.report.sweep_html import write_sweep_html
+
+            # Through a JSON round trip: the page `ckptscan report SWEEP.json --html` makes of the file.
+            write_sweep_html(as_json_values(sweep_dict(sweep)), self.html)
+            wrote(self.html)
 
 
 def fails(report: ScanReport, fail_on: FailOn | str) -> bool:
