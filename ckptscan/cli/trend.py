@@ -92,6 +92,10 @@ def trend(
     raise typer.Exit(code)
 
 
+# The destinations a sweep writes: its ranking (as a table or JSON), --json and --html.
+SWEEP_FLAGS = ("--format json", "--json", "--html")
+
+
 def _sweep(runs: list, request: ScanRequest, outputs: TrendOutputs, fail_on: FailOn | None, quiet: bool,
            allow_corrupt: bool) -> int:
     """`trend SWEEP/`: the sweep's runs judged against each other (`cli.compare`).
@@ -102,13 +106,10 @@ def _sweep(runs: list, request: ScanRequest, outputs: TrendOutputs, fail_on: Fai
     from ckptscan.request import AUTO
 
     given = {"--reference": request.references, "--probe": request.probe not in (AUTO, None),
-             "--loss-log": request.loss_log not in (AUTO, None), "--junit": outputs.junit,
-             "--tensorboard": outputs.tensorboard, "--markdown-summary": outputs.markdown_summary,
-             "--png": outputs.png, "--wandb": outputs.wandb, "--mlflow": outputs.mlflow,
-             "--notify": outputs.notify}
+             "--loss-log": request.loss_log not in (AUTO, None)}
     unused = [flag for flag, value in given.items() if value]
-    if outputs.format not in (Format.table, Format.json):
-        unused.append(f"--format {outputs.format.value}")
+    unused += [flag for destination in outputs.destinations() for flag in destination.named()
+               if flag not in SWEEP_FLAGS]
     from ckptscan.cli.outputs import check_file_outputs
 
     check_file_outputs({"--json": outputs.json_path, "--html": outputs.html})

@@ -16,7 +16,7 @@ import typer
 
 from ckptscan.cli.app import EXIT_INTERRUPT, command, err, head_overrides, note, out, scan_options, side_file, \
     user_errors
-from ckptscan.cli.options import Base, LiveRunDir
+from ckptscan.cli.options import Base, FailOn, LiveRunDir
 from ckptscan.cli.outputs import WatchOutputs, fails, gate
 from ckptscan.cli.process import load_library
 
@@ -51,6 +51,7 @@ def watch(
         load_library()
         from ckptscan.cache import PairCache, default_cache_dir
         from ckptscan.errors import CkptScanError
+        from ckptscan.report.destinations import Delivery
         from ckptscan.watch import watch_run
 
         if timeout is not None and timeout <= 0:
@@ -75,10 +76,10 @@ def watch(
             try:
                 for event in events:
                     first = last is None
-                    destinations.write(event, quiet)
+                    gate_on = fail_on or event.spec.config.fail_on
+                    destinations.write(Delivery(event.report, FailOn(gate_on).value, quiet, new=event.new))
                     last = event  # the reports hold it now, whatever interrupts the printing
                     _print(event, first)
-                    gate_on = fail_on or event.spec.config.fail_on
                     # A run not judged yet may be judged at the next checkpoint: only a verdict stops the watch.
                     # ("not_judged" is results.NOT_JUDGED, spelled out: results imports torch, --help must not.)
                     if not keep_going and event.report.summary.status != "not_judged" and fails(event.report, gate_on):
