@@ -74,8 +74,8 @@ class RunSpec:
     run_notes: list[str] = field(default_factory=list)  # discovery's notes, e.g. steps that are save indices
 
 
-def resolve_run(run_dir: str | Path, request: ScanRequest | None = None, *, cache_dir: str | Path | None = None,
-                **fields: Any) -> RunSpec:
+def resolve_run(run_dir: str | Path | RemotePath, request: ScanRequest | None = None, *,
+                cache_dir: str | Path | None = None, **fields: Any) -> RunSpec:
     """A run directory's checkpoints (step order), its pairs and side files.
 
     `request` (or its fields as keywords: stride, base, probe, loss_log,
@@ -88,27 +88,27 @@ def resolve_run(run_dir: str | Path, request: ScanRequest | None = None, *, cach
     request = _request(request, fields)
     if cache_dir is None and request.cache is not None:
         cache_dir = request.cache.directory
-    run_dir = run_directory(run_dir)
-    run = discover_run(run_dir, OpenedRecord(cache_dir, run_dir) if cache_dir is not None else None)
+    directory = run_directory(run_dir)
+    run = discover_run(directory, OpenedRecord(cache_dir, directory) if cache_dir is not None else None)
     if len(run.checkpoints) < 2:
         raise CkptScanError(f"found {len(run.checkpoints)} usable checkpoint(s); a trend needs at least two",
-                            path=run_dir)
+                            path=directory)
     if not plan_pairs(len(run.checkpoints), request.stride, request.base):
         raise CkptScanError(f"--stride {request.stride} leaves no pair among {len(run.checkpoints)} checkpoints",
-                            path=run_dir)
-    return run_spec(run_dir, run.checkpoints, request, skipped=run.skipped, run_notes=run.notes)
+                            path=directory)
+    return run_spec(directory, run.checkpoints, request, skipped=run.skipped, run_notes=run.notes)
 
 
-def run_spec(run_dir: str | Path, checkpoints: list[Checkpoint], request: ScanRequest | None = None, *,
+def run_spec(run_dir: str | Path | RemotePath, checkpoints: list[Checkpoint], request: ScanRequest | None = None, *,
              skipped: Sequence[dict[str, str]] = (), run_notes: Sequence[str] = (), **fields: Any) -> RunSpec:
     """The spec of these checkpoints (step order) of `run_dir`, with the run's
     pairs and side files: `resolve_run` after discovery, and `ckptscan watch`
     each time a checkpoint of a live run is complete (the loss log has grown)."""
     request = _request(request, fields)
-    run_dir = as_path(run_dir)
+    directory = as_path(run_dir)
     pairs = plan_pairs(len(checkpoints), request.stride, request.base)
     newest = max((b for _, b in pairs), default=len(checkpoints) - 1)
-    spec = RunSpec("run", str(run_dir), list(checkpoints), pairs, skipped=list(skipped),
+    spec = RunSpec("run", str(directory), list(checkpoints), pairs, skipped=list(skipped),
                    config=_config(request.config, request.settings), run_notes=list(run_notes))
     _config_note(spec)
     spec.pairing = {"pairing": request.base, "stride": request.stride,
@@ -116,8 +116,8 @@ def run_spec(run_dir: str | Path, checkpoints: list[Checkpoint], request: ScanRe
                     "pending_steps": [c.step for c in checkpoints[newest + 1:]]}
     # The run's own side files, locally or under a URL prefix (known from
     # the listing discovery took: no request when absent).
-    spec.probe = _side_file(request.probe, run_dir / DEFAULT_PROBE, _probe, "probe", spec.notes)
-    spec.loss_log = _side_file(request.loss_log, run_dir / DEFAULT_LOSS_LOG, read_loss_log, "loss log", spec.notes)
+    spec.probe = _side_file(request.probe, directory / DEFAULT_PROBE, _probe, "probe", spec.notes)
+    spec.loss_log = _side_file(request.loss_log, directory / DEFAULT_LOSS_LOG, read_loss_log, "loss log", spec.notes)
     _reference(spec, request.references)
     return spec
 

@@ -46,7 +46,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Generator, Sequence
 
 from ckptscan.api import resolve_references
 from ckptscan.cache import PairCache
@@ -143,7 +143,7 @@ class SeriesCache:
             self.disk.put_layer(self._disk_key(key), layer)
 
     def _disk_key(self, key: dict[str, Any]) -> dict[str, Any]:
-        if "disk" not in key:
+        if "disk" not in key and self.disk is not None:
             key["disk"] = self.disk.key(key["older"], key["newer"], key["settings"])
         return key["disk"]
 
@@ -190,14 +190,15 @@ class Watcher:
                              if (last is None or step > last) and (folder / name).is_dir())
         except OSError as e:  # removed or unreadable between the check and the listing
             raise CkptScanError(f"cannot list the run directory: {e.strerror or e}", path=self.run_dir) from None
-        joined, examined, blocked = [], set(), False
+        joined: list[Checkpoint] = []
+        examined, blocked = set(), False
         now = time.monotonic()  # one time per look: what opened in one look settles together
         for step, entry in entries:
             examined.add(entry)
             checkpoint = self._complete(entry, step, pointer, now)
-            # Newer checkpoints wait behind an unfinished one (they still settle meanwhile).
-            blocked = blocked or checkpoint is None
-            if not blocked:
+            if checkpoint is None:  # newer checkpoints wait behind an unfinished one (they still settle meanwhile)
+                blocked = True
+            elif not blocked:
                 joined.append(checkpoint)
         # Forget what was not looked at (removed, or joined the series).
         self._seen = {entry: seen for entry, seen in self._seen.items() if entry in examined}
@@ -316,7 +317,7 @@ def watch_run(
     progress: Callable[[int, int], None] | None = None,
     on_start: Callable[[str], None] | None = None,
     **fields: Any,
-) -> Iterator[WatchEvent]:
+) -> Generator[WatchEvent, None, None]:
     """Yield a judged `WatchEvent` each time new checkpoints of `run_dir` complete.
 
     Checkpoints already complete at the start form the first event. Ends
@@ -403,7 +404,8 @@ def _observe(run_dir: Path, wake: threading.Event, events: bool | None, interval
 
     observer = Observer()
     try:
-        observer.schedule(Wake(wake), str(run_dir), recursive=True)
+        # Wake is a handler by its dispatch alone: watchdog, optional, is imported only here.
+        observer.schedule(Wake(wake), str(run_dir), recursive=True)  # type: ignore[arg-type]
         observer.start()
     except OSError as e:  # e.g. the inotify watch limit
         if events:

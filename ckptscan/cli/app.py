@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Iterator
 
 import typer
-# typer parses with its own copy of click: its usage errors are these, not the click package's.
+# typer parses with its own copy of click: its usage errors and contexts are these, not the click package's.
+from typer._click.core import Context as ClickContext
 from typer._click.exceptions import UsageError
 from typer.core import TyperCommand, TyperGroup
 
@@ -84,7 +85,7 @@ def spread_values(command: Any, args: list[str]) -> list[str]:
 class Commands(TyperGroup):
     """The app's commands, their MANY_VALUED flags spread before parsing."""
 
-    def resolve_command(self, ctx: typer.Context, args: list[str]) -> tuple[str | None, Any, list[str]]:
+    def resolve_command(self, ctx: ClickContext, args: list[str]) -> tuple[str | None, Any, list[str]]:
         name, found, rest = super().resolve_command(ctx, args)
         return name, found, spread_values(found, rest) if found is not None else rest
 
@@ -100,8 +101,8 @@ class OneLineErrors(TyperCommand):
     """A command whose bad options and arguments are one line: click's usage preamble and the
     validator's prefix ("Value error, " from typer's pydantic conversion) are not the user's business."""
 
-    def make_context(self, info_name: str | None, args: list[str], parent: typer.Context | None = None,
-                     **extra: Any) -> typer.Context:
+    def make_context(self, info_name: str | None, args: list[str], parent: ClickContext | None = None,
+                     **extra: Any) -> ClickContext:
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
         except UsageError as e:

@@ -199,7 +199,7 @@ class MarkdownSummary(Destination):
                 from ckptscan.report.watch_rows import markdown_rows
 
                 with Path(summary_path).open("a", encoding="utf-8") as f:
-                    f.write(markdown_rows(delivery.report, delivery.new))
+                    f.write(markdown_rows(delivery.report, list(delivery.new)))
         except OSError as e:
             raise CkptScanError(f"cannot append the Markdown summary: {e.strerror or e}", path=summary_path) from None
         if delivery.new is None:

@@ -37,7 +37,7 @@ COMMANDS = {"pair": "diff", "run": "trend"}
 
 # One known-healthy run's report, or several (a band; detection/reference.py).
 References = Union[ScanReport, Sequence[ScanReport], None]
-ReferencePaths = Union[str, Sequence[str], None]
+ReferencePaths = Union[str, Sequence[Union[str, None]], None]  # None: a report object, from no file
 
 
 def judge(metrics: Metrics, thresholds: Thresholds | None = None, reference: References = None, *,
