@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, ClassVar, Sequence, TextIO, TypeVar
 
 from ckptscan.errors import CkptScanError
-from ckptscan.results import ScanReport
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the commands import this module at start-up: no torch (results) before a scan
     from rich.console import Console
+
+    from ckptscan.results import ScanReport
 
 T = TypeVar("T")
 # A failure line is one line; an exception's text can be a page (a server's HTML error body).
