@@ -79,7 +79,6 @@ from ckptscan.api import scan, scan_pair, scan_run  # noqa: E402
 from ckptscan.detection.rules import Thresholds  # noqa: E402
 from ckptscan.report.json import report_dict  # noqa: E402
 from ckptscan.run import resolve_run  # noqa: E402
-from ckptscan.request import ScanRequest  # noqa: E402
 from ckptscan.scan import ScanOptions  # noqa: E402
 
 EQUAL_WITHIN = 1e-5
@@ -506,7 +505,7 @@ def live_part(check: Check) -> None:
         at_its_steps = [saved / f"checkpoint-{step}" for step in range(every, check.steps + 1, every)]
         run = symlink_run(live_dir / f"trend-{every}", at_its_steps)
         spec = resolve_run(run, probe=None, loss_log=None, config=None)
-        offline = report_dict(scan(spec, ScanRequest(ScanOptions(device=device), thresholds=Thresholds())))
+        offline = report_dict(scan(spec, ScanOptions(device=device), thresholds=Thresholds()))
         live = json.loads(monitor.report_path.read_text())
         check.rows.append(equality_row(part, f"live every={every} report vs `trend --device {device}` on the "
                                        f"{len(spec.checkpoints)} checkpoints saved at its steps",

@@ -58,11 +58,14 @@ def scan_run(run_dir: str | Path, options: ScanOptions | None = None, *, progres
     return scan(resolve_run(run_dir, request), request, progress=progress)
 
 
-def scan(spec: RunSpec, request: ScanRequest | None = None, *, progress: Progress | None = None) -> ScanReport:
-    """compute + judge of a resolved spec. With the request's `cache`, judged
-    pairs and the judge state are kept beside the metrics (`JudgeCache`): a
-    re-run after one new checkpoint computes one pair and judges one pair."""
-    request = request or ScanRequest()
+def scan(spec: RunSpec, request: ScanRequest | ScanOptions | None = None, *, progress: Progress | None = None,
+         **fields: Any) -> ScanReport:
+    """compute + judge of a resolved spec: `request`, or the options and the
+    request's fields as keywords (thresholds, cache, executor). With a
+    `cache`, judged pairs and the judge state are kept beside the metrics
+    (`JudgeCache`): a re-run after one new checkpoint computes one pair and
+    judges one pair."""
+    request = ScanRequest.given(request, fields)
     cache = request.cache
     metrics = compute(spec, request.options, cache=cache, progress=progress, executor=request.executor)
     judging = SeriesJudge(request.thresholds or spec.config.thresholds, spec.reference, spec.reference_path)

@@ -89,6 +89,17 @@ class ScanRequest:
         return cls(options or ScanOptions(), references=reference_sources(reference), settings=tuple(settings),
                    **fields)
 
+    @classmethod
+    def given(cls, request: ScanRequest | ScanOptions | None, fields: dict[str, Any]) -> ScanRequest:
+        """What a function that takes a request was given: the request, or
+        the one its options (or none) and keyword fields make (the keywords
+        the library has always taken); not both."""
+        if not isinstance(request, ScanRequest):
+            return cls.of(request, **fields)
+        if fields:
+            raise TypeError(f"give a ScanRequest or its fields, not both: {', '.join(sorted(fields))}")
+        return request
+
 
 def reference_sources(sources: ReferenceSources) -> tuple[ReferenceSource, ...]:
     """One source, several or None, as a tuple."""

@@ -156,9 +156,7 @@ def _request(request: ScanRequest | None, fields: dict[str, Any]) -> ScanRequest
     callback that scanned a reference run, is deprecated: such a reference
     is resolved here, up front, as `api.resolve_references` does."""
     scan_reference = fields.pop("scan_reference", None)
-    if request is not None and fields:
-        raise TypeError(f"give a ScanRequest or its fields, not both: {', '.join(sorted(fields))}")
-    request = request or ScanRequest.of(**fields)
+    request = ScanRequest.given(request, fields)
     if scan_reference is None:
         return request
     warnings.warn("scan_reference is deprecated: resolve the references first (ckptscan.api.resolve_references)",

@@ -73,10 +73,7 @@ def compare_runs(
     run uses its own probe / loss log (`trend SWEEP/ --no-probe`,
     `--no-loss-log`). `leave_out` False: no run is left out of the others'
     bands (the first round only, for comparison)."""
-    if not isinstance(request, ScanRequest):
-        request = ScanRequest.of(request, **fields)
-    elif fields:
-        raise TypeError(f"give a ScanRequest or its fields, not both: {', '.join(sorted(fields))}")
+    request = ScanRequest.given(request, fields)
     names = [str(d) for d in run_dirs]
     if len(names) < 2:
         raise CkptScanError(f"a comparison needs at least two runs, got {len(names)}")

@@ -333,11 +333,7 @@ def watch_run(
     A reference run is scanned once, before the first look.
     """
     interval, settle = fields.pop("interval", 2.0), fields.pop("settle", 0.5)
-    if isinstance(request, ScanRequest):
-        if fields:
-            raise TypeError(f"give a ScanRequest or its fields, not both: {', '.join(sorted(fields))}")
-    else:
-        request = ScanRequest.of(request, **fields)
+    request = ScanRequest.given(request, fields)
     run_dir = expand_path(run_dir)  # a local directory: watching needs its filesystem events
     run_directory(run_dir)  # it exists, and is a directory
     if interval <= 0 or settle < 0:
