@@ -19,9 +19,12 @@ demo: setup-demo
 	.venv/bin/ckptscan trend sample_checkpoints/attention_fault --html ckptscan-demo.html || [ $$? -eq 1 ]
 	@echo "demo: ALERT is the expected verdict on this faulty run; the report is in ckptscan-demo.html"
 
-# Two workers (pytest-xdist); tests/conftest.py keeps each module, and the
+# Lint first (ruff and mypy, configured in pyproject.toml), then the tests on
+# two workers (pytest-xdist); tests/conftest.py keeps each module, and the
 # tests sharing a server or cluster, on one worker.
 test: setup
+	.venv/bin/python -m ruff check
+	.venv/bin/python -m mypy
 	.venv/bin/python -m pytest -n 2 --dist loadgroup
 
 # The documentation site (MkDocs Material, the `docs` extra) into site/: nor the test extra nor Azurite.

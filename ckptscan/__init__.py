@@ -2,54 +2,82 @@
 
     import ckptscan
     report = ckptscan.scan_pair("run/checkpoint-1000", "run/checkpoint-1100")
-    report.summary.status            # "ok" | "warn" | "alert" | "unchanged"
+    report.summary.status            # "ok" | "warn" | "alert" | "unchanged" | "not_judged"
     run = ckptscan.scan_run("run/")  # every consecutive pair, judged as a series
 
-    # The same in its three steps: what to scan, the numbers, the verdict.
-    spec = ckptscan.resolve_run("run/")
-    metrics = ckptscan.compute(spec, ckptscan.ScanOptions())
-    report = ckptscan.judge(metrics, spec.config.thresholds, spec.reference)
+Each entry point takes the options and a `ScanRequest`'s fields as keywords
+(stride, probe, reference, thresholds, cache, executor, ...) and returns a
+report (docs/python-api.md). The steps inside them (resolve, compute, judge)
+are importable from their modules: `ckptscan.run`, `ckptscan.metrics`,
+`ckptscan.detection.judge`.
 """
 
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import Any
 
 __version__ = "0.2.0"
 
-# The public API, imported on first use: `import ckptscan` itself stays cheap
-# (torch takes seconds to import), so the console entry point can turn a
-# Ctrl-C during start-up into a clean exit instead of a traceback.
+# The public face, imported on first use: `import ckptscan` itself stays
+# cheap (torch takes seconds to import), so the console entry point can turn
+# a Ctrl-C during start-up into a clean exit instead of a traceback.
 _EXPORTS = {
-    "CkptScanError": "ckptscan.errors",
-    "Probe": "ckptscan.probe",
+    # Entry points: a pair, a run, a live run, a sweep, a saved report.
+    "scan_pair": "ckptscan.api",
+    "scan_run": "ckptscan.api",
+    "watch_run": "ckptscan.watch",
+    "compare_runs": "ckptscan.sweep",
+    "load_report": "ckptscan.report.load",
     "capture_probe": "ckptscan.probe",
     "load_probe": "ckptscan.probe",
+    # What a scan is asked: the request, its options and thresholds, and the
+    # values its fields take (a probe, a cache, a Ray cluster).
+    "ScanRequest": "ckptscan.request",
     "ScanOptions": "ckptscan.scan",
-    "AUTO": "ckptscan.run",
+    "Thresholds": "ckptscan.detection.rules",
+    "Probe": "ckptscan.probe",
+    "PairCache": "ckptscan.cache",
+    "RayExecutor": "ckptscan.executors.ray",
+    # What a scan returns, and the one error it raises on bad input.
+    "ScanReport": "ckptscan.results",
+    "PairResult": "ckptscan.results",
+    "LayerResult": "ckptscan.results",
+    "Finding": "ckptscan.results",
+    "Summary": "ckptscan.results",
+    "SweepReport": "ckptscan.results",
+    "WatchEvent": "ckptscan.watch",
+    "CkptScanError": "ckptscan.errors",
+}
+
+# Names the face used to offer that are the pipeline's insides: still
+# importable from `ckptscan` (with a DeprecationWarning) and, without one,
+# from the module named.
+_DEPRECATED = {
+    "AUTO": "ckptscan.request",
     "RunSpec": "ckptscan.run",
     "resolve_run": "ckptscan.run",
     "resolve_pair": "ckptscan.run",
+    "run_spec": "ckptscan.run",
     "Metrics": "ckptscan.metrics",
     "compute": "ckptscan.metrics",
-    "Thresholds": "ckptscan.detection.rules",
     "judge": "ckptscan.detection.judge",
-    "load_report": "ckptscan.report.load",
-    "PairCache": "ckptscan.cache",
     "LocalExecutor": "ckptscan.executors.local",
-    "RayExecutor": "ckptscan.executors.ray",
-    "scan_pair": "ckptscan.api",
-    "scan_run": "ckptscan.api",
-    "run_spec": "ckptscan.run",
-    "watch_run": "ckptscan.watch",
-    "WatchEvent": "ckptscan.watch",
 }
 
 __all__ = ["__version__", *_EXPORTS]
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'ckptscan' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    if name in _DEPRECATED:
+        warnings.warn(f"ckptscan.{name} is deprecated: import it from {_DEPRECATED[name]}, or use "
+                      "ckptscan.scan_run / ckptscan.scan_pair", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(_DEPRECATED[name]), name)
+    raise AttributeError(f"module 'ckptscan' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -72,7 +72,7 @@ class Run:
     notes: list[str] = field(default_factory=list)
 
 
-def discover_run(run_dir: str | Path, opened: OpenedRecord | None = None) -> Run:
+def discover_run(run_dir: str | Path | RemotePath, opened: OpenedRecord | None = None) -> Run:
     """Every usable checkpoint under `run_dir` (a directory or a URL prefix), ordered by step.
 
     `opened`: the checkpoints found whole last time (`ckptscan.opened`); those
@@ -164,7 +164,7 @@ def _open_candidates(entries: list[Path], opened: OpenedRecord | None) -> list[C
     return outcomes
 
 
-def run_directory(run_dir: str | Path) -> Path | RemotePath:
+def run_directory(run_dir: str | Path | RemotePath) -> Path | RemotePath:
     """`run_dir` as a path (`~` and `$VAR` expanded), checked to be a directory."""
     path = as_path(run_dir)
     if isinstance(path, RemotePath):

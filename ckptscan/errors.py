@@ -21,7 +21,8 @@ class CkptScanError(Exception):
     name the file and, where there is one, the tensor.
     """
 
-    def __init__(self, message: str, *, path: str | Path | None = None, tensor: str | None = None):
+    # `path`: anything that prints as a path (a str, a Path, a storage.RemotePath).
+    def __init__(self, message: str, *, path: str | Path | object = None, tensor: str | None = None):
         where = []
         if path is not None:
             where.append(str(path))

@@ -29,16 +29,19 @@ class Intervention:
 
 
 # Any alert: the rollback the summary names, as PaLM restarts.
-RESTART = ("restart from the rollback, skipping batches", "restart from the rollback candidate, skipping the batches seen since (PaLM: ~100 steps before "
-           "the spike, 200-500 batches skipped)", "Chowdhery et al. 2022, arXiv:2204.02311")
+RESTART = ("restart from the rollback, skipping batches", "restart from the rollback candidate, skipping the batches "
+           "seen since (PaLM: ~100 steps before the spike, 200-500 batches skipped)",
+           "Chowdhery et al. 2022, arXiv:2204.02311")
 
 _ACTIONS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "attention": (
         ("QK-norm", "normalize queries and keys before their dot product (QK-layernorm / QK-norm)",
          "Wortsman et al. 2023, arXiv:2309.14322; OLMo 2, arXiv:2501.00656"),
-        ("logit soft-capping", "cap the attention logits: tanh soft-capping (Gemma 2, cap 50), or softmax capping with QK-norm",
+        ("logit soft-capping", "cap the attention logits: tanh soft-capping (Gemma 2, cap 50), or softmax capping "
+         "with QK-norm",
          "Gemma 2, arXiv:2408.00118; Rybakov et al. 2024, arXiv:2410.16682"),
-        ("QK-Clip", "rescale a head's W_q and W_k after an update whose max attention logit exceeds a threshold (QK-Clip)",
+        ("QK-Clip", "rescale a head's W_q and W_k after an update whose max attention logit exceeds a threshold "
+         "(QK-Clip)",
          "Kimi K2, arXiv:2507.20534"),
         ("σReparam", "reparametrize the linear layers with spectral normalization and a learned scalar (sigmaReparam), "
          "which prevents attention entropy collapse", "Zhai et al. 2023, arXiv:2303.06296"),
@@ -47,20 +50,24 @@ _ACTIONS: dict[str, tuple[tuple[str, str, str], ...]] = {
         RESTART,
     ),
     "router": (
-        ("router z-loss", "add the router z-loss, which penalizes large router logits (ST-MoE: coefficient 1e-3)",
+        ("router z-loss", "add the router z-loss, which penalizes large router logits (ST-MoE: coefficient "
+         "1e-3)",
          "Zoph et al. 2022 (ST-MoE), arXiv:2202.08906"),
-        ("float32 router, smaller init", "compute the router in float32 (selective precision) and initialize it smaller",
+        ("float32 router, smaller init", "compute the router in float32 (selective precision) and initialize "
+         "it smaller",
          "Fedus et al. 2021 (Switch Transformer), arXiv:2101.03961"),
         ("larger load-balancing coefficient", "raise the load-balancing loss coefficient (Switch Transformer: 1e-2)",
          "Fedus et al. 2021 (Switch Transformer), arXiv:2101.03961"),
-        ("expert choice or capacity factor", "route by expert choice (balanced by construction, not causal) or change the capacity factor",
+        ("expert choice or capacity factor", "route by expert choice (balanced by construction, not causal) or "
+         "change the capacity factor",
          "Zhou et al. 2022, arXiv:2202.09368"),
         RESTART,
     ),
     "update": (
         ("lower LR", "lower the learning rate (or restore the one the run had: check the LR a resumed job took from "
          "its flags against the scheduler state it saved)", "Wortsman et al. 2023, arXiv:2309.14322"),
-        ("longer warm-up", "lengthen the learning-rate warm-up, which makes the loss less sensitive to the learning rate",
+        ("longer warm-up", "lengthen the learning-rate warm-up, which makes the loss less sensitive to the learning "
+         "rate",
          "Wortsman et al. 2023, arXiv:2309.14322"),
         ("update clipping", "clip each update's RMS as Adafactor does (StableAdamW), for updates that outgrow a "
          "decayed second-moment estimate", "Wortsman et al. 2023, arXiv:2304.13013"),
@@ -68,7 +75,8 @@ _ACTIONS: dict[str, tuple[tuple[str, str, str], ...]] = {
     ),
     "numeric": (
         RESTART,
-        ("float32 softmax and router", "keep numerically sensitive parts (softmax, router) in float32 rather than bfloat16 (selective precision)",
+        ("float32 softmax and router", "keep numerically sensitive parts (softmax, router) in float32 rather "
+         "than bfloat16 (selective precision)",
          "Fedus et al. 2021 (Switch Transformer), arXiv:2101.03961"),
     ),
 }

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, Sequence
 
-from ckptscan.cache import PairCache, collector_paused, file_identity
+from ckptscan.cache import collector_paused, file_identity
 from ckptscan.executors import Executor
 from ckptscan.layouts import ModelInfo, resolve_layout
 from ckptscan.loss_log import LossLog
+from ckptscan.readers import Checkpoint
 from ckptscan.results import CheckpointRef, LayerResult, PairResult
 from ckptscan.run import RunSpec
 from ckptscan.scan import ScanOptions, scan_layers
@@ -41,11 +42,24 @@ class Metrics:
     pair_keys: list[str] = field(default_factory=list)
 
 
+class PairStore(Protocol):
+    """What `compute` asks of a cache: a `PairCache` on disk, or a watch's
+    `SeriesCache` in front of one."""
+
+    def keys(self, checkpoints: Sequence[Checkpoint], pairs: Sequence[tuple[int, int]], settings: dict[str, str]
+             ) -> list[dict[str, Any]]: ...
+    def get(self, key: dict[str, Any]) -> list[LayerResult] | None: ...
+    def put(self, key: dict[str, Any], layers: list[LayerResult]) -> None: ...
+    def identity(self, key: dict[str, Any]) -> str: ...
+    def get_layers(self, key: dict[str, Any]) -> dict[int, LayerResult]: ...
+    def put_layer(self, key: dict[str, Any], layer: LayerResult) -> None: ...
+
+
 def compute(
     spec: RunSpec,
     options: ScanOptions | None = None,
     *,
-    cache: PairCache | None = None,
+    cache: PairStore | None = None,
     progress: Callable[[int, int], None] | None = None,
     executor: Executor | None = None,
 ) -> Metrics:
@@ -108,7 +122,7 @@ def compute(
     )
 
 
-def _resume(keys: list[dict[str, Any]], cache: PairCache | None) -> dict[str, Any]:
+def _resume(keys: list[dict[str, Any]], cache: PairStore | None) -> dict[str, Any]:
     """scan_layers' `known` and `on_layer` for the pairs of `keys`: layers an
     interrupted run finished for every one of them are not computed again,
     and each layer is cached as it arrives.

@@ -14,13 +14,13 @@ onto these arguments, so the library and the command line see the same run:
   may be named as a local file or a URL;
 - config: the nearest `ckptscan.toml` / `pyproject.toml [tool.ckptscan]` from
   the current directory up (thresholds, the gate's `fail_on`);
-- reference: none. When given, one known-healthy run or several (a band):
-  each a JSON report (`ckptscan trend --json`), a run directory or a URL
-  (s3://bucket/run/, or the URL of a report). A run is scanned by
-  `scan_reference` (`api.reference_scanner`: as the judged run is, which
-  `scan_run` and `ckptscan trend` pass), and judged against as its JSON
-  report would be.
+- reference: none. When given, one known-healthy run or several (a band),
+  resolved before the spec is made (`api.resolve_references`: a run is
+  scanned as the judged run is, a JSON report read); a report file named
+  here is read, a run named here unresolved is an error.
 
+What to scan besides the checkpoints is a `ScanRequest` (`ckptscan.request`);
+the keyword arguments of `resolve_run` and `resolve_pair` are its fields.
 Each side file is `AUTO` (the default above), `None` (off) or a path. A file
 found by default that cannot be used is skipped with a note (it was not asked
 for); a file named explicitly that cannot be used is an error.
@@ -29,9 +29,10 @@ for); a file named explicitly that cannot be used is an error.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence, Union
+from typing import Any, Callable, Sequence
 
 from ckptscan.config import Config, load_config
 from ckptscan.discovery import discover_run, run_directory
@@ -41,24 +42,13 @@ from ckptscan.opened import OpenedRecord
 from ckptscan.probe import Probe, load_probe
 from ckptscan.readers import Checkpoint, open_checkpoints
 from ckptscan.report.load import load_report
+from ckptscan.request import AUTO, Reference, ReferenceSource, ReferenceSources, ScanRequest, SideFile, _Auto
 from ckptscan.results import ScanReport
 from ckptscan.storage import RemotePath, as_path
 
+__all__ = ["AUTO", "BASES", "ReferenceSources", "RunSpec", "SideFile", "check_pair", "load_reference", "plan_pairs",
+           "resolve_pair", "resolve_run", "run_spec"]
 
-class _Auto:
-    """The run's own file, found with the documented default."""
-
-    def __repr__(self) -> str:
-        return "AUTO"
-
-
-AUTO = _Auto()
-SideFile = Union[str, Path, _Auto, None]
-# What `--reference` names: a report file, a run directory, a URL of either,
-# or an already loaded report; one, or several for a band.
-ReferenceSource = Union[str, Path, RemotePath, ScanReport]
-ReferenceSources = Union[ReferenceSource, Sequence[ReferenceSource], None]
-ScanReference = Callable[[str], ScanReport]  # a reference run directory (or URL prefix) -> its report
 
 # Files a run directory may carry that a scan uses without being told.
 DEFAULT_PROBE = "probe.safetensors"
@@ -84,98 +74,67 @@ class RunSpec:
     run_notes: list[str] = field(default_factory=list)  # discovery's notes, e.g. steps that are save indices
 
 
-def resolve_run(
-    run_dir: str | Path,
-    *,
-    stride: int = 1,
-    base: str = "previous",
-    probe: SideFile | Probe = AUTO,
-    loss_log: SideFile = AUTO,
-    reference: ReferenceSources = None,
-    config: SideFile = AUTO,
-    settings: Sequence[str] = (),
-    scan_reference: ScanReference | None = None,
-    cache_dir: str | Path | None = None,
-) -> RunSpec:
+def resolve_run(run_dir: str | Path | RemotePath, request: ScanRequest | None = None, *,
+                cache_dir: str | Path | None = None, **fields: Any) -> RunSpec:
     """A run directory's checkpoints (step order), its pairs and side files.
 
-    `stride` s: every s-th checkpoint from the first (a stable chain, so a
-    growing run keeps its cached pairs); `base="first"`: each against the
-    first. `settings`: "KEY=VALUE" overrides of the config's thresholds.
-    `scan_reference`: how a reference given as a run is scanned
-    (`api.reference_scanner(options, ...)`; needed only for such a reference).
-    `cache_dir`: where to keep the record of the checkpoints found whole
-    (`ckptscan.opened`), so a re-run opens only new or changed ones.
+    `request` (or its fields as keywords: stride, base, probe, loss_log,
+    reference, config, settings): `stride` s: every s-th checkpoint from the
+    first (a stable chain, so a growing run keeps its cached pairs);
+    `base="first"`: each against the first. `cache_dir`: where to keep the
+    record of the checkpoints found whole (`ckptscan.opened`), so a re-run
+    opens only new or changed ones; default, the request's cache's.
     """
-    run_dir = run_directory(run_dir)
-    run = discover_run(run_dir, OpenedRecord(cache_dir, run_dir) if cache_dir is not None else None)
+    request = _request(request, fields)
+    if cache_dir is None and request.cache is not None:
+        cache_dir = request.cache.directory
+    directory = run_directory(run_dir)
+    run = discover_run(directory, OpenedRecord(cache_dir, directory) if cache_dir is not None else None)
     if len(run.checkpoints) < 2:
         raise CkptScanError(f"found {len(run.checkpoints)} usable checkpoint(s); a trend needs at least two",
-                            path=run_dir)
-    if not plan_pairs(len(run.checkpoints), stride, base):
-        raise CkptScanError(f"--stride {stride} leaves no pair among {len(run.checkpoints)} checkpoints",
-                            path=run_dir)
-    return run_spec(run_dir, run.checkpoints, stride=stride, base=base, probe=probe, loss_log=loss_log,
-                    reference=reference, config=config, settings=settings, skipped=run.skipped,
-                    run_notes=run.notes, scan_reference=scan_reference)
+                            path=directory)
+    if not plan_pairs(len(run.checkpoints), request.stride, request.base):
+        raise CkptScanError(f"--stride {request.stride} leaves no pair among {len(run.checkpoints)} checkpoints",
+                            path=directory)
+    return run_spec(directory, run.checkpoints, request, skipped=run.skipped, run_notes=run.notes)
 
 
-def run_spec(
-    run_dir: str | Path,
-    checkpoints: list[Checkpoint],
-    *,
-    stride: int = 1,
-    base: str = "previous",
-    probe: SideFile | Probe = AUTO,
-    loss_log: SideFile = AUTO,
-    reference: ReferenceSources = None,
-    config: SideFile = AUTO,
-    settings: Sequence[str] = (),
-    skipped: Sequence[dict[str, str]] = (),
-    run_notes: Sequence[str] = (),
-    scan_reference: ScanReference | None = None,
-) -> RunSpec:
+def run_spec(run_dir: str | Path | RemotePath, checkpoints: list[Checkpoint], request: ScanRequest | None = None, *,
+             skipped: Sequence[dict[str, str]] = (), run_notes: Sequence[str] = (), **fields: Any) -> RunSpec:
     """The spec of these checkpoints (step order) of `run_dir`, with the run's
     pairs and side files: `resolve_run` after discovery, and `ckptscan watch`
     each time a checkpoint of a live run is complete (the loss log has grown)."""
-    run_dir = as_path(run_dir)
-    pairs = plan_pairs(len(checkpoints), stride, base)
+    request = _request(request, fields)
+    directory = as_path(run_dir)
+    pairs = plan_pairs(len(checkpoints), request.stride, request.base)
     newest = max((b for _, b in pairs), default=len(checkpoints) - 1)
-    spec = RunSpec("run", str(run_dir), list(checkpoints), pairs, skipped=list(skipped),
-                   config=_config(config, settings), run_notes=list(run_notes))
+    spec = RunSpec("run", str(directory), list(checkpoints), pairs, skipped=list(skipped),
+                   config=_config(request.config, request.settings), run_notes=list(run_notes))
     _config_note(spec)
-    spec.pairing = {"pairing": base, "stride": stride,
+    spec.pairing = {"pairing": request.base, "stride": request.stride,
                     # Checkpoints newer than the newest scanned one: they wait for the stride.
                     "pending_steps": [c.step for c in checkpoints[newest + 1:]]}
     # The run's own side files, locally or under a URL prefix (known from
     # the listing discovery took: no request when absent).
-    spec.probe = _side_file(probe, run_dir / DEFAULT_PROBE, _probe, "probe", spec.notes)
-    spec.loss_log = _side_file(loss_log, run_dir / DEFAULT_LOSS_LOG, read_loss_log, "loss log", spec.notes)
-    _reference(spec, reference, scan_reference)
+    spec.probe = _side_file(request.probe, directory / DEFAULT_PROBE, _probe, "probe", spec.notes)
+    spec.loss_log = _side_file(request.loss_log, directory / DEFAULT_LOSS_LOG, read_loss_log, "loss log", spec.notes)
+    _reference(spec, request.references)
     return spec
 
 
-def resolve_pair(
-    older: str | Path,
-    newer: str | Path,
-    *,
-    probe: SideFile | Probe = AUTO,
-    loss_log: SideFile = AUTO,
-    reference: ReferenceSources = None,
-    config: SideFile = AUTO,
-    settings: Sequence[str] = (),
-    scan_reference: ScanReference | None = None,
-) -> RunSpec:
-    """Two checkpoints (older, newer) compared as one update. `probe`: a
-    probe file (or an already loaded `Probe`) for routing entropy; `probe`
-    and `loss_log` default, as for a run, to the run's own files when both
-    checkpoints sit in one run directory (so that `diff` of two checkpoints
-    of a run judges what `trend` of it does). The same checkpoint twice, or
-    steps in the wrong order, are errors (`check_pair`); steps that cannot
-    tell the order are a note."""
+def resolve_pair(older: str | Path, newer: str | Path, request: ScanRequest | None = None, **fields: Any) -> RunSpec:
+    """Two checkpoints (older, newer) compared as one update. `request` (or
+    its fields as keywords): `probe`, a probe file (or an already loaded
+    `Probe`) for routing entropy; `probe` and `loss_log` default, as for a
+    run, to the run's own files when both checkpoints sit in one run
+    directory (so that `diff` of two checkpoints of a run judges what `trend`
+    of it does). The same checkpoint twice, or steps in the wrong order, are
+    errors (`check_pair`); steps that cannot tell the order are a note."""
+    request = _request(request, fields)
+    probe, loss_log = request.probe, request.loss_log
     checkpoints = open_checkpoints([older, newer])
     check_pair(*checkpoints)
-    spec = RunSpec("pair", str(newer), checkpoints, [(0, 1)], config=_config(config, settings))
+    spec = RunSpec("pair", str(newer), checkpoints, [(0, 1)], config=_config(request.config, request.settings))
     _config_note(spec)
     run_dir = _shared_run_directory(*checkpoints)
     if run_dir is not None:
@@ -187,8 +146,24 @@ def resolve_pair(
     if checkpoints[0].step is None or checkpoints[1].step is None:
         spec.notes.append("note: no step in the checkpoints' names: their order is not checked (give the older "
                           "one first)")
-    _reference(spec, reference, scan_reference)
+    _reference(spec, request.references)
     return spec
+
+
+def _request(request: ScanRequest | None, fields: dict[str, Any]) -> ScanRequest:
+    """The request given, or the one its fields make (the keyword arguments
+    `resolve_run(run, stride=2)` has always taken). `scan_reference`, the
+    callback that scanned a reference run, is deprecated: such a reference
+    is resolved here, up front, as `api.resolve_references` does."""
+    scan_reference = fields.pop("scan_reference", None)
+    request = ScanRequest.given(request, fields)
+    if scan_reference is None:
+        return request
+    warnings.warn("scan_reference is deprecated: resolve the references first (ckptscan.api.resolve_references)",
+                  DeprecationWarning, stacklevel=3)
+    return replace(request, references=tuple(
+        Reference(scan_reference(str(as_path(s))), str(as_path(s)))
+        if isinstance(s, (str, Path, RemotePath)) and as_path(s).is_dir() else s for s in request.references))
 
 
 def _shared_run_directory(older: Checkpoint, newer: Checkpoint) -> Path | RemotePath | None:
@@ -239,32 +214,30 @@ def _probe(probe: str | Path | Probe | None) -> Probe | None:
     return probe if probe is None or isinstance(probe, Probe) else load_probe(probe)
 
 
-def _reference(spec: RunSpec, sources: ReferenceSources, scan_reference: ScanReference | None) -> None:
+def _reference(spec: RunSpec, sources: Sequence[ReferenceSource | Reference]) -> None:
     """The references' reports and where each came from: one stays one
     report (and one path), several make lists (a band)."""
-    if sources is None:
-        return
-    listed = [sources] if isinstance(sources, (str, Path, RemotePath, ScanReport)) else list(sources)
-    loaded = [load_reference(source, scan_reference) for source in listed]
+    loaded = [load_reference(source) for source in sources]
     if len(loaded) == 1:
         spec.reference, spec.reference_path = loaded[0]
     elif loaded:
         spec.reference, spec.reference_path = [r for r, _ in loaded], [p for _, p in loaded]
 
 
-def load_reference(source: ReferenceSource, scan_reference: ScanReference | None = None
-                   ) -> tuple[ScanReport, str | None]:
-    """One reference's report and where it came from: a JSON report file
-    (local or a URL) is read; a run directory (or a URL prefix) is scanned by
-    `scan_reference`; a report object is taken as it is."""
+def load_reference(source: ReferenceSource | Reference) -> tuple[ScanReport, str | None]:
+    """One reference's report and where it came from: a resolved one as it
+    is, a JSON report file (local or a URL) read, a report object taken as
+    it is. A run directory (or a URL prefix) is scanned before the spec is
+    made (`api.resolve_references`): unresolved here, it is an error."""
+    if isinstance(source, Reference):
+        return source.report, source.path
     if isinstance(source, ScanReport):
         return source, None
     path = as_path(source)
     if path.is_dir():
-        if scan_reference is None:
-            raise CkptScanError("is a run: a reference run is scanned by scan_reference "
-                                "(ckptscan.api.reference_scanner), or give its JSON report", path=path)
-        return scan_reference(str(path)), str(path)
+        raise CkptScanError("is a run: a reference run is scanned before the spec is made "
+                            "(ckptscan.api.resolve_references, or ckptscan.scan_run), or give its JSON report",
+                            path=path)
     return load_report(path), str(path)
 
 

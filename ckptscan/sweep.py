@@ -35,58 +35,55 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
-from ckptscan.cache import PairCache
 from ckptscan.detection.judge import judge
 from ckptscan.detection.reference import MODEL_FIELDS
-from ckptscan.detection.thresholds import Thresholds
 from ckptscan.errors import CkptScanError
-from ckptscan.executors import Executor
 from ckptscan.layouts import ModelInfo, resolve_layout
 from ckptscan.metrics import Metrics, compute
 from ckptscan.report.json import report_dict
 from ckptscan.report.load import as_json_values, report_from_dict
 from ckptscan.results import GATE_ORDER, NOT_JUDGED, ScanReport, SweepReport, SweepRun
-from ckptscan.run import AUTO, SideFile, resolve_run
+from ckptscan.request import AUTO, ScanRequest
+from ckptscan.run import resolve_run
 from ckptscan.scan import ScanOptions
 from ckptscan.storage import RemotePath
 
 
 def compare_runs(
     run_dirs: Sequence[str | Path | RemotePath],
-    options: ScanOptions | None = None,
+    request: ScanRequest | ScanOptions | None = None,
     *,
-    stride: int = 1,
-    base: str = "previous",
-    config: SideFile = AUTO,
-    settings: Sequence[str] = (),
-    thresholds: Thresholds | None = None,
-    cache: PairCache | None = None,
-    executor: Executor | None = None,
     scanning: Callable[[str], None] | None = None,
     probes: bool = True,
     loss_logs: bool = True,
     leave_out: bool = True,
+    **fields: Any,
 ) -> SweepReport:
     """Judge each of `run_dirs` (two or more runs of one model) against the
     others and rank them. Each run uses its own probe and loss log, all the
-    same pairing, options and thresholds (`config`, `settings`; `thresholds`
-    replaces the config's). `scanning` is told each run as its scan starts.
-    `probes` / `loss_logs` False: no run uses its own probe / loss log
-    (`trend SWEEP/ --no-probe`, `--no-loss-log`). `leave_out` False: no run
-    is left out of the others' bands (the first round only, for comparison)."""
+    same pairing, options and thresholds of `request` (or, without one, of
+    its fields: stride, base, config, settings, thresholds, cache, executor;
+    `request` may be the options alone); references other than the runs
+    have no meaning here. `scanning` is told each run as its scan starts.
+    `probes` / `loss_logs` False (or the request's probe / loss log None): no
+    run uses its own probe / loss log (`trend SWEEP/ --no-probe`,
+    `--no-loss-log`). `leave_out` False: no run is left out of the others'
+    bands (the first round only, for comparison)."""
+    request = ScanRequest.given(request, fields)
     names = [str(d) for d in run_dirs]
     if len(names) < 2:
         raise CkptScanError(f"a comparison needs at least two runs, got {len(names)}")
     twice = [name for name, count in Counter(names).items() if count > 1]
     if twice:
         raise CkptScanError("the same run given twice; each run is judged against the others", path=twice[0])
-    specs = [resolve_run(d, stride=stride, base=base, config=config, settings=settings,
-                         probe=AUTO if probes else None, loss_log=AUTO if loss_logs else None,
-                         cache_dir=cache.directory if cache is not None else None) for d in run_dirs]
-    options = options or ScanOptions()
+    own_files = replace(request, probe=AUTO if probes and request.probe is not None else None,
+                        loss_log=AUTO if loss_logs and request.loss_log is not None else None, references=())
+    specs = [resolve_run(d, own_files) for d in run_dirs]
+    options, cache, executor, thresholds = request.options, request.cache, request.executor, request.thresholds
     # Before any scan: the model of each run is in its first checkpoint's header.
     check_one_model(names, [resolve_layout(spec.checkpoints[0], options.overrides, options.tensor_map).info
                             for spec in specs])

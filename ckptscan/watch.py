@@ -46,21 +46,20 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Generator, Sequence
 
-from ckptscan.api import reference_scanner
+from ckptscan.api import resolve_references
 from ckptscan.cache import PairCache
 from ckptscan.judge_cache import JudgeCache
 from ckptscan.metrics import Metrics, compute, pair_settings
 from ckptscan.detection.judge import SeriesJudge
-from ckptscan.detection.rules import Thresholds
 from ckptscan.discovery import checkpoint_folder, newest_complete, run_directory
 from ckptscan.errors import CkptScanError
 from ckptscan.paths import expand_path
-from ckptscan.probe import Probe
 from ckptscan.readers import Checkpoint, open_checkpoint, step_from_name
 from ckptscan.results import CheckpointRef, LayerResult, ScanReport
-from ckptscan.run import AUTO, ReferenceSources, RunSpec, ScanReference, SideFile, plan_pairs, run_spec
+from ckptscan.request import ScanRequest
+from ckptscan.run import RunSpec, plan_pairs, run_spec
 from ckptscan.scan import ScanOptions
 
 # Looks at most this often however many filesystem events arrive (a shard
@@ -144,7 +143,7 @@ class SeriesCache:
             self.disk.put_layer(self._disk_key(key), layer)
 
     def _disk_key(self, key: dict[str, Any]) -> dict[str, Any]:
-        if "disk" not in key:
+        if "disk" not in key and self.disk is not None:
             key["disk"] = self.disk.key(key["older"], key["newer"], key["settings"])
         return key["disk"]
 
@@ -154,16 +153,8 @@ class Watcher:
     """The state of one watch: the series so far and the checkpoints coming in."""
 
     run_dir: Path
-    options: ScanOptions = field(default_factory=ScanOptions)
-    stride: int = 1
-    base: str = "previous"
-    probe: SideFile | Probe = AUTO
-    loss_log: SideFile = AUTO
-    reference: ReferenceSources = None
-    config: SideFile = AUTO
-    settings: Sequence[str] = ()
-    thresholds: Thresholds | None = None  # replaces the config's
-    scan_reference: ScanReference | None = None  # how a reference run is scanned (once: `api.reference_scanner`)
+    # What to scan and how to judge it, its references resolved (`api.resolve_references`).
+    request: ScanRequest = field(default_factory=ScanRequest)
     cache: SeriesCache = field(default_factory=SeriesCache)
     interval: float = 2.0  # seconds between looks without events
     settle: float = 0.5  # seconds a checkpoint without pointer file must stay unchanged
@@ -199,14 +190,15 @@ class Watcher:
                              if (last is None or step > last) and (folder / name).is_dir())
         except OSError as e:  # removed or unreadable between the check and the listing
             raise CkptScanError(f"cannot list the run directory: {e.strerror or e}", path=self.run_dir) from None
-        joined, examined, blocked = [], set(), False
+        joined: list[Checkpoint] = []
+        examined, blocked = set(), False
         now = time.monotonic()  # one time per look: what opened in one look settles together
         for step, entry in entries:
             examined.add(entry)
             checkpoint = self._complete(entry, step, pointer, now)
-            # Newer checkpoints wait behind an unfinished one (they still settle meanwhile).
-            blocked = blocked or checkpoint is None
-            if not blocked:
+            if checkpoint is None:  # newer checkpoints wait behind an unfinished one (they still settle meanwhile)
+                blocked = True
+            elif not blocked:
                 joined.append(checkpoint)
         # Forget what was not looked at (removed, or joined the series).
         self._seen = {entry: seen for entry, seen in self._seen.items() if entry in examined}
@@ -215,18 +207,16 @@ class Watcher:
 
     def judge_series(self) -> WatchEvent | None:
         """compute + judge of the series; None when it holds no new pair (the stride's, or a first checkpoint)."""
-        pairs = plan_pairs(len(self.series), self.stride, self.base)
+        pairs = plan_pairs(len(self.series), self.request.stride, self.request.base)
         if len(pairs) <= self.judged:
             return None
-        spec = run_spec(self.run_dir, self.series, stride=self.stride, base=self.base, probe=self.probe,
-                        loss_log=self.loss_log, reference=self.reference, config=self.config,
-                        settings=self.settings, scan_reference=self.scan_reference)
+        spec = run_spec(self.run_dir, self.series, self.request)
         for message in spec.notes:
             if message not in self._notes:
                 self._notes.add(message)
                 self.notify(message)
         metrics = self._grow(spec)
-        self.judging.use(self.thresholds or spec.config.thresholds, spec.reference, spec.reference_path)
+        self.judging.use(self.request.thresholds or spec.config.thresholds, spec.reference, spec.reference_path)
         if self.cache.disk is not None:  # a restarted watch goes on from the judged pairs on disk
             if self._judge_cache is None:
                 self._judge_cache = JudgeCache(self.cache.disk.directory)
@@ -248,17 +238,18 @@ class Watcher:
         numbers and cache identity even if one of its checkpoints is deleted
         (`save_total_limit`) or rewritten in place; a checkpoint that joins
         later is read as it is then."""
-        settings = pair_settings(self.options, spec)
+        options = self.request.options
+        settings = pair_settings(options, spec)
         kept = self._metrics
         if kept is None or settings != self._settings or len(spec.pairs) < len(kept.pairs):
-            kept = compute(spec, self.options, cache=self.cache, progress=self.progress)
+            kept = compute(spec, options, cache=self.cache, progress=self.progress)
         else:
             new = spec.pairs[len(kept.pairs):]
             needed = sorted({i for pair in new for i in pair})
             position = {i: k for k, i in enumerate(needed)}
             part = dataclasses.replace(spec, checkpoints=[spec.checkpoints[i] for i in needed],
                                        pairs=[(position[a], position[b]) for a, b in new])
-            fresh = compute(part, self.options, cache=self.cache, progress=self.progress)
+            fresh = compute(part, options, cache=self.cache, progress=self.progress)
             kept.checkpoints.extend(CheckpointRef(str(c.path), c.step)
                                     for c in spec.checkpoints[len(kept.checkpoints):])
             kept.pairs.extend(fresh.pairs)
@@ -318,19 +309,15 @@ class Watcher:
 
 def watch_run(
     run_dir: str | Path,
-    options: ScanOptions | None = None,
+    request: ScanRequest | ScanOptions | None = None,
     *,
     timeout: float | None = None,
-    interval: float = 2.0,
-    settle: float = 0.5,
     events: bool | None = None,
-    cache: PairCache | None = None,
-    thresholds: Thresholds | None = None,
     notify: Callable[[str], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
     on_start: Callable[[str], None] | None = None,
-    **resolve: Any,
-) -> Iterator[WatchEvent]:
+    **fields: Any,
+) -> Generator[WatchEvent, None, None]:
     """Yield a judged `WatchEvent` each time new checkpoints of `run_dir` complete.
 
     Checkpoints already complete at the start form the first event. Ends
@@ -338,21 +325,22 @@ def watch_run(
     it by closing the generator, or with Ctrl-C). `events`: wake on
     filesystem events (True: required, None: when watchdog is installed,
     False: poll). `on_start` is told how it waits ("inotify", "polling every
-    2 s"). `resolve`: `run_spec`'s side files and pairing (stride, base,
-    probe, loss_log, reference, config, settings, scan_reference); a
-    reference run is scanned once, with `options` and `cache`.
+    2 s"). `request`: what to scan and how to judge it (or its `options`);
+    `fields`: the watch's pace (`interval`, seconds between looks, 2.0;
+    `settle`, seconds a checkpoint without pointer file must stay
+    unchanged, 0.5), or, without a request, the request's fields (stride,
+    base, probe, loss_log, reference, config, settings, thresholds, cache).
+    A reference run is scanned once, before the first look.
     """
+    interval, settle = fields.pop("interval", 2.0), fields.pop("settle", 0.5)
+    request = ScanRequest.given(request, fields)
     run_dir = expand_path(run_dir)  # a local directory: watching needs its filesystem events
     run_directory(run_dir)  # it exists, and is a directory
     if interval <= 0 or settle < 0:
         raise CkptScanError(f"--interval must be > 0 and --settle ≥ 0 (got {interval}, {settle})")
-    resolve.setdefault("scan_reference", reference_scanner(
-        options, cache=cache, stride=resolve.get("stride", 1), base=resolve.get("base", "previous"),
-        config=resolve.get("config", AUTO), settings=resolve.get("settings", ())))
-    watcher = Watcher(run_dir, options or ScanOptions(), cache=SeriesCache(cache), interval=interval,
-                      settle=settle, thresholds=thresholds, notify=notify or (lambda message: None),
-                      progress=progress, **resolve)
-    plan_pairs(2, watcher.stride, watcher.base)  # a bad --stride / --base is an error now, not at the first pair
+    plan_pairs(2, request.stride, request.base)  # a bad --stride / --base is an error now, not at the first pair
+    watcher = Watcher(run_dir, resolve_references(request), cache=SeriesCache(request.cache), interval=interval,
+                      settle=settle, notify=notify or (lambda message: None), progress=progress)
     wake = threading.Event()
     observer, mode = _observe(run_dir, wake, events, interval)
     if on_start is not None:
@@ -412,7 +400,8 @@ def _observe(run_dir: Path, wake: threading.Event, events: bool | None, interval
 
     observer = Observer()
     try:
-        observer.schedule(Wake(wake), str(run_dir), recursive=True)
+        # Wake is a handler by its dispatch alone: watchdog, optional, is imported only here.
+        observer.schedule(Wake(wake), str(run_dir), recursive=True)  # type: ignore[arg-type]
         observer.start()
     except OSError as e:  # e.g. the inotify watch limit
         if events:

@@ -15,6 +15,7 @@ from ckptscan.api import scan_pair, scan_run
 from ckptscan.cache import PairCache
 from ckptscan.detection.state import JudgeState
 from ckptscan.errors import CkptScanError
+from ckptscan.request import ScanRequest
 from ckptscan.watch import SeriesCache, Wake, Watcher, watch_run
 
 from writer_process import GUARD_S, Writer
@@ -207,7 +208,7 @@ def test_a_checkpoint_rewritten_in_place_keeps_its_pairs_and_is_read_anew_by_the
 
 
 def test_stride_waits_for_the_next_checkpoint_on_it(writer):
-    watcher = Watcher(writer.target, settle=0, stride=2)
+    watcher = Watcher(writer.target, ScanRequest(stride=2), settle=0)
     for step in STEPS[:3]:
         writer.publish(f"checkpoint-{step}")
     watcher.look(), watcher.look()

@@ -17,18 +17,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Iterator
 
 import typer
-# typer parses with its own copy of click: its usage errors are these, not the click package's.
+# typer parses with its own copy of click: its usage errors and contexts are these, not the click package's.
+from typer._click.core import Context as ClickContext
 from typer._click.exceptions import UsageError
 from typer.core import TyperCommand, TyperGroup
 
 from ckptscan import __version__
-from ckptscan.cli.options import Base, Command, Precision, shared_options
+from ckptscan.cli.options import Command, Precision, shared_options
 from ckptscan.errors import CkptScanError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from ckptscan.layouts import HeadOverrides
+    from ckptscan.request import SideFile
     from ckptscan.scan import ScanOptions
 
 # Options that take several values after one flag (--reference A/ B/ C/).
@@ -83,7 +85,7 @@ def spread_values(command: Any, args: list[str]) -> list[str]:
 class Commands(TyperGroup):
     """The app's commands, their MANY_VALUED flags spread before parsing."""
 
-    def resolve_command(self, ctx: typer.Context, args: list[str]) -> tuple[str | None, Any, list[str]]:
+    def resolve_command(self, ctx: ClickContext, args: list[str]) -> tuple[str | None, Any, list[str]]:
         name, found, rest = super().resolve_command(ctx, args)
         return name, found, spread_values(found, rest) if found is not None else rest
 
@@ -99,8 +101,8 @@ class OneLineErrors(TyperCommand):
     """A command whose bad options and arguments are one line: click's usage preamble and the
     validator's prefix ("Value error, " from typer's pydantic conversion) are not the user's business."""
 
-    def make_context(self, info_name: str | None, args: list[str], parent: typer.Context | None = None,
-                     **extra: Any) -> typer.Context:
+    def make_context(self, info_name: str | None, args: list[str], parent: ClickContext | None = None,
+                     **extra: Any) -> ClickContext:
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
         except UsageError as e:
@@ -226,26 +228,25 @@ def parse_indices(spec: str | None, flag: str = "--layers") -> list[int] | None:
 
 def scan_options(
     precision: Precision | str = Precision.float32,
-    num_heads: int | None = None,
-    num_kv_heads: int | None = None,
-    head_dim: int | None = None,
+    *,
+    overrides: HeadOverrides | None = None,
     layers: str | None = None,
     device: str = "cpu",
     heads: str | None = None,
     full_spectrum: bool = False,
     tensor_map: Path | None = None,
-    model_config: Path | None = None,
 ) -> ScanOptions:
-    """The flags that decide how metrics are computed, as ScanOptions."""
+    """The flags that decide how metrics are computed, as ScanOptions
+    (`overrides`: the geometry flags, `head_overrides`)."""
     import torch
 
-    from ckptscan.layouts import load_tensor_map
+    from ckptscan.layouts import HeadOverrides, load_tensor_map
     from ckptscan.scan import ScanOptions, resolve_device
 
     precision = Precision(precision)
     return ScanOptions(
         compute_dtype=torch.float64 if precision is Precision.float64 else torch.float32,
-        overrides=head_overrides(num_heads, num_kv_heads, head_dim, model_config),
+        overrides=overrides or HeadOverrides(),
         layers=parse_indices(layers),
         device=resolve_device(device),
         heads=parse_indices(heads, "--heads"),
@@ -263,16 +264,12 @@ def head_overrides(num_heads: int | None, num_kv_heads: int | None, head_dim: in
                          load_model_config(model_config) if model_config is not None else None)
 
 
-def run_arguments(stride: int, base: Base | str, probe: str | Path | None, no_probe: bool, loss_log: str | Path | None,
-                  no_loss_log: bool, reference: list[str] | None, config: Path | None,
-                  settings: list[str] | None) -> dict[str, object]:
-    """The flags of a run command (trend, watch) as `resolve_run`'s arguments:
-    a side file not given is the run's own (AUTO), --no-X switches it off."""
-    from ckptscan.run import AUTO
+def side_file(given: str | Path | None, off: bool = False) -> SideFile:
+    """A side file's flags as the request's value: --no-X switches it off
+    (None), one not given is the run's own (AUTO)."""
+    from ckptscan.request import AUTO
 
-    return {"stride": stride, "base": Base(base).value, "probe": None if no_probe else probe or AUTO,
-            "loss_log": None if no_loss_log else loss_log or AUTO, "reference": reference,
-            "config": config if config is not None else AUTO, "settings": settings or ()}
+    return None if off else given or AUTO
 
 
 def _version(value: bool) -> None:

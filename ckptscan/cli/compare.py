@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Annotated, Sequence
 
 import typer
 
-from ckptscan.cli.app import EXIT_GATE, EXIT_OK, command, err, note, out, report_console, scan_options, user_errors, \
-    wrote
-from ckptscan.cli.options import FailOn
+from ckptscan.cli.app import EXIT_GATE, EXIT_OK, command, err, head_overrides, note, scan_options, side_file, \
+    user_errors
+from ckptscan.cli.options import Base, FailOn
+from ckptscan.cli.outputs import SweepOutputs
 from ckptscan.cli.process import load_library
 
 if TYPE_CHECKING:
     from ckptscan.cache import PairCache
-    from ckptscan.executors import Executor
-    from ckptscan.scan import ScanOptions
+    from ckptscan.request import ScanRequest
     from ckptscan.storage import RemotePath
     from ckptscan.results import SweepReport
 
@@ -55,58 +55,33 @@ def compare(
         from ckptscan.cli.outputs import check_file_outputs
 
         check_file_outputs({"--json": json_path, "--html": html})
-        options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, device, heads, full_spectrum,
-                               tensor_map, model_config)
-        code = judge_sweep(run_dirs, options, stride=stride, base=base, config=config, settings=set_ or (),
-                           cache=_cache(cache_dir, no_cache), json_path=json_path, per_head=per_head, html=html,
-                           fail_on=fail_on, quiet=quiet,
-                           allow_corrupt=allow_corrupt, probes=not no_probe, loss_logs=not no_loss_log)
+        from ckptscan.request import ScanRequest
+
+        options = scan_options(precision, overrides=head_overrides(num_heads, num_kv_heads, head_dim, model_config),
+                               layers=layers, device=device, heads=heads, full_spectrum=full_spectrum,
+                               tensor_map=tensor_map)
+        request = ScanRequest(options, stride=stride, base=Base(base).value, probe=side_file(None, no_probe),
+                              loss_log=side_file(None, no_loss_log), config=side_file(config),
+                              settings=tuple(set_ or ()), cache=_cache(cache_dir, no_cache))
+        code = judge_sweep(run_dirs, request, SweepOutputs(json_path, html, per_head), fail_on=fail_on, quiet=quiet,
+                           allow_corrupt=allow_corrupt)
     raise typer.Exit(code)
 
 
-def judge_sweep(run_dirs: Sequence[str | Path | RemotePath], options: ScanOptions, *, stride: int, base: str,
-                config: Path | None, settings: Sequence[str], cache: PairCache | None, json_path: Path | None,
-                fail_on: FailOn | str | None, html: Path | None = None, quiet: bool, allow_corrupt: bool,
-                as_json: bool = False, executor: Executor | None = None, probes: bool = True, loss_logs: bool = True,
-                per_head: str = "all") -> int:
+def judge_sweep(run_dirs: Sequence[str | Path | RemotePath], request: ScanRequest, outputs: SweepOutputs, *,
+                fail_on: FailOn | str | None, quiet: bool, allow_corrupt: bool) -> int:
     """Compare the runs, print the ranking (stdout; stderr when the JSON
-    report goes to stdout), write --json and --html, and return the gate's exit code.
-    `per_head`: which layers of each run's report keep their per-head
-    results, as `trend --json` writes that run's."""
-    from ckptscan.cli.options import Base
-    from ckptscan.output import STDOUT, own_descriptor, write_output
-    from ckptscan.report.json import check_per_head, sweep_dict, write_sweep_json
-    from ckptscan.report.sweep_table import print_sweep
-    from ckptscan.run import AUTO
+    report goes to stdout), write --json and --html, and return the gate's
+    exit code. The request's probe and loss log None: no run uses its own."""
+    from ckptscan.report.json import check_per_head
     from ckptscan.sweep import compare_runs
 
-    check_per_head(per_head)  # before any scan
-    sweep = compare_runs(run_dirs, options, stride=stride, base=Base(base).value,
-                         config=config if config is not None else AUTO, settings=settings, cache=cache,
-                         executor=executor, scanning=lambda run: note(f"scanning {run}", quiet=quiet),
-                         probes=probes, loss_logs=loss_logs)
+    check_per_head(outputs.per_head)  # before any scan
+    sweep = compare_runs(run_dirs, request, scanning=lambda run: note(f"scanning {run}", quiet=quiet))
+    cache = request.cache
     if cache is not None:
         note(f"cache: {cache.hits} pair(s) reused, {cache.misses} computed ({cache.directory})", quiet=quiet)
-    json_to_stdout = json_path is not None and own_descriptor(str(json_path)) == 1
-    if as_json and not json_to_stdout:
-        import json
-
-        write_output(STDOUT, json.dumps(sweep_dict(sweep, per_head), indent=2, allow_nan=False) + "\n")
-    elif not as_json:
-        console = report_console(stderr=True) if json_to_stdout else out()
-        print_sweep(console, sweep)
-        console.file.flush()
-    if json_path is not None:
-        write_sweep_json(sweep, json_path, per_head)
-        if not json_to_stdout:
-            wrote(json_path)
-    if html is not None:
-        from ckptscan.report.load import as_json_values
-        from ckptscan.report.sweep_html import write_sweep_html
-
-        # Through a JSON round trip: the page `ckptscan report SWEEP.json --html` makes of the file.
-        write_sweep_html(as_json_values(sweep_dict(sweep)), html)
-        wrote(html)
+    outputs.write(sweep)
     return sweep_gate(sweep, fail_on or sweep.fail_on, allow_corrupt)
 
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ckptscan.cli.app import command, note, scan_options, user_errors
+from ckptscan.cli.app import command, head_overrides, note, scan_options, side_file, user_errors
 from ckptscan.cli.outputs import ReportOutputs
 from ckptscan.cli.process import load_library
 
@@ -41,18 +41,19 @@ def diff(
     """
     with user_errors():
         load_library()
-        from ckptscan.api import reference_scanner, scan
-        from ckptscan.run import AUTO, resolve_pair
+        from ckptscan.api import resolve_references, scan
+        from ckptscan.request import ScanRequest
+        from ckptscan.run import resolve_pair
 
         outputs.check()
-        options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, device, heads,
-                               full_spectrum, tensor_map, model_config)
-        config = config if config is not None else AUTO
-        spec = resolve_pair(ckpt_a, ckpt_b, probe=None if no_probe else probe or AUTO,
-                            loss_log=None if no_loss_log else loss_log or AUTO, reference=reference, config=config,
-                            settings=set_ or (),
-                            scan_reference=reference_scanner(options, config=config, settings=set_ or ()))
-        report = scan(spec, options)
+        options = scan_options(precision, overrides=head_overrides(num_heads, num_kv_heads, head_dim, model_config),
+                               layers=layers, device=device, heads=heads, full_spectrum=full_spectrum,
+                               tensor_map=tensor_map)
+        request = resolve_references(ScanRequest(
+            options, probe=side_file(probe, no_probe), loss_log=side_file(loss_log, no_loss_log),
+            references=tuple(reference or ()), config=side_file(config), settings=tuple(set_ or ())))
+        spec = resolve_pair(ckpt_a, ckpt_b, request)
+        report = scan(spec, request)
         # Before the verdict, as trend prints them; after the scan, so that input that does not open
         # gets its one error line alone.
         for message in spec.notes:

@@ -235,9 +235,10 @@ def shared_options(command: Command) -> Command:
             flags[name] = group(**{field.name: flags.pop(field.name) for field in dataclasses.fields(group)})
         return command(**flags)
 
+    # typer reads the parameters from __signature__, which functions do not declare as an attribute.
     run.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     run.__annotations__ = {p.name: p.annotation for p in parameters}
-    return run  # type: ignore[return-value]
+    return run  # type: ignore[return-value]  # the wrapper stands for the command, as typer sees it
 
 
 def _declared(name: str) -> inspect.Parameter:

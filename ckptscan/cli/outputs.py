@@ -3,13 +3,18 @@ command writes (stdout in --format, --json, --junit, --markdown-summary,
 GitHub annotations, --html, --png, --tensorboard; the services --wandb,
 --mlflow, --notify and watch's --metrics-port) and the gate.
 
-Each group below is a command's set of destinations, as options
-(`cli.options.shared_options` spreads a group's fields into flags, in field
-order): `ReportOutputs` for diff, `TrendOutputs` for trend, `WatchOutputs`
-for watch (written again after each judged pair), `RenderOutputs` for
-`ckptscan report` (a saved report). A group checks, before any long scan,
-that what its destinations need is installed and that their targets are
-well formed, then writes them all. Every file write goes through
+Each destination is one `Destination` (`report.destinations`): it checks
+its target before any long scan (what it needs installed, a well-formed
+target: exit 2 with the fix), and writes after. `DESTINATIONS` registers
+them once, in the order they are written; each takes from a command's
+group of options what it needs, and is asked when its flag was given.
+
+The groups are the commands' sets of options (`cli.options.shared_options`
+spreads a group's fields into flags, in field order): `ReportOutputs` for
+diff, `TrendOutputs` for trend, `WatchOutputs` for watch (written again
+after each judged pair), `RenderOutputs` for `ckptscan report` (a saved
+report), `SweepOutputs` for a sweep's ranking. A command checks its group,
+then loops over what was asked. Every file write goes through
 `ckptscan.output`; a failed one is one line and exit 2. A service is not a
 file the user asked for but a place the scan is also shown: each is written
 through `report.destinations.deliver`, so one that fails (no network, a bad
@@ -19,34 +24,424 @@ nor the JSON report.
 A new destination (say --wandb) is: its option in `cli.options` (a
 declaration and its `SHARED` entry, under the field's name), a field in the
 groups of the commands that offer it (where the field stands is where --help
-lists it), and its lines in those groups' `check` (what it needs installed)
-and `write`. The commands themselves do not change.
+lists it), and one `Destination` here with its line in `DESTINATIONS`. The
+commands themselves do not change.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
 
 from ckptscan.cli.app import EXIT_GATE, EXIT_OK, err, note, out, report_console, wrote
 from ckptscan.cli.options import FailOn, Format
 from ckptscan.errors import CkptScanError
+from ckptscan.report.destinations import Delivery, Destination
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from ckptscan.report.prometheus import MetricsServer
-    from ckptscan.results import ScanReport
-    from ckptscan.watch import WatchEvent
+    from ckptscan.results import ScanReport, SweepReport
+
+
+def _json_to_stdout(json_path: Path | None) -> bool:
+    """`--json -`: the JSON report alone on stdout, for a pipe."""
+    from ckptscan.output import own_descriptor
+
+    return json_path is not None and own_descriptor(str(json_path)) == 1
+
+
+@dataclass
+class StdoutReport(Destination):
+    """The report on stdout in --format; on stderr when `--json -` has
+    stdout (nothing more for --format json)."""
+
+    flag: ClassVar[str] = "--format"
+    format: Format
+    per_head: str
+    json_to_stdout: bool
+
+    @classmethod
+    def asked(cls, outputs: Any) -> StdoutReport | None:
+        if getattr(outputs, "format", None) is None:
+            return None
+        return cls(Format(outputs.format), outputs.per_head, _json_to_stdout(outputs.json_path))
+
+    def named(self) -> list[str]:
+        return [] if self.format is Format.table else [f"--format {self.format.value}"]
+
+    def write(self, delivery: Delivery) -> None:
+        from ckptscan.output import STDOUT, write_output
+        from ckptscan.report.json import report_json
+        from ckptscan.report.markdown import markdown_report
+
+        report, text_path = delivery.report, "/dev/stderr" if self.json_to_stdout else STDOUT
+        try:
+            if self.format is Format.json and not self.json_to_stdout:
+                write_output(STDOUT, report_json(report, self.per_head))
+            elif self.format is Format.markdown:
+                write_output(text_path, markdown_report(report))
+            elif self.format is Format.junit:
+                write_output(text_path, delivery.junit())
+            elif self.format is Format.table and delivery.print_table is not None:
+                console = report_console(stderr=True) if self.json_to_stdout else out()
+                delivery.print_table(console, report)
+                console.file.flush()
+        except OSError as e:
+            where = "stdout" if text_path == STDOUT else text_path
+            raise CkptScanError(f"cannot write the report: {e.strerror or e}", path=where) from None
+
+
+@dataclass
+class JsonFile(Destination):
+    """--json: the whole report (for a watch, the series judged so far), atomically."""
+
+    flag: ClassVar[str] = "--json"
+    path: Path
+    per_head: str
+
+    @classmethod
+    def asked(cls, outputs: Any) -> JsonFile | None:
+        path = getattr(outputs, "json_path", None)
+        return None if path is None else cls(path, outputs.per_head)
+
+    def check(self) -> None:
+        check_file_outputs({self.flag: self.path})
+
+    def write(self, delivery: Delivery) -> None:
+        from ckptscan.report.json import write_json
+
+        write_json(delivery.report, self.path, self.per_head)
+        if delivery.new is None and not _json_to_stdout(self.path):
+            wrote(self.path)
+
+
+@dataclass
+class JunitFile(Destination):
+    """--junit: one test case per layer and family, failing at the gate level."""
+
+    flag: ClassVar[str] = "--junit"
+    path: Path
+
+    @classmethod
+    def asked(cls, outputs: Any) -> JunitFile | None:
+        path = getattr(outputs, "junit", None)
+        return None if path is None else cls(path)
+
+    def check(self) -> None:
+        check_file_outputs({self.flag: self.path})
+
+    def write(self, delivery: Delivery) -> None:
+        from ckptscan.report.junit import write_junit
+
+        write_junit(delivery.junit(), self.path)
+        wrote(self.path)
+        if delivery.announce:
+            note(f"wrote {self.path}", quiet=delivery.quiet)
+
+
+@dataclass
+class Annotations(Destination):
+    """GitHub annotations on stderr, when GITHUB_ACTIONS=true (a report's
+    commands only: `annotations` in their group)."""
+
+    flag: ClassVar[str] = "GITHUB_ACTIONS"
+
+    @classmethod
+    def asked(cls, outputs: Any) -> Annotations | None:
+        return cls() if getattr(outputs, "annotations", False) else None
+
+    def named(self) -> list[str]:
+        return []
+
+    def write(self, delivery: Delivery) -> None:
+        from ckptscan.report.annotations import github_annotations
+
+        if os.environ.get("GITHUB_ACTIONS") == "true":
+            # Raw lines: the runner must see each command whole, unwrapped and unstyled.
+            sys.stderr.write("".join(line + "\n" for line in github_annotations(delivery.report, delivery.fail_on)))
+            sys.stderr.flush()
+
+
+@dataclass
+class MarkdownSummary(Destination):
+    """--markdown-summary (default: $GITHUB_STEP_SUMMARY when set): the
+    summary appended; for a watch, its new rows."""
+
+    flag: ClassVar[str] = "--markdown-summary"
+    path: Path | None
+
+    @classmethod
+    def asked(cls, outputs: Any) -> MarkdownSummary | None:
+        return cls(outputs.markdown_summary) if hasattr(outputs, "markdown_summary") else None
+
+    def named(self) -> list[str]:
+        return [self.flag] if self.path is not None else []
+
+    def check(self) -> None:
+        check_file_outputs({self.flag: self.path})
+
+    def write(self, delivery: Delivery) -> None:
+        summary_path = self.path or os.environ.get("GITHUB_STEP_SUMMARY")
+        if not summary_path:
+            return
+        try:
+            if delivery.new is None:
+                from ckptscan.report.markdown import append_markdown
+
+                append_markdown(delivery.report, summary_path)
+            else:
+                from ckptscan.report.watch_rows import markdown_rows
+
+                with Path(summary_path).open("a", encoding="utf-8") as f:
+                    f.write(markdown_rows(delivery.report, list(delivery.new)))
+        except OSError as e:
+            raise CkptScanError(f"cannot append the Markdown summary: {e.strerror or e}", path=summary_path) from None
+        if delivery.new is None:
+            wrote(summary_path)
+
+
+@dataclass
+class Figures(Destination):
+    """--html / --png: the same rendering for a report just made and for one
+    read back from its JSON file (`ckptscan report`): the dict that --json
+    writes under the same --per-head."""
+
+    flag: ClassVar[str] = "--html"
+    html: Path | None
+    png: Path | None
+    per_head: str
+
+    @classmethod
+    def asked(cls, outputs: Any) -> Figures | None:
+        html, png = getattr(outputs, "html", None), getattr(outputs, "png", None)
+        if html is None and png is None:
+            return None
+        return cls(html, png, getattr(outputs, "per_head", "all"))
+
+    def named(self) -> list[str]:
+        return [flag for flag, value in (("--html", self.html), ("--png", self.png)) if value is not None]
+
+    def check(self) -> None:
+        from ckptscan.report.figures import require_matplotlib
+
+        check_file_outputs({"--html": self.html})
+        require_matplotlib()
+
+    def write(self, delivery: Delivery) -> None:
+        from ckptscan.report.html import write_report_files
+        from ckptscan.report.json import report_dict
+
+        for path in write_report_files(report_dict(delivery.report, self.per_head), self.html, self.png):
+            wrote(path)
+            note(f"wrote {path}", quiet=delivery.quiet)
+
+
+@dataclass
+class TensorBoardEvents(Destination):
+    """--tensorboard: the report's new steps appended to the event files in
+    the directory (only steps not yet in them)."""
+
+    flag: ClassVar[str] = "--tensorboard"
+    directory: Path
+
+    @classmethod
+    def asked(cls, outputs: Any) -> TensorBoardEvents | None:
+        directory = getattr(outputs, "tensorboard", None)
+        return None if directory is None else cls(directory)
+
+    def check(self) -> None:
+        from ckptscan.report.tensorboard import require_tensorboard
+
+        require_tensorboard()
+
+    def write(self, delivery: Delivery) -> None:
+        from ckptscan.report.tensorboard import write_tensorboard
+
+        written, present = write_tensorboard(delivery.report, self.directory)
+        note(f"tensorboard: {written} new step(s) written to {self.directory}, {present} already there",
+             quiet=delivery.quiet)
+
+
+@dataclass
+class WandbRun(Destination):
+    """--wandb PROJECT[/RUN]: the new steps, the verdict and the findings."""
+
+    flag: ClassVar[str] = "--wandb"
+    target: str
+
+    @classmethod
+    def asked(cls, outputs: Any) -> WandbRun | None:
+        target = getattr(outputs, "wandb", None)
+        return None if target is None else cls(target)
+
+    def check(self) -> None:
+        from ckptscan.report.wandb import parse_target, require_wandb
+
+        parse_target(self.target)
+        require_wandb()
+
+    def write(self, delivery: Delivery) -> None:
+        from ckptscan.report.destinations import deliver
+
+        if (steps := deliver(self.flag, write_wandb_unprompted, delivery.report, self.target)) is not None:
+            note(f"wandb: {steps[0]} new step(s) written to {self.target}, {steps[1]} already there",
+                 quiet=delivery.quiet)
+
+
+@dataclass
+class MlflowRun(Destination):
+    """--mlflow URI: the new steps' metrics, verdict tags and the reports."""
+
+    flag: ClassVar[str] = "--mlflow"
+    uri: str
+    experiment: str
+
+    @classmethod
+    def asked(cls, outputs: Any) -> MlflowRun | None:
+        uri = getattr(outputs, "mlflow", None)
+        return None if uri is None else cls(uri, outputs.mlflow_experiment)
+
+    def check(self) -> None:
+        from ckptscan.report.mlflow import require_mlflow
+
+        require_mlflow()
+        check_mlflow_uri(self.uri)
+
+    def write(self, delivery: Delivery) -> None:
+        from ckptscan.report.destinations import deliver
+        from ckptscan.report.mlflow import write_mlflow
+
+        if (steps := deliver(self.flag, write_mlflow, delivery.report, self.uri, self.experiment)) is not None:
+            note(f"mlflow: {steps[0]} new step(s) written to {self.uri} ({self.experiment}), {steps[1]} already "
+                 "there", quiet=delivery.quiet)
+
+
+@dataclass
+class Webhook(Destination):
+    """--notify URL: a JSON message at the run's first warning and first alert, once each."""
+
+    flag: ClassVar[str] = "--notify"
+    url: str
+    events: tuple[str, ...]
+
+    @classmethod
+    def asked(cls, outputs: Any) -> Webhook | None:
+        url = getattr(outputs, "notify", None)
+        return None if url is None else cls(url, notify_events(outputs.notify_on))
+
+    def check(self) -> None:
+        from ckptscan.report.notify import Notifier
+
+        Notifier(self.url, self.events)  # checks the URL's scheme and the events
+
+    def write(self, delivery: Delivery) -> None:
+        from ckptscan.report.destinations import deliver
+        from ckptscan.report.notify import write_notify
+
+        for notice in deliver(self.flag, write_notify, delivery.report, self.url, self.events) or ():
+            note(f"notify: posted the first {notice.kind} ({notice.family}, step {notice.step})", quiet=delivery.quiet)
+
+
+@dataclass
+class MetricsEndpoint(Destination):
+    """--metrics-port N: Prometheus gauges of the newest report, served for
+    as long as the watch runs (a port in use: exit 2 before anything is judged)."""
+
+    flag: ClassVar[str] = "--metrics-port"
+    port: int
+    addr: str
+    server: MetricsServer | None = None
+
+    @classmethod
+    def asked(cls, outputs: Any) -> MetricsEndpoint | None:
+        port = getattr(outputs, "metrics_port", None)
+        return None if port is None else cls(port, outputs.metrics_addr)
+
+    def check(self) -> None:
+        from ckptscan.report.prometheus import require_prometheus
+
+        require_prometheus()
+
+    def open(self, quiet: bool) -> None:
+        from ckptscan.report.prometheus import MetricsServer
+
+        self.server = MetricsServer(self.port, self.addr)
+        note(f"serving metrics on http://{self.addr}:{self.server.port}/metrics", quiet=quiet)
+
+    def write(self, delivery: Delivery) -> None:
+        from ckptscan.report.destinations import deliver
+
+        if self.server is not None:
+            deliver(self.flag, self.server.update, delivery.report)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+# Every destination, once, in the order a command writes them.
+DESTINATIONS: tuple[Any, ...] = (StdoutReport, JsonFile, JunitFile, Annotations, MarkdownSummary, Figures,
+                                 TensorBoardEvents, WandbRun, MlflowRun, Webhook, MetricsEndpoint)
+
+
+def asked(outputs: Any) -> list[Destination]:
+    """The destinations a command's group asks for, in write order."""
+    return [destination for kind in DESTINATIONS if (destination := kind.asked(outputs)) is not None]
+
+
+class Destinations:
+    """The destinations of one command while it runs: opened once, written
+    after each judged report, closed however the command ends."""
+
+    def __init__(self, destinations: list[Destination], quiet: bool) -> None:
+        self.destinations = destinations
+        for destination in destinations:
+            destination.open(quiet)
+
+    def write(self, delivery: Delivery) -> None:
+        for destination in self.destinations:
+            destination.write(delivery)
+
+    def close(self) -> None:
+        for destination in self.destinations:
+            destination.close()
+
+
+class Outputs:
+    """What the groups share: check what they ask for, open it, write a report."""
+
+    def destinations(self) -> list[Destination]:
+        return asked(self)
+
+    def check(self) -> None:
+        per_head = getattr(self, "per_head", None)
+        if per_head is not None:
+            from ckptscan.report.json import check_per_head
+
+            check_per_head(per_head)
+        for destination in self.destinations():
+            destination.check()
+
+    def open(self, quiet: bool) -> Destinations:
+        return Destinations(self.destinations(), quiet)
+
+    def deliver(self, delivery: Delivery) -> None:
+        """Every destination asked for, once."""
+        with _closing(self.open(delivery.quiet)) as destinations:
+            destinations.write(delivery)
 
 
 @dataclass(frozen=True)
-class ReportOutputs:
+class ReportOutputs(Outputs):
     """diff's destinations (and the first of trend's), in their --help order."""
 
+    annotations: ClassVar[bool] = True  # GitHub annotations accompany the report
     json_path: Path | None
     per_head: str
     junit: Path | None
@@ -56,27 +451,11 @@ class ReportOutputs:
     html: Path | None
     png: Path | None
 
-    def check(self) -> None:
-        from ckptscan.report.json import check_per_head
-
-        check_per_head(self.per_head)
-        check_file_outputs({"--json": self.json_path, "--junit": self.junit, "--markdown-summary": self.markdown_summary,
-                            "--html": self.html})
-        check_figure_outputs(self.html, self.png)
-        check_tensorboard_output(self.tensorboard)
-
     def write(self, report: ScanReport, fail_on: FailOn | str, print_table: Callable[[Console, ScanReport], None],
               quiet: bool, allow_corrupt: bool = False) -> int:
         """Every destination, then the gate's line on stderr; returns its exit code."""
-        self.write_destinations(report, fail_on, print_table, quiet)
+        self.deliver(Delivery(report, FailOn(fail_on).value, quiet, print_table))
         return gate(report, fail_on, allow_corrupt)
-
-    def write_destinations(self, report: ScanReport, fail_on: FailOn | str,
-                           print_table: Callable[[Console, ScanReport], None], quiet: bool) -> None:
-        emit(report, self.format, self.json_path, self.markdown_summary, print_table, self.junit, fail_on,
-             self.per_head)
-        write_figure_outputs(report, self.html, self.png, quiet, self.per_head)
-        write_tensorboard_output(report, self.tensorboard, quiet)
 
 
 @dataclass(frozen=True)
@@ -89,20 +468,15 @@ class TrendOutputs(ReportOutputs):
     notify: str | None
     notify_on: str
 
-    def check(self) -> None:
-        super().check()
-        check_service_outputs(self.wandb, self.mlflow, self.notify, self.notify_on)
-
-    def write_destinations(self, report: ScanReport, fail_on: FailOn | str,
-                           print_table: Callable[[Console, ScanReport], None], quiet: bool) -> None:
-        super().write_destinations(report, fail_on, print_table, quiet)
-        write_service_outputs(report, self.wandb, self.mlflow, self.mlflow_experiment, self.notify, self.notify_on,
-                              quiet)
-
 
 @dataclass(frozen=True)
-class WatchOutputs:
-    """watch's destinations, in its --help order: they follow the run."""
+class WatchOutputs(Outputs):
+    """watch's destinations, in its --help order: they follow the run. After
+    each judged pair, before its rows are printed (a printed row's pair is in
+    them): the whole series in the JSON report, the new rows appended to the
+    Markdown summary, the new steps to TensorBoard, then the services (W&B
+    and MLflow get the new steps; --notify posts a first warning or alert
+    once), then the gauges of the newest report."""
 
     json_path: Path | None
     per_head: str
@@ -116,76 +490,9 @@ class WatchOutputs:
     metrics_port: int | None
     metrics_addr: str
 
-    def check(self) -> None:
-        from ckptscan.report.json import check_per_head
-
-        check_per_head(self.per_head)
-        check_file_outputs({"--json": self.json_path, "--markdown-summary": self.markdown_summary})
-        check_tensorboard_output(self.tensorboard)
-        check_service_outputs(self.wandb, self.mlflow, self.notify, self.notify_on)
-        if self.metrics_port is not None:
-            from ckptscan.report.prometheus import require_prometheus
-
-            require_prometheus()
-
-    def open(self, quiet: bool) -> WatchDestinations:
-        """The destinations for one watch, its metrics endpoint listening from
-        now until `close` (a port in use: exit 2 before anything is judged)."""
-        if self.metrics_port is None:
-            return WatchDestinations(self, None)
-        from ckptscan.report.prometheus import MetricsServer
-
-        server = MetricsServer(self.metrics_port, self.metrics_addr)
-        note(f"serving metrics on http://{self.metrics_addr}:{server.port}/metrics", quiet=quiet)
-        return WatchDestinations(self, server)
-
-    def write(self, event: WatchEvent, quiet: bool) -> None:
-        """After each judged pair, before its rows are printed (a printed row's
-        pair is in them): the whole series in the JSON report, the new rows
-        appended to the Markdown summary, the new steps to TensorBoard, then
-        the services (W&B and MLflow get the new steps; --notify posts a first
-        warning or alert once)."""
-        from ckptscan.report.json import write_json
-        from ckptscan.report.watch_rows import markdown_rows
-
-        if self.json_path is not None:
-            write_json(event.report, self.json_path, self.per_head)
-        summary_path = self.markdown_summary or os.environ.get("GITHUB_STEP_SUMMARY")
-        if summary_path:
-            try:
-                with Path(summary_path).open("a", encoding="utf-8") as f:
-                    f.write(markdown_rows(event.report, event.new))
-            except OSError as e:
-                raise CkptScanError(f"cannot append the Markdown summary: {e.strerror or e}",
-                                    path=summary_path) from None
-        write_tensorboard_output(event.report, self.tensorboard, quiet)
-        write_service_outputs(event.report, self.wandb, self.mlflow, self.mlflow_experiment, self.notify,
-                              self.notify_on, quiet)
-
 
 @dataclass(frozen=True)
-class WatchDestinations:
-    """watch's destinations while it runs: WatchOutputs, and the Prometheus
-    endpoint that lives as long as the watch (closed however it ends)."""
-
-    outputs: WatchOutputs
-    metrics: MetricsServer | None
-
-    def write(self, event: WatchEvent, quiet: bool) -> None:
-        """WatchOutputs.write, then the gauges of the newest report."""
-        from ckptscan.report.destinations import deliver
-
-        self.outputs.write(event, quiet)
-        if self.metrics is not None:
-            deliver("--metrics-port", self.metrics.update, event.report)
-
-    def close(self) -> None:
-        if self.metrics is not None:
-            self.metrics.close()
-
-
-@dataclass(frozen=True)
-class RenderOutputs:
+class RenderOutputs(Outputs):
     """`ckptscan report`'s destinations, in its --help order: renderings of a
     saved report, with no stdout report and no gate."""
 
@@ -198,24 +505,60 @@ class RenderOutputs:
     mlflow_experiment: str
 
     def check(self) -> None:
-        if all(v is None for v in (self.html, self.png, self.tensorboard, self.junit, self.wandb, self.mlflow)):
+        if not self.destinations():
             raise CkptScanError("nothing to write: give --html FILE and/or --png DIR "
                                 "(or --tensorboard DIR, --junit FILE, --wandb PROJECT, --mlflow URI)")
-        check_file_outputs({"--html": self.html, "--junit": self.junit})
-        check_figure_outputs(self.html, self.png)
-        check_tensorboard_output(self.tensorboard)
-        check_service_outputs(self.wandb, self.mlflow)
+        super().check()
 
     def write(self, saved: ScanReport, fail_on: str, quiet: bool) -> None:
         """`fail_on`: the severity that fails a JUnit test case."""
-        from ckptscan.report.junit import junit_xml, write_junit
+        self.deliver(Delivery(saved, fail_on, quiet, announce=True))
 
-        write_figure_outputs(saved, self.html, self.png, quiet)
-        write_tensorboard_output(saved, self.tensorboard, quiet)
-        if self.junit is not None:
-            write_junit(junit_xml(saved, fail_on), self.junit)
-            note(f"wrote {self.junit}", quiet=quiet)
-        write_service_outputs(saved, self.wandb, self.mlflow, self.mlflow_experiment, quiet=quiet)
+
+@contextmanager
+def _closing(destinations: Destinations) -> Iterator[Destinations]:
+    try:
+        yield destinations
+    finally:
+        destinations.close()
+
+
+@dataclass(frozen=True)
+class SweepOutputs:
+    """A sweep's destinations (`compare`, `trend SWEEP/`): the ranking on
+    stdout (or the sweep's JSON, `as_json`), --json and --html."""
+
+    json_path: Path | None
+    html: Path | None
+    per_head: str = "all"  # which layers of each run's report keep their per-head results
+    as_json: bool = False
+
+    def write(self, sweep: SweepReport) -> None:
+        """The ranking (stdout; stderr when the JSON report goes to stdout), then --json and --html."""
+        from ckptscan.output import STDOUT, own_descriptor, write_output
+        from ckptscan.report.json import sweep_dict, write_sweep_json
+        from ckptscan.report.sweep_table import print_sweep
+
+        json_to_stdout = self.json_path is not None and own_descriptor(str(self.json_path)) == 1
+        if self.as_json and not json_to_stdout:
+            import json
+
+            write_output(STDOUT, json.dumps(sweep_dict(sweep, self.per_head), indent=2, allow_nan=False) + "\n")
+        elif not self.as_json:
+            console = report_console(stderr=True) if json_to_stdout else out()
+            print_sweep(console, sweep)
+            console.file.flush()
+        if self.json_path is not None:
+            write_sweep_json(sweep, self.json_path, self.per_head)
+            if not json_to_stdout:
+                wrote(self.json_path)
+        if self.html is not None:
+            from ckptscan.report.load import as_json_values
+            from ckptscan.report.sweep_html import write_sweep_html
+
+            # Through a JSON round trip: the page `ckptscan report SWEEP.json --html` makes of the file.
+            write_sweep_html(as_json_values(sweep_dict(sweep)), self.html)
+            wrote(self.html)
 
 
 def fails(report: ScanReport, fail_on: FailOn | str) -> bool:
@@ -247,63 +590,6 @@ def gate(report: ScanReport, fail_on: FailOn | str, allow_corrupt: bool = False)
     return EXIT_GATE if failed else EXIT_OK
 
 
-def emit(report: ScanReport, output: Format | str, json_path: Path | None, markdown_path: Path | None,
-         print_table: Callable[[Console, ScanReport], None], junit_path: Path | None = None,
-         fail_on: FailOn | str = FailOn.not_judged, per_head: str = "all") -> None:
-    """The report on stdout in the chosen format, the JSON and JUnit files, the
-    Markdown summary (appended to --markdown-summary, else to $GITHUB_STEP_SUMMARY
-    when set), and GitHub annotations on stderr when GITHUB_ACTIONS=true.
-    `fail_on` (the gate level) decides what a JUnit failure and an error annotation are;
-    `per_head`, which layers keep their per-head results in the JSON (`report_dict`).
-
-    `--json -` puts the JSON report on stdout, alone, for a pipe; the chosen
-    format then goes to stderr (nothing more for --format json).
-    """
-
-    from ckptscan.output import STDOUT, own_descriptor, write_output
-    from ckptscan.report.annotations import github_annotations
-    from ckptscan.report.json import report_json, write_json
-    from ckptscan.report.junit import junit_xml, write_junit
-    from ckptscan.report.markdown import append_markdown, markdown_report
-
-    output, fail_on = Format(output), FailOn(fail_on).value
-    junit = junit_xml(report, fail_on) if output is Format.junit or junit_path is not None else ""
-    json_to_stdout = json_path is not None and own_descriptor(str(json_path)) == 1
-    text_path = "/dev/stderr" if json_to_stdout else STDOUT
-    try:
-        if output is Format.json and not json_to_stdout:
-            write_output(STDOUT, report_json(report, per_head))
-        elif output is Format.markdown:
-            write_output(text_path, markdown_report(report))
-        elif output is Format.junit:
-            write_output(text_path, junit)
-        elif output is Format.table:
-            console = report_console(stderr=True) if json_to_stdout else out()
-            print_table(console, report)
-            console.file.flush()
-    except OSError as e:
-        where = "stdout" if text_path == STDOUT else text_path
-        raise CkptScanError(f"cannot write the report: {e.strerror or e}", path=where) from None
-    if json_path is not None:
-        write_json(report, json_path, per_head)
-        if not json_to_stdout:
-            wrote(json_path)
-    if junit_path is not None:
-        write_junit(junit, junit_path)
-        wrote(junit_path)
-    if os.environ.get("GITHUB_ACTIONS") == "true":
-        # Raw lines: the runner must see each command whole, unwrapped and unstyled.
-        sys.stderr.write("".join(line + "\n" for line in github_annotations(report, fail_on)))
-        sys.stderr.flush()
-    summary_path = markdown_path or os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary_path:
-        try:
-            append_markdown(report, summary_path)
-        except OSError as e:
-            raise CkptScanError(f"cannot append the Markdown summary: {e.strerror or e}", path=summary_path) from None
-        wrote(summary_path)
-
-
 def check_file_outputs(files: dict[str, Path | None]) -> None:
     """Before any long scan: a file destination ({flag: path}) that is a directory cannot be
     written; found now, not after the scan has printed its verdict (exit 2)."""
@@ -312,69 +598,6 @@ def check_file_outputs(files: dict[str, Path | None]) -> None:
     for flag, path in files.items():
         if path is not None and own_descriptor(str(path)) is None and Path(path).is_dir():
             raise CkptScanError(f"{flag} needs a file, and this is a directory", path=path)
-
-
-def check_figure_outputs(html: Path | None, png: Path | None) -> None:
-    """Before any long scan: figures asked for need matplotlib (exit 2 with the fix)."""
-    if html is not None or png is not None:
-        from ckptscan.report.figures import require_matplotlib
-
-        require_matplotlib()
-
-
-def write_figure_outputs(report: ScanReport, html: Path | None, png: Path | None, quiet: bool,
-                         per_head: str = "all") -> None:
-    """--html / --png: the same rendering for a report just made and for one
-    read back from its JSON file (`ckptscan report`): the dict that --json
-    writes under the same --per-head."""
-    if html is None and png is None:
-        return
-    from ckptscan.report.html import write_report_files
-    from ckptscan.report.json import report_dict
-
-    for path in write_report_files(report_dict(report, per_head), html, png):
-        wrote(path)
-        note(f"wrote {path}", quiet=quiet)
-
-
-def check_tensorboard_output(directory: Path | None) -> None:
-    """Before any long scan: --tensorboard needs the tensorboard package."""
-    if directory is not None:
-        from ckptscan.report.tensorboard import require_tensorboard
-
-        require_tensorboard()
-
-
-def write_tensorboard_output(report: ScanReport, directory: Path | None, quiet: bool) -> None:
-    """--tensorboard: append the report's new steps to the event files in `directory`
-    (only steps not yet in them)."""
-    if directory is None:
-        return
-    from ckptscan.report.tensorboard import write_tensorboard
-
-    written, present = write_tensorboard(report, directory)
-    note(f"tensorboard: {written} new step(s) written to {directory}, {present} already there", quiet=quiet)
-
-
-def check_service_outputs(wandb: str | None, mlflow: str | None, notify: str | None = None,
-                          notify_on: str = "warn,alert") -> None:
-    """Before any long scan: each service asked for has its package, and a
-    well-formed target (exit 2 with the fix). Whether it answers is known
-    only when it is written to."""
-    if wandb is not None:
-        from ckptscan.report.wandb import parse_target, require_wandb
-
-        parse_target(wandb)
-        require_wandb()
-    if mlflow is not None:
-        from ckptscan.report.mlflow import require_mlflow
-
-        require_mlflow()
-        check_mlflow_uri(mlflow)
-    if notify is not None:
-        from ckptscan.report.notify import Notifier
-
-        Notifier(notify, notify_events(notify_on))  # checks the URL's scheme and the events
 
 
 def notify_events(notify_on: str) -> tuple[str, ...]:
@@ -395,29 +618,6 @@ def check_mlflow_uri(uri: str) -> None:
     except MlflowException:
         raise CkptScanError(f"--mlflow: {uri!r} is not a tracking URI MLflow can use "
                             "(http(s)://HOST, databricks, sqlite:///FILE, a directory)") from None
-
-
-def write_service_outputs(report: ScanReport, wandb: str | None, mlflow: str | None, mlflow_experiment: str,
-                          notify: str | None = None, notify_on: str = "warn,alert", quiet: bool = False) -> None:
-    """--wandb, --mlflow, --notify: each through `deliver` (a failure is one
-    line on stderr, and the scan's exit code and JSON stay as they are)."""
-    if wandb is None and mlflow is None and notify is None:
-        return
-    from ckptscan.report.destinations import deliver
-
-    if wandb is not None and (steps := deliver("--wandb", write_wandb_unprompted, report, wandb)) is not None:
-        note(f"wandb: {steps[0]} new step(s) written to {wandb}, {steps[1]} already there", quiet=quiet)
-    if mlflow is not None:
-        from ckptscan.report.mlflow import write_mlflow
-
-        if (steps := deliver("--mlflow", write_mlflow, report, mlflow, mlflow_experiment)) is not None:
-            note(f"mlflow: {steps[0]} new step(s) written to {mlflow} ({mlflow_experiment}), {steps[1]} already "
-                 "there", quiet=quiet)
-    if notify is not None:
-        from ckptscan.report.notify import write_notify
-
-        for notice in deliver("--notify", write_notify, report, notify, notify_events(notify_on)) or ():
-            note(f"notify: posted the first {notice.kind} ({notice.family}, step {notice.step})", quiet=quiet)
 
 
 def write_wandb_unprompted(report: ScanReport, target: str) -> tuple[int, int]:

@@ -37,9 +37,8 @@ def report(
         if isinstance(data, dict) and data.get("command") == "compare":  # a sweep's report (ckptscan compare --json)
             from ckptscan.report.sweep_html import write_sweep_html
 
-            others = [flag for flag, value in (("--png", outputs.png), ("--tensorboard", outputs.tensorboard),
-                                               ("--junit", outputs.junit), ("--wandb", outputs.wandb),
-                                               ("--mlflow", outputs.mlflow)) if value is not None]
+            others = [flag for destination in outputs.destinations() for flag in destination.named()
+                      if flag != "--html"]
             if others or outputs.html is None:
                 raise CkptScanError(f"a sweep's report renders as --html FILE only (not {', '.join(others) or 'none'}"
                                     "; each run's own: ckptscan trend RUN)", path=report_json)

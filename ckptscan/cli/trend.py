@@ -7,17 +7,15 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ckptscan.cli.app import command, err, note, run_arguments, scan_options, user_errors
+from ckptscan.cli.app import command, err, head_overrides, note, scan_options, side_file, user_errors
 from ckptscan.cli.options import Base, ExecutorName, FailOn, Format, RunDir
-from ckptscan.cli.outputs import TrendOutputs
+from ckptscan.cli.outputs import SweepOutputs, TrendOutputs
 from ckptscan.cli.process import load_library
 
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-    from ckptscan.cache import PairCache
-    from ckptscan.executors import Executor
-    from ckptscan.scan import ScanOptions
+    from ckptscan.request import ScanRequest
 
 
 @command
@@ -46,13 +44,14 @@ def trend(
     """
     with user_errors():
         load_library()
-        from ckptscan.api import reference_scanner, scan
+        from ckptscan.api import resolve_references, scan
         from ckptscan.cache import PairCache, default_cache_dir
         from ckptscan.errors import CkptScanError
         from ckptscan.executors import make_executor
         from ckptscan.discovery import CORRUPT, sweep_runs
         from ckptscan.report.trend_table import print_trend, skipped_line
-        from ckptscan.run import AUTO, resolve_run
+        from ckptscan.request import ScanRequest
+        from ckptscan.run import resolve_run
 
         if baseline is not None:
             if reference is not None:
@@ -62,29 +61,26 @@ def trend(
         runs = sweep_runs(run_dir)
         if runs is None:
             outputs.check()
-        options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, device, heads,
-                               full_spectrum, tensor_map, model_config)
+        options = scan_options(precision, overrides=head_overrides(num_heads, num_kv_heads, head_dim, model_config),
+                               layers=layers, device=device, heads=heads, full_spectrum=full_spectrum,
+                               tensor_map=tensor_map)
         cache = None if no_cache else PairCache(cache_dir or default_cache_dir())
         runner = make_executor(ExecutorName(executor).value, ray_address)
+        request = ScanRequest(options, stride=stride, base=Base(base).value, probe=side_file(probe, no_probe),
+                              loss_log=side_file(loss_log, no_loss_log), references=tuple(reference or ()),
+                              config=side_file(config), settings=tuple(set_ or ()), cache=cache, executor=runner)
         try:  # the executor is closed however this ends (a reference run is scanned on it too)
             if runs is not None:
-                raise typer.Exit(_sweep(runs, options, cache, runner, stride, base, reference, probe, loss_log,
-                                        outputs, fail_on, config, set_, quiet, allow_corrupt,
-                                        probes=not no_probe, loss_logs=not no_loss_log))
-            spec = resolve_run(run_dir, **run_arguments(stride, base, probe, no_probe, loss_log, no_loss_log,
-                                                        reference, config, set_),
-                               cache_dir=cache.directory if cache is not None else None,
-                               scan_reference=reference_scanner(options, cache=cache, executor=runner, stride=stride,
-                                                                base=Base(base).value,
-                                                                config=config if config is not None else AUTO,
-                                                                settings=set_ or ()))
+                raise typer.Exit(_sweep(runs, request, outputs, fail_on, quiet, allow_corrupt))
+            request = resolve_references(request)
+            spec = resolve_run(run_dir, request)
             for message in spec.notes:
                 note(message, "yellow" if message.startswith("ignoring") else "dim", quiet)
             for item in spec.skipped:  # before the scan, and so before the verdict
                 note(skipped_line(item), "yellow" if item.get("kind") == CORRUPT else "dim", quiet)
             with _progress(quiet) as progress:
                 task = progress.add_task("scanning layers", total=None)
-                report = scan(spec, options, cache=cache, executor=runner,
+                report = scan(spec, request,
                               progress=lambda done, total: progress.update(task, completed=done, total=total))
         finally:
             runner.close()
@@ -96,33 +92,33 @@ def trend(
     raise typer.Exit(code)
 
 
-def _sweep(runs: list, options: ScanOptions, cache: PairCache | None, runner: Executor, stride: int,
-           base: Base | str, reference: list[str] | None, probe: str | None, loss_log: str | None,
-           outputs: TrendOutputs, fail_on: FailOn | None, config: Path | None, settings: list[str] | None,
-           quiet: bool, allow_corrupt: bool, probes: bool = True, loss_logs: bool = True) -> int:
+# The destinations a sweep writes: its ranking (as a table or JSON), --json and --html.
+SWEEP_FLAGS = ("--format json", "--json", "--html")
+
+
+def _sweep(runs: list, request: ScanRequest, outputs: TrendOutputs, fail_on: FailOn | None, quiet: bool,
+           allow_corrupt: bool) -> int:
     """`trend SWEEP/`: the sweep's runs judged against each other (`cli.compare`).
     What names one run's side files, or another reference, has no meaning here;
     --no-probe and --no-loss-log switch every run's own off."""
     from ckptscan.cli.compare import judge_sweep
     from ckptscan.errors import CkptScanError
+    from ckptscan.request import AUTO
 
-    given = {"--reference": reference, "--probe": probe, "--loss-log": loss_log, "--junit": outputs.junit,
-             "--tensorboard": outputs.tensorboard, "--markdown-summary": outputs.markdown_summary,
-             "--png": outputs.png, "--wandb": outputs.wandb, "--mlflow": outputs.mlflow,
-             "--notify": outputs.notify}
+    given = {"--reference": request.references, "--probe": request.probe not in (AUTO, None),
+             "--loss-log": request.loss_log not in (AUTO, None)}
     unused = [flag for flag, value in given.items() if value]
-    if outputs.format not in (Format.table, Format.json):
-        unused.append(f"--format {outputs.format.value}")
+    unused += [flag for destination in outputs.destinations() for flag in destination.named()
+               if flag not in SWEEP_FLAGS]
     from ckptscan.cli.outputs import check_file_outputs
 
     check_file_outputs({"--json": outputs.json_path, "--html": outputs.html})
     if unused:
         raise CkptScanError(f"{', '.join(unused)}: not for a sweep (each of its {len(runs)} runs is judged against "
                             "the others with its own probe and loss log; --json and --html write the sweep report)")
-    return judge_sweep(runs, options, stride=stride, base=Base(base).value, config=config, settings=settings or (),
-                       cache=cache, json_path=outputs.json_path, html=outputs.html, fail_on=fail_on, quiet=quiet,
-                       allow_corrupt=allow_corrupt, as_json=outputs.format is Format.json, executor=runner,
-                       probes=probes, loss_logs=loss_logs, per_head=outputs.per_head)
+    return judge_sweep(runs, request, SweepOutputs(outputs.json_path, outputs.html, outputs.per_head,
+                                                   as_json=outputs.format is Format.json),
+                       fail_on=fail_on, quiet=quiet, allow_corrupt=allow_corrupt)
 
 
 def _progress(quiet: bool) -> Progress:

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ckptscan.cli.app import (EXIT_INTERRUPT, command, err, note, out, run_arguments, scan_options,
-                              user_errors)
-from ckptscan.cli.options import LiveRunDir
+from ckptscan.cli.app import EXIT_INTERRUPT, command, err, head_overrides, note, out, scan_options, side_file, \
+    user_errors
+from ckptscan.cli.options import Base, FailOn, LiveRunDir
 from ckptscan.cli.outputs import WatchOutputs, fails, gate
 from ckptscan.cli.process import load_library
 
@@ -51,29 +51,35 @@ def watch(
         load_library()
         from ckptscan.cache import PairCache, default_cache_dir
         from ckptscan.errors import CkptScanError
+        from ckptscan.report.destinations import Delivery
         from ckptscan.watch import watch_run
 
         if timeout is not None and timeout <= 0:
             raise CkptScanError(f"--timeout must be > 0 seconds, not {timeout:g}")
         outputs.check()
-        options = scan_options(precision, num_heads, num_kv_heads, head_dim, layers, device, heads,
-                               full_spectrum, tensor_map, model_config)
+        from ckptscan.request import ScanRequest
+
+        options = scan_options(precision, overrides=head_overrides(num_heads, num_kv_heads, head_dim, model_config),
+                               layers=layers, device=device, heads=heads, full_spectrum=full_spectrum,
+                               tensor_map=tensor_map)
+        request = ScanRequest(options, stride=stride, base=Base(base).value, probe=side_file(probe, no_probe),
+                              loss_log=side_file(live_loss_log, no_loss_log), references=tuple(reference or ()),
+                              config=side_file(config), settings=tuple(set_ or ()),
+                              cache=None if no_disk_cache else PairCache(cache_dir or default_cache_dir()))
         events = watch_run(
-            run_dir, options, timeout=timeout, interval=interval, settle=settle, events=False if poll else None,
-            cache=None if no_disk_cache else PairCache(cache_dir or default_cache_dir()),
+            run_dir, request, timeout=timeout, events=False if poll else None, interval=interval, settle=settle,
             notify=lambda message: note(message, "yellow" if message.startswith("ignoring") else "dim", quiet),
-            on_start=lambda mode: note(f"watching {run_dir} ({mode}); Ctrl-C to stop", quiet=quiet),
-            **run_arguments(stride, base, probe, no_probe, live_loss_log, no_loss_log, reference, config, set_))
+            on_start=lambda mode: note(f"watching {run_dir} ({mode}); Ctrl-C to stop", quiet=quiet))
         last: WatchEvent | None = None
         # The metrics endpoint lives as long as the watch, however it ends.
         with closing(events), closing(outputs.open(quiet)) as destinations:
             try:
                 for event in events:
                     first = last is None
-                    destinations.write(event, quiet)
+                    gate_on = fail_on or event.spec.config.fail_on
+                    destinations.write(Delivery(event.report, FailOn(gate_on).value, quiet, new=event.new))
                     last = event  # the reports hold it now, whatever interrupts the printing
                     _print(event, first)
-                    gate_on = fail_on or event.spec.config.fail_on
                     # A run not judged yet may be judged at the next checkpoint: only a verdict stops the watch.
                     # ("not_judged" is results.NOT_JUDGED, spelled out: results imports torch, --help must not.)
                     if not keep_going and event.report.summary.status != "not_judged" and fails(event.report, gate_on):

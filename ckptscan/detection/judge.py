@@ -37,7 +37,7 @@ COMMANDS = {"pair": "diff", "run": "trend"}
 
 # One known-healthy run's report, or several (a band; detection/reference.py).
 References = Union[ScanReport, Sequence[ScanReport], None]
-ReferencePaths = Union[str, Sequence[str], None]
+ReferencePaths = Union[str, Sequence[Union[str, None]], None]  # None: a report object, from no file
 
 
 def judge(metrics: Metrics, thresholds: Thresholds | None = None, reference: References = None, *,
@@ -69,9 +69,8 @@ class SeriesJudge:
 
     The report's `pairs` list is this judge's own (`judged`) and its
     `checkpoints` the metrics' own, not copies, so a new pair costs the same
-    at pair 10 and at pair 10,000 (copying them, and the collector walking
-    each young copy, grew with the run: 2.0 → 8.9 ms per pair at 10,000
-    pairs, 1B shape): the next call appends to them. Copy them to hold a
+    at pair 10 and at pair 10,000 (a copy would grow with the run, and the
+    garbage collector walks each young one): the next call appends to them. Copy them to hold a
     report as it was.
     """
 

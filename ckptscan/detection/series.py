@@ -364,7 +364,8 @@ def _trend(xs: list[float], ys: list[float], x: float, y: float, noise: float, s
 def _level(ys: list[float], center: float | None, y: float, noise: float, spec: SeriesSpec) -> _Judgement:
     """Departure from the frozen level of the first healthy points after
     warm-up (`center`: their median, once they are all there)."""
-    return _judge(y, median(ys) if center is None else center, noise * math.sqrt(1 + MEDIAN_VARIANCE / len(ys)), "level", spec.bad)
+    return _judge(y, median(ys) if center is None else center, noise * math.sqrt(1 + MEDIAN_VARIANCE / len(ys)),
+                  "level", spec.bad)
 
 
 def judged_value(raw: float | None, log: bool) -> float:

@@ -9,8 +9,8 @@ runs: at most 0.50 after the first save). An update *as large as the
 weights* between two checkpoints of one run (provenance.py tells one run
 from two) means the learning rate is too high for these weights: the
 weights are being rewritten, not trained — at 10× the LR the attention
-logits of the natural corpus saturate within 100 steps (experiments/,
-generation 4). The first two intervals of a run are not judged: from a
+logits of the natural corpus saturate within 100 steps
+(experiments/natural.py). The first two intervals of a run are not judged: from a
 small initialisation the weights outgrow themselves (the sample runs: 1.57
 from step 0 to 100, 1.15 from 100 to 200).
 

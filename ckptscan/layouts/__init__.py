@@ -66,5 +66,6 @@ def resolve_layout(
     types = model_types(checkpoint.config)
     what = f"model_type '{types[0]}'" if types else "these tensor names"
     raise CkptScanError(f"no layout resolver recognises {what}; see `ckptscan inspect` for the tensor names, the "
-                        "list of supported families in docs/supported-checkpoints.md, or describe the names with --tensor-map",
+                        "list of supported families in docs/supported-checkpoints.md, or describe the names with "
+                        "--tensor-map",
                         path=checkpoint.path)

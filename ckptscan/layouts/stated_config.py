@@ -126,7 +126,7 @@ def _torchtitan_toml(text: str, path: Path) -> dict[str, Any]:
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
+        import tomli as tomllib  # type: ignore[no-redef]  # the same API under its 3.10 backport's name
 
     model = tomllib.loads(text).get("model")
     if not isinstance(model, Mapping):

@@ -98,8 +98,9 @@ class Monitor:
     `on_alert`: "log" (a warning on the `ckptscan.live` logger), "save"
     (set `should_save`, and call `save(step)` when given; under
     torch.distributed act on `should_save`, which every rank sees), "stop"
-    (set `should_stop`), or a callable given each `Alert` (on rank 0). `config`: the model's config.json as a dict (default: the
-    model's `config`, e.g. a Hugging Face `PretrainedConfig`). `thresholds`:
+    (set `should_stop`), or a callable given each `Alert` (on rank 0).
+    `config`: the model's config.json as a dict (default: the model's
+    `config`, e.g. a Hugging Face `PretrainedConfig`). `thresholds`:
     default, the nearest ckptscan.toml / pyproject.toml's, as `trend` uses.
     `tensorboard`: a log directory or a `SummaryWriter` for the metrics.
     `per_head`: which intervals keep their per-head results, in the report

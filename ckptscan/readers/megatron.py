@@ -198,7 +198,8 @@ def open_legacy(directory: Path) -> tuple[MegatronLegacySource, dict[str, Any], 
             per_rank = [flat_tensors(states[(t, p)].get(chunk), files[(t, p)]) for t in range(tp)]
             local_layers = {int(m.group(2)) for name in per_rank[0] if (m := LAYER.match(name))}
             for name in per_rank[0]:
-                global_name = LAYER.sub(lambda m: f"{m.group(1)}{int(m.group(2)) + offset}.", name)
+                # re.sub calls the lambda at once, in this iteration: the loop variable is the one meant.
+                global_name = LAYER.sub(lambda m: f"{m.group(1)}{int(m.group(2)) + offset}.", name)  # noqa: B023
                 if global_name in tensors or global_name in omitted:
                     continue
                 why = _omit_reason(name, tp, ep)

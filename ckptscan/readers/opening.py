@@ -33,7 +33,7 @@ def open_checkpoints(paths: list[str | Path]) -> list[Checkpoint]:
     for outcome in outcomes:
         if isinstance(outcome, BaseException):
             raise outcome
-    return outcomes  # type: ignore[return-value]
+    return outcomes  # type: ignore[return-value]  # every exception was raised above: all are checkpoints
 
 
 def open_each(paths: list[str | Path]) -> list[Checkpoint | CkptScanError]:
@@ -44,7 +44,7 @@ def open_each(paths: list[str | Path]) -> list[Checkpoint | CkptScanError]:
     for outcome in outcomes:
         if isinstance(outcome, BaseException) and not isinstance(outcome, CkptScanError):
             raise outcome
-    return outcomes  # type: ignore[return-value]
+    return outcomes  # type: ignore[return-value]  # only CkptScanErrors are left beside the checkpoints
 
 
 def _open_all(paths: list[str | Path]) -> list[Checkpoint | BaseException]:
@@ -71,7 +71,7 @@ def _open_all(paths: list[str | Path]) -> list[Checkpoint | BaseException]:
                 outcomes[k] = open_checkpoint(path)
             except Exception as e:  # Ctrl-C is not held back until the others are open
                 outcomes[k] = e
-        return outcomes  # type: ignore[return-value]
+        return outcomes  # type: ignore[return-value]  # each slot was filled: no None is left
     todo = iter(range(len(located)))
     lock = threading.Lock()
 
@@ -89,7 +89,7 @@ def _open_all(paths: list[str | Path]) -> list[Checkpoint | BaseException]:
         thread.start()
     for thread in threads:
         thread.join()
-    return outcomes  # type: ignore[return-value]
+    return outcomes  # type: ignore[return-value]  # every worker ran to the end: no None is left
 
 
 # Where frameworks record the step inside a checkpoint (Megatron `iteration`,

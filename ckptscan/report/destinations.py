@@ -1,5 +1,7 @@
-"""What the destinations beside the report files share (W&B, MLflow, a
-webhook): which run a report is of, a stable id for it, and what a failure
+"""What every destination of a report shares: the protocol (`Destination`:
+check its target before the scan, write after; `Delivery`: what a write is
+given), and, for the services beside the report files (W&B, MLflow, a
+webhook), which run a report is of, a stable id for it, and what a failure
 costs.
 
 A destination is a service the scan does not depend on: one that fails (no
@@ -14,10 +16,15 @@ import hashlib
 import importlib
 import os
 import sys
-from typing import Callable, TextIO, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, ClassVar, Sequence, TextIO, TypeVar
 
 from ckptscan.errors import CkptScanError
-from ckptscan.results import ScanReport
+
+if TYPE_CHECKING:  # the commands import this module at start-up: no torch (results) before a scan
+    from rich.console import Console
+
+    from ckptscan.results import ScanReport
 
 T = TypeVar("T")
 # A failure line is one line; an exception's text can be a page (a server's HTML error body).
@@ -64,3 +71,54 @@ def deliver(destination: str, write: Callable[..., T], *args: object, stderr: Te
             reason = reason[:MAX_REASON_CHARS - 1] + "…"
         print(f"ckptscan: {destination} not updated: {reason}", file=stderr or sys.stderr, flush=True)
         return None
+
+
+@dataclass
+class Delivery:
+    """What each destination is given once the report is judged."""
+
+    report: ScanReport
+    fail_on: str  # the gate level: what fails a JUnit case, what is an error annotation
+    quiet: bool
+    # How the command draws its report as a table (diff's and trend's differ).
+    print_table: Callable[[Console, ScanReport], None] | None = None
+    # A watch's pairs judged since its last delivery; None: a whole report at once.
+    new: Sequence[int] | None = None
+    # Each file written is named on stderr (`ckptscan report`, whose files are all it makes).
+    announce: bool = False
+    _junit: str | None = field(default=None, repr=False)
+
+    def junit(self) -> str:
+        """The JUnit XML of the report, made once: stdout and --junit get one
+        document (one timestamp)."""
+        if self._junit is None:
+            from ckptscan.report.junit import junit_xml
+
+            self._junit = junit_xml(self.report, self.fail_on)
+        return self._junit
+
+
+class Destination:
+    """One place a report goes. `check` runs before the scan (what it needs
+    installed, a well-formed target: exit 2 with the fix), `open` before the
+    first write (a port to listen on), `write` after each judged report,
+    `close` however the command ends."""
+
+    flag: ClassVar[str]  # the option that asks for it
+
+    def named(self) -> list[str]:
+        """The flags the user gave for it (a destination with a default
+        target, such as $GITHUB_STEP_SUMMARY, names none when defaulted)."""
+        return [self.flag]
+
+    def check(self) -> None:
+        """Nothing to check unless the destination says so."""
+
+    def open(self, quiet: bool) -> None:
+        """Nothing to open unless the destination says so."""
+
+    def write(self, delivery: Delivery) -> None:
+        raise NotImplementedError(type(self).__name__)
+
+    def close(self) -> None:
+        """Nothing to close unless the destination says so."""

@@ -8,7 +8,7 @@ layers × pairs and `canvas` holds matplotlib, imported only when a figure
 is drawn.
 """
 
-from ckptscan.report.figures.canvas import (  # noqa: F401
+from ckptscan.report.figures.canvas import (
     ALARM_COLOR,
     DPI,
     INSTALL_HINT,
@@ -16,8 +16,8 @@ from ckptscan.report.figures.canvas import (  # noqa: F401
     WIDTH,
     require_matplotlib,
 )
-from ckptscan.report.figures.gallery import Figure, run_figures  # noqa: F401
-from ckptscan.report.figures.grid import Grid  # noqa: F401
-from ckptscan.report.figures.heatmap import HEATMAPS, MAX_COLUMNS, MAX_ROWS, Heatmap, draw_heatmap  # noqa: F401
-from ckptscan.report.figures.layer_profile import draw_layer_profile  # noqa: F401
-from ckptscan.report.figures.timeline import EVENT_STYLE, LEGEND_ORDER, MAX_LAYER_PANELS, draw_timeline  # noqa: F401
+from ckptscan.report.figures.gallery import Figure, run_figures
+from ckptscan.report.figures.grid import Grid
+from ckptscan.report.figures.heatmap import HEATMAPS, MAX_COLUMNS, MAX_ROWS, Heatmap, draw_heatmap
+from ckptscan.report.figures.layer_profile import draw_layer_profile
+from ckptscan.report.figures.timeline import EVENT_STYLE, LEGEND_ORDER, MAX_LAYER_PANELS, draw_timeline

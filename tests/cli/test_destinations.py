@@ -1,0 +1,82 @@
+"""The destinations of `cli.outputs`, as a protocol: each is declared once
+in `DESTINATIONS`, in the order a command writes them; a command's group of
+options asks for those whose flag was given, and loops over them to check
+before the scan and to write after. The flags a destination names are the
+ones the user gave (a Markdown summary that defaults to
+$GITHUB_STEP_SUMMARY names none), which is what a sweep refuses."""
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ckptscan.cli import app
+from ckptscan.cli.options import Format
+from ckptscan.cli.outputs import (DESTINATIONS, Annotations, Figures, JsonFile, JunitFile, MarkdownSummary,
+                                  MetricsEndpoint, RenderOutputs, StdoutReport, TensorBoardEvents, TrendOutputs,
+                                  WandbRun, WatchOutputs)
+from ckptscan.report.destinations import Delivery, Destination
+
+from run_factory import write_run
+
+runner = CliRunner()
+
+
+def trend_outputs(**given):
+    fields = dict(json_path=None, per_head="all", junit=None, tensorboard=None, format=Format.table,
+                  markdown_summary=None, html=None, png=None, wandb=None, mlflow=None, mlflow_experiment="ckptscan",
+                  notify=None, notify_on="warn,alert")
+    return TrendOutputs(**{**fields, **given})
+
+
+def test_each_destination_is_registered_once_with_a_flag_of_its_own():
+    assert all(issubclass(kind, Destination) for kind in DESTINATIONS)
+    assert max(Counter(DESTINATIONS).values()) == 1
+    assert max(Counter(kind.flag for kind in DESTINATIONS).values()) == 1
+
+
+def test_a_group_asks_for_what_was_given_in_the_order_they_are_written(tmp_path):
+    outputs = trend_outputs(json_path=tmp_path / "r.json", junit=tmp_path / "r.xml", html=tmp_path / "r.html",
+                            wandb="project")
+    assert [type(d) for d in outputs.destinations()] == [StdoutReport, JsonFile, JunitFile, Annotations,
+                                                         MarkdownSummary, Figures, WandbRun]
+    # Nothing given: the report on stdout, annotations and the (default) Markdown summary, naming no flag.
+    plain = trend_outputs().destinations()
+    assert [type(d) for d in plain] == [StdoutReport, Annotations, MarkdownSummary]
+    assert [flag for d in plain for flag in d.named()] == []
+
+
+def test_watch_and_report_groups_offer_only_their_own_destinations(tmp_path):
+    watch = WatchOutputs(json_path=None, per_head="all", markdown_summary=None, tensorboard=tmp_path, wandb=None,
+                         mlflow=None, mlflow_experiment="ckptscan", notify=None, notify_on="warn,alert",
+                         metrics_port=0, metrics_addr="127.0.0.1")
+    assert [type(d) for d in watch.destinations()] == [MarkdownSummary, TensorBoardEvents, MetricsEndpoint]
+    render = RenderOutputs(html=None, png=tmp_path, tensorboard=None, junit=tmp_path / "j.xml", wandb=None,
+                           mlflow=None, mlflow_experiment="ckptscan")
+    assert [type(d) for d in render.destinations()] == [JunitFile, Figures]
+    assert [flag for d in render.destinations() for flag in d.named()] == ["--junit", "--png"]
+
+
+def test_a_directory_where_a_file_is_asked_for_is_refused_by_its_destination_s_check(tmp_path):
+    from ckptscan.errors import CkptScanError
+
+    with pytest.raises(CkptScanError, match="--junit needs a file, and this is a directory"):
+        trend_outputs(junit=tmp_path).check()
+
+
+def test_the_junit_document_is_made_once_per_delivery(tmp_path):
+    from ckptscan import scan_run
+
+    report = scan_run(write_run(tmp_path / "run", count=4), config=None)
+    delivery = Delivery(report, "alert", quiet=True)
+    assert delivery.junit() is delivery.junit()
+
+
+def test_a_sweep_refuses_the_destinations_of_one_run_by_the_flags_given(tmp_path):
+    for name in ("a", "b"):
+        write_run(tmp_path / "sweep" / name, count=4)
+    result = runner.invoke(app, ["trend", str(tmp_path / "sweep"), "--junit", str(tmp_path / "j.xml"), "--png",
+                                 str(tmp_path / "png"), "--format", "markdown", "--no-cache"])
+    assert result.exit_code == 2
+    assert "--format markdown, --junit, --png: not for a sweep" in result.stderr
