@@ -46,6 +46,12 @@ def report(
             note(f"wrote {outputs.html}", quiet=quiet)
             return
         # The config is read only when it matters (a bad one must not stop an HTML rendering).
-        level = FailOn(fail_on).value if fail_on else (
-            load_config().fail_on if outputs.junit is not None else DEFAULT_FAIL_ON)
+        level = DEFAULT_FAIL_ON
+        if fail_on:
+            level = FailOn(fail_on).value
+        elif outputs.junit is not None:
+            config = load_config()
+            if config.source is not None:  # a config that changes the verdict is named, as trend names it
+                note(f"using config {config.source}", quiet=quiet)
+            level = config.fail_on
         outputs.write(report_from_dict(data, report_json), level, quiet)

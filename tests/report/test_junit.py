@@ -114,6 +114,18 @@ def test_report_command_writes_junit_from_a_saved_report(reports, tmp_path):
     assert {k for k, v in cases.items() if v} == {k for k, v in expected_cases(data, "warn").items() if v}
 
 
+def test_report_command_names_the_config_whose_fail_on_it_uses(reports, tmp_path, monkeypatch):
+    write_json(reports["loss"], tmp_path / "report.json")
+    (tmp_path / ".git").mkdir()  # the search for a config stops at a repository root
+    (tmp_path / "ckptscan.toml").write_text('fail_on = "warn"\n')
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["report", "report.json", "--junit", "j.xml"])
+    assert result.exit_code == 0, result.output
+    assert f"using config {tmp_path / 'ckptscan.toml'}\n" in result.stderr
+    quiet = runner.invoke(app, ["report", "report.json", "--junit", "j.xml", "--quiet"])
+    assert "using config" not in quiet.stderr
+
+
 def test_bad_fail_on_is_one_line_and_exit_2(reports, tmp_path):
     write_json(reports["loss"], tmp_path / "report.json")
     result = runner.invoke(app, ["report", str(tmp_path / "report.json"), "--junit", str(tmp_path / "j.xml"),
