@@ -217,34 +217,38 @@ def calibrate(corpus: Path) -> None:
               f"{scales.get(after)}; before it: {[round(scales[s]) for s in sorted(scales) if s < saturation]}")
     for recipe, values in healthy.items():
         print(f"{recipe}: healthy largest logit scale {max(values):.4g} over {len(values)} runs")
+    known = [v for v in saturating if v is not None]
+    if known:
+        print(f"saturating runs at their first checkpoint after saturation: min {min(known):.4g}, "
+              f"median {statistics.median(known):.4g}")
     calibrate_output(corpus, manifest)
 
 
 def calibrate_output(corpus: Path, manifest: dict) -> None:
     """Per generation-4 run (every split: the ceiling must hold on all of
     them), the output family's largest logit scale and log Z shift scale
-    beside the logged mean log Z; then the healthy maxima across recipes."""
-    healthy = {"output_logit_rms": [], "output_shift": []}
+    beside the logged mean log Z; then the healthy maxima across recipes, of
+    the calibration runs (what the ceilings are set from) and of the held-out ones."""
+    healthy: dict[str, dict[str, list[float]]] = {"calibration": {"output_logit_rms": [], "output_shift": []},
+                                                  "heldout": {"output_logit_rms": [], "output_shift": []}}
     for run in manifest["runs"]:
         run_dir = corpus / run["name"]
         if run.get("generation") != 4 or not (run_dir / "metrics.json").exists():
             continue
         report = load_report(run_dir)
-        largest = {name: max(output_values(report, name).values(), default=math.nan) for name in healthy}
+        largest = {name: max(output_values(report, name).values(), default=math.nan)
+                   for name in ("output_logit_rms", "output_shift")}
         lowest, last = mean_log_z(run_dir)
         kind = "healthy" if run["fault"] == "none" else run["fault"]
         print(f"output {run['name']} ({kind}, {run['split']}): largest logit scale {largest['output_logit_rms']:.3g}, "
               f"log Z shift scale {largest['output_shift']:.3g}; logged mean log Z lowest {lowest}, last {last}")
         if run["fault"] == "none":
             for name, value in largest.items():
-                healthy[name].append(value)
-    for name, values in healthy.items():
-        if values:
-            print(f"healthy {name}: largest {max(values):.4g} over {len(values)} runs")
-    known = [v for v in saturating if v is not None]
-    if known:
-        print(f"saturating runs at their first checkpoint after saturation: min {min(known):.4g}, "
-              f"median {statistics.median(known):.4g}")
+                healthy[run["split"]][name].append(value)
+    for split, by_name in healthy.items():
+        for name, values in by_name.items():
+            if values:
+                print(f"healthy {split} {name}: largest {max(values):.4g} over {len(values)} runs")
 
 
 def main(argv: list[str] | None = None) -> None:

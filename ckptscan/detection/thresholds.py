@@ -75,10 +75,11 @@ class Thresholds:
     # inputs. Not calibrated against an output-logit divergence: no run of
     # generation 4 had one (the no-weight-decay runs' logged mean log Z rises
     # like the healthy runs', to 7.3, never drifting negative). Ceilings at
-    # twice the largest healthy value across every recipe and seed (4.37 and
-    # 3.52, a 2,000-step MoE run's last checkpoint; experiments/natural.py
-    # --calibrate), rounded up to a half: they may miss a divergence, not alarm on
-    # these runs.
+    # twice the largest value of the 9 healthy calibration runs across the
+    # four recipes (4.37 and 3.52, a 2,000-step MoE run's last checkpoint;
+    # held-out healthy runs: 4.31 and 3.50; the unstable runs: at most 4.73
+    # and 3.89; experiments/natural.py --calibrate), rounded up to a half:
+    # they may miss a divergence, not alarm on these runs.
     output_logit_scale_ceiling: float = 9.0
     output_shift_ceiling: float = 7.5
     # ---- end output family ----
