@@ -22,7 +22,7 @@ from ckptscan.results import Summary
 
 @dataclass(frozen=True)
 class Intervention:
-    family: str  # "attention" | "router" | "numeric" | "update"
+    family: str  # "attention" | "router" | "numeric" | "update" | "output"
     short: str  # a few words, for one terminal line per family
     action: str
     source: str  # authors, year and arXiv id
@@ -73,6 +73,17 @@ _ACTIONS: dict[str, tuple[tuple[str, str, str], ...]] = {
          "decayed second-moment estimate", "Wortsman et al. 2023, arXiv:2304.13013"),
         RESTART,
     ),
+    # ---- Output family ----
+    "output": (
+        ("z-loss", "add the z-loss 1e-4·log²Z to the loss, which keeps log Z (the output logits' common shift) "
+         "near 0", "Wortsman et al. 2023, arXiv:2309.14322; PaLM, arXiv:2204.02311"),
+        ("weight decay on the head", "apply weight decay to the LM head (and a tied embedding): without it the "
+         "output logits drift", "Wortsman et al. 2023, arXiv:2309.14322"),
+        ("lower LR", "lower the learning rate: output-logit divergence appears at high learning rates",
+         "Wortsman et al. 2023, arXiv:2309.14322"),
+        RESTART,
+    ),
+    # ---- end output family ----
     "numeric": (
         RESTART,
         ("float32 softmax and router", "keep numerically sensitive parts (softmax, router) in float32 rather "

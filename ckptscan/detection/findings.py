@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from ckptscan.detection.catalog import JudgedMonitor, judged_by_name
+from ckptscan.detection.output import output_findings
 from ckptscan.detection.series import Point, robust_center_scale
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.results import Finding, LayerResult, PairResult, SeriesPoint, worst
@@ -39,10 +40,11 @@ def ceiling_findings(layer: LayerResult, t: Thresholds) -> list[Finding]:
     """The attention logit scale over its ceiling: an absolute bound on what
     the newer checkpoint's attention can do, so judged from the first pair
     (no warm-up, no baseline: a run saturating from its first checkpoints
-    has no healthy history to depart from)."""
+    has no healthy history to depart from); and the output family's
+    ceilings (detection/output.py), absolute for the same reason."""
     att = layer.attention
     if att is None:
-        return []
+        return output_findings(layer, t)
     findings = []
     scale, bound = att.logit_scale, att.qk_norm_logit_bound
     if scale is not None and scale > t.logit_scale_ceiling:
@@ -59,7 +61,7 @@ def ceiling_findings(layer: LayerResult, t: Thresholds) -> list[Finding]:
             "softmax can be one-hot despite the QK-norm",
             threshold=t.qk_norm_logit_ceiling, rule="ceiling",
         ))
-    return findings
+    return findings + output_findings(layer, t)
 
 
 def floor_findings(layer: LayerResult, t: Thresholds) -> list[Finding]:

@@ -69,6 +69,20 @@ class Thresholds:
     logit_scale_ceiling: float = 2.0
     qk_norm_logit_ceiling: float = 100.0
     band_state_scale_factor: float = 1.6
+    # ---- Output family (detection/output.py) ----
+    # The output logit scale ‖W_head D_γ‖_F/√V and the log Z shift scale
+    # ‖D_γ w̄‖ (monitors/output.py), logits' standard deviations for unit-RMS
+    # inputs. Not calibrated against an output-logit divergence: no run of
+    # generation 4 had one (the no-weight-decay runs' logged mean log Z rises
+    # like the healthy runs', to 7.3, never drifting negative). Ceilings at
+    # twice the largest value of the 9 healthy calibration runs across the
+    # four recipes (4.37 and 3.52, a 2,000-step MoE run's last checkpoint;
+    # held-out healthy runs: 4.31 and 3.50; the unstable runs: at most 4.73
+    # and 3.89; experiments/natural.py --calibrate), rounded up to a half:
+    # they may miss a divergence, not alarm on these runs.
+    output_logit_scale_ceiling: float = 9.0
+    output_shift_ceiling: float = 7.5
+    # ---- end output family ----
     # A layer's attention update monitors together against a band (rule
     # "layer_band", detection/layer_band.py): their mean departure in band
     # sigmas on two pairs in a row. Calibrated on the same 30 leave-one-out
@@ -127,6 +141,8 @@ class Thresholds:
         if not 0 < self.run_band_warn <= self.run_band_alert:
             problems.append(f"need 0 < run_band_warn ≤ run_band_alert (got {self.run_band_warn}, "
                             f"{self.run_band_alert})")
+        if min(self.output_logit_scale_ceiling, self.output_shift_ceiling) <= 0:
+            problems.append("need output_logit_scale_ceiling > 0 and output_shift_ceiling > 0")
         known = judged_by_name()
         unknown = sorted(set(self.disabled_monitors) - set(known))
         if unknown:

@@ -20,6 +20,9 @@ from ckptscan.errors import CkptScanError
 
 # Roles of router tensors; every other role feeds the attention monitors.
 ROUTER_ROLES = ("router", "router_bias")
+# Roles of the output family's tensors (read with the model's last layer):
+# the LM head, the token embedding standing in for a tied head, the final norm.
+OUTPUT_ROLES = ("lm_head", "embedding", "final_norm")
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,13 @@ class LayerWeights:
     input_gain: torch.Tensor | None = None
     q_norm_gain: torch.Tensor | None = None
     k_norm_gain: torch.Tensor | None = None
+    # The output family (monitors/output.py), on the model's last layer only:
+    # the LM head [V, d] as stored (upcast a row block at a time: a 128k × 8k
+    # head is never copied whole), the token embedding when the head is tied
+    # to it (`head_tied`), and the final norm's gain [d] in float64.
+    head: torch.Tensor | None = None
+    head_tied: bool = False
+    final_gain: torch.Tensor | None = None
 
 
 Builder = Callable[[Mapping[str, torch.Tensor], torch.dtype], LayerWeights]

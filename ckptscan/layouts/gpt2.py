@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import HeadOverrides, ModelLayout, config_entry, find_layers
+from ckptscan.layouts.base import HeadOverrides, ModelLayout, config_entry, config_value, find_layers, present
 from ckptscan.layouts.geometry import fused_geometry, mha_hints
-from ckptscan.layouts.plan import QKTensors, attention_layout
+from ckptscan.layouts.plan import OutputTensors, QKTensors, attach_output, attention_layout, find_output
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES = {"gpt2"}
@@ -34,8 +34,26 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     hints = mha_hints(overrides, config_entry(ckpt.config, "n_head", "num_attention_heads"), "GPT-2", path)
     geometry = fused_geometry(hints, layers[min(layers)], rows, hidden, "blocked", path,
                               looked="no config.json with n_head")
-    qk = {i: QKTensors(name, fused="blocked", transposed=True) for i, name in layers.items()}
-    return attention_layout("gpt2", geometry, qk, ckpt.tensors.shape, path)
+    qk = {i: QKTensors(name, fused="blocked", transposed=True, input_norm=present(keys, input_norm_name(name)))
+          for i, name in layers.items()}
+    output, note = c_attn_output(keys, layers, config_value(ckpt.config, "tie_word_embeddings"))
+    return attach_output(attention_layout("gpt2", geometry, qk, ckpt.tensors.shape, path), output, note,
+                         ckpt.tensors.shape, path)
+
+
+def input_norm_name(c_attn: str) -> str:
+    """`h.N.ln_1.weight`: the LayerNorm in front of `h.N.attn` (GPT-2, nanoGPT)."""
+    return c_attn.removesuffix("attn.c_attn.weight") + "ln_1.weight"
+
+
+def c_attn_output(keys: set[str], layers: dict[int, str], tied: bool | None
+                  ) -> tuple[OutputTensors | None, str | None]:
+    """`{prefix}wte`, `{prefix}ln_f` and `lm_head` beside the `transformer.`
+    prefix (GPT-2 and nanoGPT name them alike; both tie the head to wte)."""
+    prefix = C_ATTN.fullmatch(layers[min(layers)]).group("prefix")  # type: ignore[union-attr]
+    root = prefix.removesuffix("transformer.")
+    return find_output(keys, (root + "lm_head.weight",), (prefix + "wte.weight",), (prefix + "ln_f.weight",),
+                       tied=tied)
 
 
 def is_c_attn(shape: tuple[int, ...], transposed: bool) -> bool:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 
-from ckptscan.layouts.base import HeadOverrides, ModelLayout, config_entry, find_layers
+from ckptscan.layouts.base import HeadOverrides, ModelLayout, config_entry, config_value, find_layers, present
 from ckptscan.layouts.geometry import fused_geometry, mha_hints
-from ckptscan.layouts.plan import QKTensors, attention_layout
+from ckptscan.layouts.plan import QKTensors, attach_output, attention_layout, find_output
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES = {"gpt_neox"}
@@ -32,5 +32,13 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     rows, hidden = shape(first)
     hints = mha_hints(overrides, config_entry(ckpt.config, "num_attention_heads"), "GPT-NeoX", path)
     geometry = fused_geometry(hints, first, rows, hidden, "grouped", path)
-    qk = {i: QKTensors(name, fused="grouped") for i, name in layers.items()}
-    return attention_layout("gpt_neox", geometry, qk, shape, path)
+    # `layers.N.input_layernorm` feeds attention (also in the parallel-residual blocks).
+    qk = {i: QKTensors(name, fused="grouped",
+                       input_norm=present(keys, name.removesuffix("attention.query_key_value.weight")
+                                          + "input_layernorm.weight"))
+          for i, name in layers.items()}
+    prefix = _QKV.fullmatch(first).group("prefix")  # type: ignore[union-attr]
+    output, note = find_output(keys, (prefix.removesuffix("gpt_neox.") + "embed_out.weight",),
+                               (prefix + "embed_in.weight",), (prefix + "final_layer_norm.weight",),
+                               tied=config_value(ckpt.config, "tie_word_embeddings"))
+    return attach_output(attention_layout("gpt_neox", geometry, qk, shape, path), output, note, shape, path)

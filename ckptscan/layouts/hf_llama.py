@@ -37,7 +37,7 @@ from ckptscan.layouts.base import (
     present,
 )
 from ckptscan.layouts.geometry import HeadHints, separate_geometry
-from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan, model_info
+from ckptscan.layouts.plan import QKTensors, RouterTensors, attach_output, find_output, layer_plan, model_info
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES = {
@@ -116,7 +116,20 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
 
     info = model_info(family, geometry, plans, shape, top_k=config_value(config, "num_experts_per_tok"),
                       router_scoring=scoring)
-    return ModelLayout(info, plans, notes)
+    offset = 1.0 if family in ONE_PLUS_GAIN or (untyped and gemma_names) else 0.0
+    output, note = _output(keys, layers[min(layers)], config, offset)
+    return attach_output(ModelLayout(info, plans, notes), output, note, shape, path)
+
+
+def _output(keys: set[str], first_q: str, config: Any, offset: float) -> tuple[Any, str | None]:
+    """`{prefix}embed_tokens`, `{prefix}norm` and `lm_head` (at the root, or
+    beside a multimodal wrapper's language model); without `lm_head` the head
+    is tied to the embedding, as transformers saves a tied model."""
+    prefix = _Q_PROJ.fullmatch(first_q).group("prefix")  # type: ignore[union-attr]
+    root = prefix.removesuffix("model.")
+    heads = tuple(dict.fromkeys((root + "lm_head.weight", "lm_head.weight")))
+    return find_output(keys, heads, (prefix + "embed_tokens.weight",), (prefix + "norm.weight",),
+                       tied=config_value(config, "tie_word_embeddings"), gain_offset=offset)
 
 
 def _router(

@@ -23,7 +23,7 @@ import re
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts.base import HeadOverrides, ModelLayout, as_mapping, config_entry, find_layers, present
 from ckptscan.layouts.geometry import HeadHints, fused_geometry
-from ckptscan.layouts.plan import QKTensors, attention_layout
+from ckptscan.layouts.plan import QKTensors, attach_output, attention_layout, find_output
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES: set[str] = set()
@@ -60,8 +60,14 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     for layer, name in layers.items():
         attn = name[: name.index(".attn.") + len(".attn.")]
         qk[layer] = QKTensors(name, fused=fused, q_norm=present(keys, attn + "norm_q.weight"),
-                              k_norm=present(keys, attn + "norm_k.weight"), gain_offset=offset)
-    layout = attention_layout("litgpt", geometry, qk, ckpt.tensors.shape, path)
+                              k_norm=present(keys, attn + "norm_k.weight"), gain_offset=offset,
+                              input_norm=present(keys, attn.removesuffix("attn.") + "norm_1.weight"))
+    # `transformer.wte`, `transformer.ln_f` and `lm_head` (a tied head is saved under both names).
+    prefix = _QKV.fullmatch(first).group("prefix")  # type: ignore[union-attr]
+    output, note = find_output(keys, (prefix + "lm_head.weight",), (prefix + "transformer.wte.weight",),
+                               (prefix + "transformer.ln_f.weight",), gain_offset=offset)
+    layout = attach_output(attention_layout("litgpt", geometry, qk, ckpt.tensors.shape, path), output, note,
+                           ckpt.tensors.shape, path)
     if fused == "grouped":
         layout.notes.append("legacy attn.attn.weight: rows interleaved per query group (from litgpt's source, not "
                             "seen in a real file)")

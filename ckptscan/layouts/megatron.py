@@ -7,7 +7,12 @@ then k_g, then v_g ("q1 q2 k1 v1 | q3 q4 k2 v2", NVIDIA/Megatron-LM
 with `attention_output_gate` each group is [q, gate, k, v]. Optional QK norms
 `self_attention.{q,k}_layernorm.weight` [d], scaled by 1 + w under
 `--apply-layernorm-1p` (layernorm_zero_centered_gamma). `linear_qkv.
-layer_norm_weight` is the fused input norm, not a QK norm, and is not read.
+layer_norm_weight` is the fused input norm (Transformer Engine spec;
+`input_layernorm.weight` in the local spec), not a QK norm: read as the
+input norm, with `decoder.final_layernorm.weight` and the head
+`output_layer.weight` (absent when tied to `embedding.word_embeddings.weight`,
+Megatron's default `share_embeddings_and_output_weights`), only with `args`,
+which state the 1 + w convention.
 Routers: `mlp.router.weight` [E, D] and the selection-only
 `mlp.router.expert_bias` [E] (`moe/router.py`).
 
@@ -30,7 +35,7 @@ from typing import Any, Mapping
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts.base import HeadOverrides, ModelLayout, as_mapping, find_layers, present
 from ckptscan.layouts.geometry import Geometry, HeadHints, fused_geometry
-from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan, model_info
+from ckptscan.layouts.plan import QKTensors, RouterTensors, attach_output, find_output, layer_plan, model_info
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES: set[str] = set()
@@ -62,7 +67,8 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     q_norm = sibling(first, "self_attention.q_layernorm.weight")
     layout, geometry = _geometry(args, overrides, first, rows, hidden, shape(q_norm) if q_norm in keys else None,
                                  path)
-    offset = _gain_offset(args, q_norm in keys, path, q_norm)
+    # One flag sets every norm's convention: the QK norms', the input norm's.
+    offset = norm_offset(args) if args else _gain_offset(args, q_norm in keys, path, q_norm)
     # Megatron's default score function is softmax; without args it is unknown.
     scoring = (args.get("moe_router_score_function") or "softmax") if args else None
 
@@ -75,6 +81,8 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
             q_norm=present(keys, sibling(qkv, "self_attention.q_layernorm.weight")),
             k_norm=present(keys, sibling(qkv, "self_attention.k_layernorm.weight")),
             gain_offset=offset,
+            input_norm=_input_norm(keys, args, sibling(qkv, "self_attention.linear_qkv.layer_norm_weight"),
+                                   sibling(qkv, "input_layernorm.weight")),
         )
         router = None
         if sibling(qkv, "mlp.router.weight") in keys:
@@ -90,7 +98,27 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
         notes.append(f"args 'num_layers' is {num_layers} but {len(names)} layers were found (pipeline stage?)")
     info = model_info("megatron", geometry, plans, shape, num_experts=args.get("num_experts"),
                       top_k=args.get("moe_router_topk"), router_scoring=scoring)
-    return ModelLayout(info, plans, notes)
+    return attach_output(ModelLayout(info, plans, notes), *_output(keys, args, first), shape, path)
+
+
+def norm_offset(args: Mapping[str, Any]) -> float:
+    return 1.0 if args.get("layernorm_zero_centered_gamma", args.get("apply_layernorm_1p")) else 0.0
+
+
+def _input_norm(keys: set[str], args: Mapping[str, Any], fused: str, local: str) -> str | None:
+    """The input norm's gain where `args` state its convention (w or 1 + w)
+    and its offset is the QK norms' (one flag sets both)."""
+    return (present(keys, fused) or present(keys, local)) if args else None
+
+
+def _output(keys: set[str], args: Mapping[str, Any], first: str) -> tuple[Any, str | None]:
+    prefix = _QKV.fullmatch(first).group("prefix")  # type: ignore[union-attr]
+    if not args:
+        return None, "output family not judged: no args state the final norm's convention (w or 1 + w)"
+    untie = args.get("untie_embeddings_and_output_weights")
+    return find_output(keys, (prefix + "output_layer.weight",), (prefix + "embedding.word_embeddings.weight",),
+                       (prefix + "decoder.final_layernorm.weight",), tied=None if untie is None else not untie,
+                       gain_offset=norm_offset(args))
 
 
 Entry = tuple[Any, str] | None
@@ -146,5 +174,4 @@ def _gain_offset(args: Mapping[str, Any], has_norm: bool, path: Any, name: str) 
         raise CkptScanError("QK layernorm gains without args: whether they are zero-centred (--apply-layernorm-1p, "
                             "scale 1 + w) is unknown; describe it with --tensor-map (norm_offset)", path=path,
                             tensor=name)
-    one_p = args.get("layernorm_zero_centered_gamma", args.get("apply_layernorm_1p"))
-    return 1.0 if one_p else 0.0
+    return norm_offset(args)

@@ -12,7 +12,13 @@ Megatron itself renames on load). The row order depends on the file's
 Head counts come from the pickled `args` (num_attention_heads,
 num_query_groups, kv_channels) or the CLI flags; the version has no flag, so
 a file without it cannot be read (describe it with --tensor-map instead).
-Switch-MLP routers `mlp.router.weight` [E, D] are read too.
+Switch-MLP routers `mlp.router.weight` [E, D] are read too. With `args`
+(which state the 1 + w norm convention, `apply_layernorm_1p`): the input norm
+`layers.{i}.input_norm` (`input_layernorm` in older files), and the output
+family's `language_model.encoder.final_norm` (`final_layernorm`) and
+`language_model.output_layer` (untied), or the tied
+`language_model.embedding.word_embeddings` (`megatron/legacy/model/
+language_model.py`, `transformer.py`).
 """
 
 from __future__ import annotations
@@ -20,10 +26,10 @@ from __future__ import annotations
 import re
 
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import HeadOverrides, ModelLayout, as_mapping, find_layers
+from ckptscan.layouts.base import HeadOverrides, ModelLayout, as_mapping, find_layers, present
 from ckptscan.layouts.geometry import HeadHints, fused_geometry, mha_hints
-from ckptscan.layouts.megatron import args_head_entries
-from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan, model_info
+from ckptscan.layouts.megatron import args_head_entries, norm_offset
+from ckptscan.layouts.plan import QKTensors, RouterTensors, attach_output, find_output, layer_plan, model_info
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES: set[str] = set()
@@ -60,12 +66,26 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     else:
         hints = HeadHints.gather(overrides, heads, kv, head_dim, path=path)
     geometry = fused_geometry(hints, first, rows, hidden, layout, path, looked="no args in the checkpoint")
+    offset = norm_offset(args)
     plans = []
     for layer in sorted(layers):
         qkv = layers[layer]
-        router = qkv[: qkv.index(f"layers.{layer}.") + len(f"layers.{layer}.")] + "mlp.router.weight"
-        plans.append(layer_plan(layer, geometry, QKTensors(qkv, fused=layout),
+        base = qkv[: qkv.index(f"layers.{layer}.") + len(f"layers.{layer}.")]
+        router = base + "mlp.router.weight"
+        norm = (present(keys, base + "input_norm.weight") or present(keys, base + "input_layernorm.weight")
+                if args else None)
+        plans.append(layer_plan(layer, geometry, QKTensors(qkv, fused=layout, gain_offset=offset, input_norm=norm),
                                 RouterTensors(router) if router in keys else None, shape, path))
     info = model_info("megatron-legacy", geometry, plans, shape, top_k=1)
     notes = [*geometry.notes, f"checkpoint_version {version:g}: fused layout {layout}"]
-    return ModelLayout(info, plans, notes)
+    encoder = _QKV.fullmatch(first).group("prefix")  # type: ignore[union-attr]
+    model = encoder[: encoder.rindex("language_model.")] + "language_model."
+    if args:
+        untie = args.get("untie_embeddings_and_output_weights")
+        output, note = find_output(keys, (model + "output_layer.weight",),
+                                   (model + "embedding.word_embeddings.weight",),
+                                   (encoder + "final_norm.weight", encoder + "final_layernorm.weight"),
+                                   tied=None if untie is None else not untie, gain_offset=offset)
+    else:
+        output, note = None, "output family not judged: no args state the final norm's convention (w or 1 + w)"
+    return attach_output(ModelLayout(info, plans, notes), output, note, shape, path)

@@ -10,10 +10,10 @@ the reader exposes as metadata, or from --num-heads.
 from __future__ import annotations
 
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import HeadOverrides, ModelLayout, as_mapping
+from ckptscan.layouts.base import HeadOverrides, ModelLayout, as_mapping, present
 from ckptscan.layouts.geometry import fused_geometry, mha_hints
-from ckptscan.layouts.gpt2 import c_attn_weights, has_c_attn
-from ckptscan.layouts.plan import QKTensors, attention_layout
+from ckptscan.layouts.gpt2 import c_attn_output, c_attn_weights, has_c_attn, input_norm_name
+from ckptscan.layouts.plan import QKTensors, attach_output, attention_layout
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES: set[str] = set()
@@ -35,5 +35,9 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
         raise CkptScanError(f"model_args 'n_embd' is {embd} but the weight is {hidden} wide", path=path, tensor=first)
     geometry = fused_geometry(hints, first, rows, hidden, "blocked", path,
                               looked="no model_args 'n_head' in the checkpoint")
-    qk = {i: QKTensors(name, fused="blocked") for i, name in layers.items()}
-    return attention_layout("nanogpt", geometry, qk, ckpt.tensors.shape, path)
+    qk = {i: QKTensors(name, fused="blocked", input_norm=present(keys, input_norm_name(name)))
+          for i, name in layers.items()}
+    # nanoGPT ties lm_head to wte (one parameter saved under both names).
+    output, note = c_attn_output(keys, layers, True)
+    return attach_output(attention_layout("nanogpt", geometry, qk, ckpt.tensors.shape, path), output, note,
+                         ckpt.tensors.shape, path)

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts.base import HeadOverrides, ModelLayout, as_mapping, find_layers, module_prefixes, present
 from ckptscan.layouts.geometry import HeadHints, fused_geometry, separate_geometry
-from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan, model_info
+from ckptscan.layouts.plan import QKTensors, RouterTensors, attach_output, find_output, layer_plan, model_info
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES: set[str] = set()
@@ -69,7 +69,12 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     router_config = as_mapping(moe.get("router"))
     info = model_info("olmo-core", geometry, plans, shape, top_k=router_config.get("top_k"),
                       router_scoring=router_config.get("gating_function"))
-    return ModelLayout(info, plans, list(geometry.notes))
+    # The head: `lm_head.w_out` after `lm_head.norm` (nn/lm_head.py), or the tied `embeddings`.
+    # No input norm is read: a reordered-norm block (OLMo 2) applies `attention_norm` after attention.
+    prefix = _ATTENTION.fullmatch(found[min(found)]).group("prefix")  # type: ignore[union-attr]
+    output, note = find_output(keys, (prefix + "lm_head.w_out.weight",), (prefix + "embeddings.weight",),
+                               (prefix + "lm_head.norm.weight",))
+    return attach_output(ModelLayout(info, plans, list(geometry.notes)), output, note, shape, path)
 
 
 def _model_config(config: Mapping[str, Any] | None) -> Mapping[str, Any]:

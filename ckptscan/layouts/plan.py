@@ -196,3 +196,73 @@ def _folded(blocks: torch.Tensor, gain: torch.Tensor | None, offset: float, dtyp
     if gain is None:
         return blocks.to(dtype)
     return fold_head_gains(blocks, gain, offset=offset)
+
+
+# ---- The output family: the LM head and the final norm -------------------
+
+
+@dataclass(frozen=True)
+class OutputTensors:
+    """Where the LM head and the final norm are. `tied`: the checkpoint has no
+    head of its own and the token embedding is the head (Hugging Face
+    `tie_word_embeddings` saves only the embedding)."""
+
+    head: str  # [V, hidden]
+    tied: bool = False
+    final_norm: str | None = None  # the gain [hidden] of the norm in front of the head
+    gain_offset: float = 0.0  # 1.0 where the norm scales by (1 + w) (Gemma, Megatron's layernorm-1p)
+
+
+def find_output(keys: set[str], heads: tuple[str, ...], embeddings: tuple[str, ...], norms: tuple[str, ...],
+                *, tied: bool | None = None, gain_offset: float = 0.0) -> tuple[OutputTensors | None, str | None]:
+    """The output tensors from candidate names (the first present of each),
+    and a note for `inspect`. A head of its own is used when there is one;
+    else the embedding, unless the config says the head is not tied (`tied`
+    False: a checkpoint without its head, e.g. a pipeline stage): then no
+    output tensors, and the note says why the family is not judged."""
+    norm = next((n for n in norms if n in keys), None)
+    head = next((n for n in heads if n in keys), None)
+    if head is not None and tied is not True:
+        return OutputTensors(head, False, norm, gain_offset), None
+    embedding = next((n for n in embeddings if n in keys), None)
+    if embedding is not None and tied is not False:
+        return OutputTensors(embedding, True, norm, gain_offset), f"output family: the head is tied to {embedding}"
+    if head is not None:
+        return OutputTensors(head, False, norm, gain_offset), None
+    why = ("the config says the head is not tied to the embedding, and the checkpoint holds no head"
+           if tied is False and embedding is not None else f"no LM head ({', '.join(heads)}) or token embedding")
+    return None, f"output family not judged: {why}"
+
+
+def attach_output(layout: ModelLayout, output: OutputTensors | None, note: str | None, shape: Shape,
+                  path: Any) -> ModelLayout:
+    """The layout with the head and final norm read beside the model's last
+    layer (the output family's values are that layer's), checked against
+    the hidden size; `note` goes to the layout's notes."""
+    if note:
+        layout.notes.append(note)
+    if output is None or not layout.layers:
+        return layout
+    hidden = layout.info.hidden_size
+    head_shape = tuple(shape(output.head))
+    if len(head_shape) != 2 or head_shape[1] != hidden:
+        raise CkptScanError(f"shape {list(head_shape)} is not [vocabulary, hidden {hidden}]", path=path,
+                            tensor=output.head)
+    roles = {output.head: "embedding" if output.tied else "lm_head"}
+    if output.final_norm is not None:
+        require_shape(tuple(shape(output.final_norm)), (hidden,), tensor=output.final_norm, path=path,
+                      why=f"hidden {hidden}")
+        roles[output.final_norm] = "final_norm"
+    last = layout.layers[-1]
+    inner = last.build
+
+    def build(raw: Mapping[str, torch.Tensor], dtype: torch.dtype) -> LayerWeights:
+        weights = inner(raw, dtype)
+        weights.head, weights.head_tied = raw[output.head], output.tied
+        if output.final_norm is not None:
+            weights.final_gain = _gain(raw[output.final_norm], output.gain_offset)
+        return weights
+
+    fresh = [name for name in roles if name not in last.roles]
+    layout.layers[-1] = LayerPlan(last.layer, (*last.tensors, *fresh), build, {**last.roles, **roles})
+    return layout

@@ -26,7 +26,7 @@ from typing import Any
 from ckptscan.layouts.base import HeadOverrides, ModelLayout, config_entry, find_layers, module_prefixes, present
 from ckptscan.layouts.geometry import HeadHints, separate_geometry
 from ckptscan.layouts.mla import MLATensors, mla_geometry, mla_plan
-from ckptscan.layouts.plan import QKTensors, RouterTensors, layer_plan, model_info
+from ckptscan.layouts.plan import QKTensors, RouterTensors, attach_output, find_output, layer_plan, model_info
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES: set[str] = set()
@@ -55,7 +55,8 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     def qk(attn: str) -> QKTensors:
         wq = attn + ("qkv_linear.wq.weight" if attn + "qkv_linear.wq.weight" in keys else "wq.weight")
         return QKTensors(wq, wq.replace(".wq.", ".wk."), q_norm=present(keys, attn + "q_norm.weight"),
-                         k_norm=present(keys, attn + "k_norm.weight"))
+                         k_norm=present(keys, attn + "k_norm.weight"),
+                         input_norm=present(keys, attn[: -len("attention.")] + "attention_norm.weight"))
 
     first_qk = qk(first)
     geometry = separate_geometry(hints, (first_qk.q, shape(first_qk.q)), (first_qk.k, shape(first_qk.k)), path,
@@ -64,8 +65,13 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     # The job TOML's [model] name (via --model-config) says which torchtitan model this is.
     name = (config or {}).get("torchtitan_model")
     family = f"torchtitan-{name}" if name else "torchtitan"
-    return ModelLayout(model_info(family, geometry, plans, shape), plans,
-                       [*geometry.notes, "router score function: unknown"])
+    layout = ModelLayout(model_info(family, geometry, plans, shape), plans,
+                         [*geometry.notes, "router score function: unknown"])
+    # Outside the layers: `tok_embeddings`, the final `norm` and the head `output`.
+    prefix = _ATTENTION.fullmatch(found[min(found)]).group("prefix")  # type: ignore[union-attr]
+    output, note = find_output(keys, (prefix + "output.weight",), (prefix + "tok_embeddings.weight",),
+                               (prefix + "norm.weight",))
+    return attach_output(layout, output, note, shape, path)
 
 
 def _mla(ckpt: Checkpoint, keys: set[str], layers: dict[int, str], hints: HeadHints, path: Any) -> ModelLayout:

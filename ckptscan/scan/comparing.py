@@ -33,7 +33,9 @@ def compare(
         result.router = router_result(wa, wb, a.routing, b.routing)
     for family in registry.families():
         if family.compute is not None:
-            result.families[family.name] = family.compute(wa, wb)
+            values = family.compute(wa, wb)
+            if values:  # {}: the family has nothing in this layer (the output family outside the last)
+                result.families[family.name] = values
     return result
 
 

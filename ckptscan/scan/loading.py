@@ -11,7 +11,7 @@ import torch
 
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts import LayerPlan, LayerWeights
-from ckptscan.layouts.base import ROUTER_ROLES
+from ckptscan.layouts.base import OUTPUT_ROLES, ROUTER_ROLES
 from ckptscan.monitors.attention import QKGrams, qk_grams
 from ckptscan.monitors.routing import RoutingStats, routing_stats
 from ckptscan.readers import Checkpoint
@@ -55,7 +55,8 @@ def load_layer(
                 nonfinite[plan.roles.get(name, name)] = bad
     weights = _build(plan, raw, dtype, selection)
     grams = None
-    qk_finite = weights.q is not None and all(r in ROUTER_ROLES for r in nonfinite)
+    # A non-finite router or head leaves attention judged (the numeric rule names the tensor).
+    qk_finite = weights.q is not None and all(r in ROUTER_ROLES or r in OUTPUT_ROLES for r in nonfinite)
     if qk_finite:
         grams = qk_grams(weights.q, weights.k, dtype) if as_base else None
         if _overflows(weights, grams, dtype) and dtype != torch.float64:
@@ -66,7 +67,7 @@ def load_layer(
             weights = _build(plan, raw, dtype, selection)
             grams = qk_grams(weights.q, weights.k, dtype) if as_base else None
         if _overflows(weights, grams, dtype):
-            name = next(n for n, role in plan.roles.items() if role not in ROUTER_ROLES)
+            name = next(n for n, role in plan.roles.items() if role not in ROUTER_ROLES and role not in OUTPUT_ROLES)
             raise CkptScanError("values too large for float64 arithmetic", path=ckpt.path, tensor=name)
     routing = None
     # A non-finite router weight or bias leaves the routing null (the numeric rule reports it).

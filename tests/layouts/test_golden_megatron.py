@@ -28,6 +28,7 @@ from typer.testing import CliRunner
 from ckptscan import scan_run
 from ckptscan.cli import app
 from ckptscan.errors import CkptScanError
+from ckptscan.layouts import resolve_layout
 from ckptscan.readers import open_checkpoint
 from ckptscan.readers.megatron_schedule import learning_rate
 from ckptscan.scan import ScanOptions
@@ -223,9 +224,29 @@ def test_tensor_and_pipeline_parallel_saves_give_the_single_rank_report(resharde
     format: byte for byte the single-rank torch_dist save's JSON report, paths apart."""
     single = _trend_json(resharded / "dense", tmp_path)
     assert len(json.loads(single)["checkpoints"]) == 2
-    for run in (resharded / "tp2", resharded / "pp2", MEGATRON / "legacy", resharded / "legacy_tp2",
-                resharded / "legacy_pp2"):
+    for run in (resharded / "tp2", resharded / "pp2", MEGATRON / "legacy", resharded / "legacy_pp2"):
         assert _trend_json(run, tmp_path) == single, run
+    # The rank files of TP 2 hold the vocabulary-parallel head and embedding
+    # in shards the reader does not merge: the same report without the output family.
+    assert _without_output(_trend_json(resharded / "legacy_tp2", tmp_path)) == _without_output(single)
+
+
+def _without_output(report: str) -> dict:
+    data = json.loads(report)
+    for pair in data["pairs"]:
+        for layer in pair["layers"]:
+            layer.get("families", {}).pop("output", None)
+            if not layer.get("families", True):
+                del layer["families"]
+            for role in ("lm_head", "embedding", "final_norm"):
+                layer.get("stored_dtype", {}).pop(role, None)
+    return data
+
+
+def test_without_the_head_the_output_family_is_not_judged_and_says_why(resharded):
+    layout = resolve_layout(open_checkpoint(resharded / "legacy_tp2" / _iter(10)))
+    assert "output family not judged: no LM head (output_layer.weight) or token embedding" in layout.notes
+    assert set(layout.layers[-1].roles.values()) == {"W_qkv", "input_norm"}
 
 
 def test_every_save_opens_with_the_cli(resharded):

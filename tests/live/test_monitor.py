@@ -160,8 +160,10 @@ def test_only_the_monitored_tensors_are_copied(tmp_path):
     monitor = Monitor(model, every=1, out=tmp_path, config=model.cfg.to_hf("float32"), thresholds=Thresholds())
     monitor.step(1)
     held = monitor.previous.tensors._tensors
-    assert sorted(held) == sorted(f"model.layers.{i}.{t}" for i in range(2) for t in (
-        "self_attn.q_proj.weight", "self_attn.k_proj.weight", "input_layernorm.weight", "block_sparse_moe.gate.weight"))
+    # With the last layer, the output family's tied head (the embedding) and final norm.
+    assert sorted(held) == sorted([f"model.layers.{i}.{t}" for i in range(2) for t in (
+        "self_attn.q_proj.weight", "self_attn.k_proj.weight", "input_layernorm.weight",
+        "block_sparse_moe.gate.weight")] + ["model.embed_tokens.weight", "model.norm.weight"])
     # Copies, not views of the live parameters.
     name = "model.layers.0.self_attn.q_proj.weight"
     assert held[name].data_ptr() != model.model.layers[0].self_attn.q_proj.weight.data_ptr()

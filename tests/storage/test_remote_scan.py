@@ -6,6 +6,7 @@ scan of the same files to 1e-12, and only the monitored byte ranges are read."""
 from __future__ import annotations
 
 import json
+import math
 
 import torch
 from factories import llama_config, llama_tensors, updated
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 
 from ckptscan.cli import app
 from ckptscan.readers.safetensors import REMOTE_HEADER_GUESS
+from ckptscan.readers import open_checkpoint
 from ckptscan.report.json import report_dict
 from ckptscan import scan_pair
 from ckptscan.scan import ScanOptions
@@ -48,9 +50,11 @@ def test_selected_heads_read_only_their_rows_and_equal_the_local_scan(store, pro
     same_numbers(report_dict(local), report_dict(remote))
     # Every byte is fetched once: per layer and checkpoint the q rows of heads 1-2
     # (2 x 16 rows x 64 floats) and the k rows of their KV heads 0-1 (all 32 rows);
-    # the gain of the norm in front of attention (64 floats: the logit scale's); each shard's first
-    # GET (its header, read with up to 64 KiB more); config and index.
-    monitored = 2 * 2 * (2 * 16 * 64 + 32 * 64 + 64) * 4
+    # the gain of the norm in front of attention (64 floats: the logit scale's); per checkpoint the
+    # output family's tied head, the embedding (whole: a head selection selects no vocabulary rows);
+    # each shard's first GET (its header, read with up to 64 KiB more); config and index.
+    embedding = math.prod(open_checkpoint(older).tensors.shape("model.embed_tokens.weight")) * 4
+    monitored = 2 * 2 * (2 * 16 * 64 + 32 * 64 + 64) * 4 + 2 * embedding
     headers = sum(min(f.stat().st_size, 8 + REMOTE_HEADER_GUESS) for f in (tmp_path / "run").rglob("*.safetensors"))
     small_files = sum(f.stat().st_size for f in (tmp_path / "run").rglob("*.json"))
     assert ranged.stats["bytes"] - before["bytes"] == monitored + headers + small_files

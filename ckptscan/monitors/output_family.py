@@ -1,0 +1,88 @@
+"""The output family: the LM head and the final norm in front of it
+(ckptscan/monitors/output.py computes them), their words and how detection
+judges them. Its values are the model's last layer's (the layout reads the
+head with that layer); every other layer has none.
+
+Why these settings (docs/monitors.md, "Output family", has the derivation;
+docs/detection.md the calibration):
+
+- The output logit scale (RMS and largest row of D_γf W_head) is what a
+  checkpoint allows the logits to be; output-logit divergence (Wortsman et
+  al. 2023, §3.2) is its growth and that of the mean row, which shifts every
+  logit, and log Z, together. Both are absolute: judged against a ceiling
+  from the first pair (detection/output.py), not as a series. In generation 4
+  no run diverged in its output logits, so the ceilings are set from the
+  healthy spread with a margin, not from a divergence.
+- The head's update spectrum and its mean-row coherence are reported, not
+  judged: in healthy runs they follow the LR schedule and the tied
+  embedding's sparse token updates, and no run showed what their departure
+  means.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ckptscan.layouts import LayerWeights
+from ckptscan.monitors.output import head_stats, head_update, logit_rms, mean_row_share, shift_scale
+from ckptscan.monitors.spec import FamilySpec, MonitorSpec, family_value
+from ckptscan.results import LayerResult
+
+NAME = "output"
+MONITORS = ("output_logit_rms", "output_logit_max", "output_shift", "output_mean_row_share",
+            "dw_head_entropy_norm", "dw_head_rel_norm", "dw_head_mean_coherence")
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and x == x and abs(x) != float("inf") else None
+
+
+def output_values(a: LayerWeights, b: LayerWeights) -> dict[str, float | None]:
+    """The output monitors of a pair: logit scales of the newer checkpoint,
+    the update from the older. {} for a layer without the head, or a
+    non-finite head or gain (the numeric rule reports those)."""
+    if a.head is None or b.head is None or a.head.shape != b.head.shape:
+        return {}
+    # A finite float64 sum proves every value finite without a V × d mask (a 128k × 8k head: 1 GiB).
+    if not all(bool(torch.isfinite(t.sum(dtype=torch.float64)))
+               for t in (a.head, b.head, *(g for g in (b.final_gain,) if g is not None))):
+        return {}
+    stats = head_stats(b.head, b.final_gain)
+    update = head_update(a.head, b.head)
+    values = {
+        "output_logit_rms": logit_rms(stats),
+        "output_logit_max": stats.max_row,
+        "output_shift": shift_scale(stats),
+        "output_mean_row_share": mean_row_share(stats),
+        "dw_head_entropy_norm": update.entropy_norm,
+        "dw_head_rel_norm": update.relative_norm,
+        "dw_head_mean_coherence": update.mean_coherence,
+    }
+    return {name: _finite(value) for name, value in values.items()}
+
+
+def _read(name: str) -> Callable[[LayerResult], float | None]:
+    return family_value(NAME, name)
+
+
+OUTPUT = FamilySpec(
+    NAME,
+    (
+        # Absolute: judged against their ceilings from the first pair (detection/output.py).
+        MonitorSpec("output_logit_rms", NAME, "output logit scale", "logit σ", "high", True, _read("output_logit_rms")),
+        MonitorSpec("output_logit_max", NAME, "output logit scale (largest row)", "logit σ", "high", True,
+                    _read("output_logit_max")),
+        MonitorSpec("output_shift", NAME, "log Z shift scale", "logit σ", "high", True, _read("output_shift")),
+        MonitorSpec("output_mean_row_share", NAME, "head mean-row share", None, "high", False,
+                    _read("output_mean_row_share")),
+        MonitorSpec("dw_head_entropy_norm", NAME, "ΔW_head H/ln r", "H / ln r", "low", False,
+                    _read("dw_head_entropy_norm")),
+        MonitorSpec("dw_head_rel_norm", NAME, "‖ΔW_head‖/‖W_head‖", None, "high", True, _read("dw_head_rel_norm")),
+        MonitorSpec("dw_head_mean_coherence", NAME, "ΔW_head mean-row coherence", None, "high", True,
+                    _read("dw_head_mean_coherence")),
+    ),
+    headline=("output_logit_rms",),
+    compute=output_values,
+)
