@@ -55,7 +55,7 @@ def status_word(status: str) -> str:
     return status.upper().replace("_", " ")
 
 
-@dataclass
+@dataclass(slots=True)
 class Finding:
     monitor: str  # metric name, e.g. "delta2_entropy_norm"
     family: str  # "attention" | "router" | "numeric"
@@ -75,7 +75,7 @@ class Finding:
     onset_step: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class SeriesPoint:
     """What detection saw at one point of a (layer, monitor) series: the
     value, what it was judged against and by which rule. Renderers draw
@@ -94,7 +94,7 @@ class SeriesPoint:
     cusum: float | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class HeadResult:
     head: int
     kv_head: int
@@ -109,7 +109,7 @@ class HeadResult:
     logit_scale: float | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class AttentionResult:
     """Layer-level values are means over heads (unchanged heads excluded)."""
 
@@ -155,7 +155,7 @@ class AttentionResult:
     k_weight_cosine: float | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class RouterResult:
     """State metrics describe the newer checkpoint; *_change is b − a."""
 
@@ -184,7 +184,7 @@ class RouterResult:
     unchanged: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class LayerResult:
     layer: int
     attention: AttentionResult | None = None
@@ -205,7 +205,7 @@ class LayerResult:
     families: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class PairResult:
     from_step: int | None
     to_step: int | None

@@ -211,4 +211,6 @@ def _identity(reference: ScanReport, path: str | None) -> str:
 
 
 def _fields(value: Any) -> Any:
-    return vars(value) if dataclasses.is_dataclass(value) else str(value)
+    if dataclasses.is_dataclass(value):  # slotted result types have no __dict__
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    return str(value)
