@@ -28,7 +28,7 @@ from long_run import model_info, run_metrics, synthetic_pairs  # noqa: E402
 from ckptscan.detection.judge import judge  # noqa: E402
 from ckptscan.detection.screening import screen_references  # noqa: E402
 from ckptscan.detection.thresholds import Thresholds  # noqa: E402
-from ckptscan.results import ScanReport, Summary  # noqa: E402
+from ckptscan.schema.results import ScanReport, Summary  # noqa: E402
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ Markdown table with a PASS/FAIL per row that has a target:
     `ckptscan diff --json` processes with --device DEVICE and --device cpu
     (warm page cache, as diff_overhead.py times them); their JSON reports'
     per-head entropies compared. In this process (the library,
-    `ckptscan.api.scan_pair`, where the GPU memory can be read): the scan's
+    `ckptscan.pipeline.api.scan_pair`, where the GPU memory can be read): the scan's
     time cold and warm next to the I/O floor of the same bytes
     (measure.read_ranges), and its peak GPU memory. And the diff once more
     under torch.set_float32_matmul_precision("high"), which training scripts
@@ -75,10 +75,10 @@ from live_overhead import llama_1b  # noqa: E402
 from measure import evict, machine, monitored_entries, read_ranges, run_child, symlink_run  # noqa: E402
 from synthetic import LLAMA_1B, ModelSpec, ensure_run  # noqa: E402
 
-from ckptscan.api import scan, scan_pair, scan_run  # noqa: E402
+from ckptscan.pipeline.api import scan, scan_pair, scan_run  # noqa: E402
 from ckptscan.detection.rules import Thresholds  # noqa: E402
 from ckptscan.report.json import report_dict  # noqa: E402
-from ckptscan.run import resolve_run  # noqa: E402
+from ckptscan.pipeline.run import resolve_run  # noqa: E402
 from ckptscan.scan import ScanOptions  # noqa: E402
 
 EQUAL_WITHIN = 1e-5

@@ -37,12 +37,12 @@ from pathlib import Path
 
 import torch
 
-from ckptscan.metrics import Metrics
+from ckptscan.pipeline.metrics import Metrics
 from ckptscan.detection.judge import judge
 from ckptscan.detection.rules import Thresholds
 from ckptscan.live import Monitor
 from ckptscan.live.report_file import ReportFile
-from ckptscan.results import CheckpointRef
+from ckptscan.schema.results import CheckpointRef
 
 
 def sample_model() -> tuple[torch.nn.Module, dict, int, int]:

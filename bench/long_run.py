@@ -71,8 +71,8 @@ from synthetic import ModelSpec, ensure_run  # noqa: E402
 from ckptscan.cli.options import DEFAULT_PER_HEAD  # noqa: E402
 from ckptscan.detection.rules import Thresholds  # noqa: E402
 from ckptscan.layouts.base import ModelInfo  # noqa: E402
-from ckptscan.metrics import Metrics  # noqa: E402
-from ckptscan.results import AttentionResult, CheckpointRef, HeadResult, LayerResult, PairResult  # noqa: E402
+from ckptscan.pipeline.metrics import Metrics  # noqa: E402
+from ckptscan.schema.results import AttentionResult, CheckpointRef, HeadResult, LayerResult, PairResult  # noqa: E402
 
 SHAPES = {"1B": (22, 32), "70B": (80, 64)}  # layers, query heads
 INTERVAL = 100  # steps between checkpoints
@@ -298,7 +298,7 @@ def write_tiled_report(layers: int, heads: int, judged: int, pairs: int, path: P
 def load_seconds(path: Path) -> dict:
     """Seconds to read a report back: `json.load`, then `ckptscan.load_report`
     (which parses it again and builds the result objects)."""
-    from ckptscan.report.load import load_report
+    from ckptscan.schema.load import load_report
 
     start = time.perf_counter()
     with open(path) as f:

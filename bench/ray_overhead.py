@@ -42,13 +42,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import load_average, machine, run_child  # noqa: E402
 from synthetic import ModelSpec, ensure_run  # noqa: E402
 
-from ckptscan.metrics import compute  # noqa: E402
+from ckptscan.pipeline.metrics import compute  # noqa: E402
 from ckptscan.executors.ray import TASKS_PER_CPU  # noqa: E402
 from ckptscan.monitors.attention import qk_grams, qk_spectra  # noqa: E402
 from ckptscan.monitors.spectral import spectral_stats  # noqa: E402
-from ckptscan.parallel import torch_threads  # noqa: E402
+from ckptscan.system.parallel import torch_threads  # noqa: E402
 from ckptscan.readers import open_checkpoint  # noqa: E402
-from ckptscan.run import resolve_run  # noqa: E402
+from ckptscan.pipeline.run import resolve_run  # noqa: E402
 
 LLAMA_1B_ATTENTION = ModelSpec("llama-1.1b-attn", "llama", 22, 2048, 32, 4, 0, 32000)
 # Layer shapes of the projection (Llama-3 70B and 405B: GQA with 8 KV heads, head_dim 128).

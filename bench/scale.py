@@ -58,7 +58,7 @@ from synthetic import LLAMA_7B, MIXTRAL_SLICE, ModelSpec, ensure_run  # noqa: E4
 from ckptscan.monitors.attention import qk_grams, qk_spectra  # noqa: E402
 from ckptscan.monitors.router import router_metrics  # noqa: E402
 from ckptscan.monitors.spectral import spectral_stats  # noqa: E402
-from ckptscan.parallel import ordered_map, plan_threads, torch_threads, usable_cpus  # noqa: E402
+from ckptscan.system.parallel import ordered_map, plan_threads, torch_threads, usable_cpus  # noqa: E402
 
 MODELS = {spec.name: spec for spec in (LLAMA_7B, MIXTRAL_SLICE)}
 DEFAULT_WW_PYTHON = Path("/tmp/ckptscan-bench/ww-venv/bin/python")

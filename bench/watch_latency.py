@@ -41,8 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import load_average, machine  # noqa: E402
 from synthetic import ModelSpec, ensure_run  # noqa: E402
 
-from ckptscan.metrics import compute  # noqa: E402
-from ckptscan.run import resolve_pair  # noqa: E402
+from ckptscan.pipeline.metrics import compute  # noqa: E402
+from ckptscan.pipeline.run import resolve_pair  # noqa: E402
 from ckptscan.scan import ScanOptions  # noqa: E402
 
 # 8 layers, hidden 1024, 16 heads / 4 KV heads, MLP 2816, vocab 8000: ~106M

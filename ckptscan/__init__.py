@@ -8,7 +8,7 @@
 Each entry point takes the options and a `ScanRequest`'s fields as keywords
 (stride, probe, reference, thresholds, cache, executor, ...) and returns a
 report (docs/python-api.md). The steps inside them (resolve, compute, judge)
-are importable from their modules: `ckptscan.run`, `ckptscan.metrics`,
+are importable from their modules: `ckptscan.pipeline.run`, `ckptscan.pipeline.metrics`,
 `ckptscan.detection.judge`.
 """
 
@@ -25,29 +25,29 @@ __version__ = "0.2.0"
 # a Ctrl-C during start-up into a clean exit instead of a traceback.
 _EXPORTS = {
     # Entry points: a pair, a run, a live run, a sweep, a saved report.
-    "scan_pair": "ckptscan.api",
-    "scan_run": "ckptscan.api",
-    "watch_run": "ckptscan.watch",
-    "compare_runs": "ckptscan.sweep",
-    "load_report": "ckptscan.report.load",
-    "capture_probe": "ckptscan.probe",
-    "load_probe": "ckptscan.probe",
+    "scan_pair": "ckptscan.pipeline.api",
+    "scan_run": "ckptscan.pipeline.api",
+    "watch_run": "ckptscan.pipeline.watch",
+    "compare_runs": "ckptscan.pipeline.sweep",
+    "load_report": "ckptscan.schema.load",
+    "capture_probe": "ckptscan.inputs.probe",
+    "load_probe": "ckptscan.inputs.probe",
     # What a scan is asked: the request, its options and thresholds, and the
     # values its fields take (a probe, a cache, a Ray cluster).
-    "ScanRequest": "ckptscan.request",
+    "ScanRequest": "ckptscan.pipeline.request",
     "ScanOptions": "ckptscan.scan",
     "Thresholds": "ckptscan.detection.rules",
-    "Probe": "ckptscan.probe",
-    "PairCache": "ckptscan.cache",
+    "Probe": "ckptscan.inputs.probe",
+    "PairCache": "ckptscan.caches.pair_cache",
     "RayExecutor": "ckptscan.executors.ray",
     # What a scan returns, and the one error it raises on bad input.
-    "ScanReport": "ckptscan.results",
-    "PairResult": "ckptscan.results",
-    "LayerResult": "ckptscan.results",
-    "Finding": "ckptscan.results",
-    "Summary": "ckptscan.results",
-    "SweepReport": "ckptscan.results",
-    "WatchEvent": "ckptscan.watch",
+    "ScanReport": "ckptscan.schema.results",
+    "PairResult": "ckptscan.schema.results",
+    "LayerResult": "ckptscan.schema.results",
+    "Finding": "ckptscan.schema.results",
+    "Summary": "ckptscan.schema.results",
+    "SweepReport": "ckptscan.schema.results",
+    "WatchEvent": "ckptscan.pipeline.watch",
     "CkptScanError": "ckptscan.errors",
 }
 
@@ -55,13 +55,13 @@ _EXPORTS = {
 # importable from `ckptscan` (with a DeprecationWarning) and, without one,
 # from the module named.
 _DEPRECATED = {
-    "AUTO": "ckptscan.request",
-    "RunSpec": "ckptscan.run",
-    "resolve_run": "ckptscan.run",
-    "resolve_pair": "ckptscan.run",
-    "run_spec": "ckptscan.run",
-    "Metrics": "ckptscan.metrics",
-    "compute": "ckptscan.metrics",
+    "AUTO": "ckptscan.pipeline.request",
+    "RunSpec": "ckptscan.pipeline.run",
+    "resolve_run": "ckptscan.pipeline.run",
+    "resolve_pair": "ckptscan.pipeline.run",
+    "run_spec": "ckptscan.pipeline.run",
+    "Metrics": "ckptscan.pipeline.metrics",
+    "compute": "ckptscan.pipeline.metrics",
     "judge": "ckptscan.detection.judge",
     "LocalExecutor": "ckptscan.executors.local",
 }

@@ -1,3 +1,3 @@
-from ckptscan.console import main
+from ckptscan.cli.console import main
 
 main()

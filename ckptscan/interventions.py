@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ckptscan.results import Summary
+from ckptscan.schema.results import Summary
 
 
 @dataclass(frozen=True)

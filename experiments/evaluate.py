@@ -76,7 +76,7 @@ from pathlib import Path
 from ckptscan.detection.catalog import JudgedMonitor, judged_by_name
 from ckptscan.detection.rules import Thresholds
 from ckptscan.detection.series import difference_scale, judged_value
-from ckptscan.results import PairResult, ScanReport, Summary
+from ckptscan.schema.results import PairResult, ScanReport, Summary
 from experiments import pinned
 from experiments.baselines import BASELINES, read_log
 from experiments.calibrate import CALIBRATION

@@ -25,7 +25,7 @@ from ckptscan.detection.reference import Reference, reference_from_reports
 from ckptscan.detection.rules import Thresholds, assess_report, first_judged_pair, pooled_departures
 from ckptscan.detection.series import _judge as departure  # the reference rule's own one-sided departure
 from ckptscan.detection.series import judged_value, track
-from ckptscan.results import ScanReport, from_dict
+from ckptscan.schema.results import ScanReport, from_dict
 
 
 def load_report(run_dir: Path) -> ScanReport:

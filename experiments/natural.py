@@ -46,7 +46,7 @@ import statistics
 from pathlib import Path
 
 from ckptscan.detection.rules import Thresholds
-from ckptscan.results import ScanReport
+from ckptscan.schema.results import ScanReport
 from experiments import pinned
 from experiments.corpus import DEFAULT_OUT, healthy_seed_references, load_manifest
 from experiments.divergence import divergence_step

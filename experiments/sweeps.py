@@ -1,4 +1,4 @@
-"""The corpus judged as sweeps (`ckptscan.sweep.compare_runs`, issue #25):
+"""The corpus judged as sweeps (`ckptscan.pipeline.sweep.compare_runs`, issue #25):
 with the runs that alert against all the others left out of their bands,
 and without (every band holds all the other runs).
 
@@ -29,11 +29,11 @@ import argparse
 import statistics
 from pathlib import Path
 
-from ckptscan.cache import PairCache
+from ckptscan.caches.pair_cache import PairCache
 from ckptscan.detection.screening import screen_references
 from ckptscan.detection.thresholds import Thresholds
-from ckptscan.results import SweepReport
-from ckptscan.sweep import compare_runs
+from ckptscan.schema.results import SweepReport
+from ckptscan.pipeline.sweep import compare_runs
 from experiments.baselines import read_log
 from experiments.corpus import DEFAULT_OUT, healthy_seed_references, load_manifest
 from experiments.divergence import divergence_step

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence, Union
 
 if TYPE_CHECKING:
-    from ckptscan.results import LayerResult, PairResult, ScanReport
+    from ckptscan.schema.results import LayerResult, PairResult, ScanReport
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "docs" / "figures.json"
@@ -55,7 +55,7 @@ def scan_sample_runs() -> dict[str, ScanReport]:
         sys.path.insert(0, str(ROOT))
     import ckptscan
     from ckptscan.report.json import write_json
-    from ckptscan.sweep import compare_runs
+    from ckptscan.pipeline.sweep import compare_runs
 
     # From the root, as the pages' commands run: the reports name the runs' paths as the pages show them.
     here = Path.cwd()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ckptscan.api import scan_pair
+from ckptscan.pipeline.api import scan_pair
 from ckptscan.detection.rules import Thresholds
 from ckptscan.report.json import report_dict
 

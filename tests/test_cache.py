@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from ckptscan.cache import PairCache, default_cache_dir
+from ckptscan.caches.pair_cache import PairCache, default_cache_dir
 from ckptscan.detection.rules import Thresholds
 from ckptscan.detection.state import JudgeState
 from ckptscan.readers import SafetensorsSource
@@ -221,7 +221,7 @@ def test_references_are_screened_once_and_the_screening_is_cached(run, tmp_path,
 def test_loading_pauses_the_collector_and_leaves_it_as_it_was(enabled):
     import gc
 
-    from ckptscan.cache import collector_paused
+    from ckptscan.caches.pair_cache import collector_paused
 
     was = gc.isenabled()
     try:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ckptscan.config import find_config, load_config
+from ckptscan.pipeline.config import find_config, load_config
 from ckptscan.detection.rules import Thresholds
 from ckptscan.errors import CkptScanError
 

@@ -9,7 +9,7 @@ import torch
 from factories import llama_config, llama_tensors, write_hf_checkpoint
 from format_writers import GOLDEN_MEGATRON, write_deepspeed, write_dcp, write_nanogpt
 
-from ckptscan.discovery import discover_run
+from ckptscan.pipeline.discovery import discover_run
 from ckptscan.errors import CkptScanError
 
 CONFIG = llama_config(layers=1)

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from ckptscan.errors import CkptScanError
-from ckptscan.loss_log import LossLog, divergence_step, read_loss_log
+from ckptscan.inputs.loss_log import LossLog, divergence_step, read_loss_log
 
 
 def write_jsonl(path, records):

@@ -1,4 +1,4 @@
-"""The record of checkpoints already opened (ckptscan/opened.py): a re-run
+"""The record of checkpoints already opened (ckptscan/pipeline/opened.py): a re-run
 opens only what is new or changed, and judges exactly as a fresh run."""
 
 import json
@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from ckptscan import scan_run
-from ckptscan.cache import PairCache, checkpoint_identity
-from ckptscan.discovery import discover_run
-from ckptscan.opened import OpenedRecord
+from ckptscan.caches.pair_cache import PairCache, checkpoint_identity
+from ckptscan.pipeline.discovery import discover_run
+from ckptscan.pipeline.opened import OpenedRecord
 from ckptscan.readers import open_checkpoint, safetensors
 from ckptscan.readers.deferred import DeferredSource
 from ckptscan.report.json import report_json

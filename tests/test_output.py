@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-import ckptscan.atomic as atomic_module
-from ckptscan.output import own_descriptor, write_output
+import ckptscan.system.atomic as atomic_module
+from ckptscan.system.output import own_descriptor, write_output
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -231,7 +231,7 @@ def test_vanished_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 WRITE_UNPRIVILEGED = """
 import sys
-from ckptscan.output import write_output
+from ckptscan.system.output import write_output
 try:
     write_output(sys.argv[1], "new")
 except OSError as e:

@@ -61,7 +61,7 @@ def test_wheel_holds_the_code_and_metadata_but_no_sample_runs(dist):
     assert {n.split("/")[0] for n in names} == {"ckptscan", info}
     for module in ("cli/app.py", "report/tensorboard.py", "report/junit.py", "report/annotations.py"):
         assert f"ckptscan/{module}" in names
-    assert "ckptscan = ckptscan.console:main" in entry_points
+    assert "ckptscan = ckptscan.cli.console:main" in entry_points
     assert set(metadata.get_all("Provides-Extra")) >= {"report", "tensorboard", "test", "docs"}
     assert metadata["License-Expression"] == "Apache-2.0" and metadata["Requires-Python"] == ">=3.10"
     assert any(c.startswith("Programming Language :: Python :: 3.11") for c in metadata.get_all("Classifier"))

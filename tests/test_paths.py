@@ -1,5 +1,5 @@
 """`~` and `$VAR` in a path mean what the shell would make of them, wherever
-ckptscan takes a path; no `./~` folder can ever be created (ckptscan.paths)."""
+ckptscan takes a path; no `./~` folder can ever be created (ckptscan.system.paths)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from hostile.helpers import run_cli
 from run_factory import write_run
 
 import ckptscan
-from ckptscan.loss_log import read_loss_log
-from ckptscan.paths import expand_path
+from ckptscan.inputs.loss_log import read_loss_log
+from ckptscan.system.paths import expand_path
 from ckptscan.report.json import write_json
-from ckptscan.report.load import load_report
+from ckptscan.schema.load import load_report
 
 
 @pytest.fixture

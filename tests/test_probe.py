@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 import ckptscan
 from ckptscan.cli import app
 from ckptscan.errors import CkptScanError
-from ckptscan.probe import capture_probe, load_probe
+from ckptscan.inputs.probe import capture_probe, load_probe
 from ckptscan.readers import open_checkpoint
 
 runner = CliRunner()

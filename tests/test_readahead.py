@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from ckptscan.readahead import ReadAhead
+from ckptscan.storage.readahead import ReadAhead
 
 
 class Recorder:

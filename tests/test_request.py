@@ -8,11 +8,11 @@ import warnings
 
 import pytest
 
-from ckptscan.api import resolve_references, scan, scan_run
+from ckptscan.pipeline.api import resolve_references, scan, scan_run
 from ckptscan.errors import CkptScanError
 from ckptscan.report.json import write_json
-from ckptscan.request import AUTO, Reference, ScanRequest, reference_sources
-from ckptscan.run import resolve_run
+from ckptscan.pipeline.request import AUTO, Reference, ScanRequest, reference_sources
+from ckptscan.pipeline.run import resolve_run
 from ckptscan.scan import ScanOptions
 
 from run_factory import write_run

@@ -1,6 +1,6 @@
 """The results' severity order."""
 
-from ckptscan.results import counted, worst
+from ckptscan.schema.results import counted, worst
 
 
 def test_worst_ranks_severities_and_ignores_other_statuses():

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from ckptscan.errors import CkptScanError
 from ckptscan.report.json import write_json
 from ckptscan import scan_run
-from ckptscan.run import plan_pairs
+from ckptscan.pipeline.run import plan_pairs
 
 from factories import write_hf_checkpoint
 from run_factory import write_run

@@ -1,4 +1,4 @@
-"""Following a live run (ckptscan/watch.py): when a checkpoint counts as
+"""Following a live run (ckptscan/pipeline/watch.py): when a checkpoint counts as
 complete, the order checkpoints join the series, each pair computed once,
 and the series judged exactly as `scan_run` judges the finished run."""
 
@@ -11,12 +11,12 @@ import threading
 
 import pytest
 
-from ckptscan.api import scan_pair, scan_run
-from ckptscan.cache import PairCache
+from ckptscan.pipeline.api import scan_pair, scan_run
+from ckptscan.caches.pair_cache import PairCache
 from ckptscan.detection.state import JudgeState
 from ckptscan.errors import CkptScanError
-from ckptscan.request import ScanRequest
-from ckptscan.watch import SeriesCache, Wake, Watcher, watch_run
+from ckptscan.pipeline.request import ScanRequest
+from ckptscan.pipeline.watch import SeriesCache, Wake, Watcher, watch_run
 
 from writer_process import GUARD_S, Writer
 from run_factory import write_run

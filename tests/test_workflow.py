@@ -72,7 +72,7 @@ def runner_env(workflow, tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     shim = bin_dir / "ckptscan"
-    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -c "from ckptscan.console import main; main()" "$@"\n')
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -c "from ckptscan.cli.console import main; main()" "$@"\n')
     shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "XDG_"))}
     env.update({k: str(v) for k, v in workflow["env"].items()})

@@ -15,7 +15,7 @@ from ckptscan.cli import report  # noqa: F401  (registers the command)
 from ckptscan.cli import watch  # noqa: F401  (registers the command)
 from ckptscan.cli.app import EXIT_INPUT, app, err
 from ckptscan.errors import CkptScanError
-from ckptscan.interrupts import terminate_like_ctrl_c
+from ckptscan.system.interrupts import terminate_like_ctrl_c
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from ckptscan.layouts import HeadOverrides
-    from ckptscan.request import SideFile
+    from ckptscan.pipeline.request import SideFile
     from ckptscan.scan import ScanOptions
 
 # Options that take several values after one flag (--reference A/ B/ C/).
@@ -203,9 +203,9 @@ def user_errors() -> Iterator[None]:
         err().print(Text.assemble(("error:", "bold red"), f" {e}"), highlight=False)
         raise typer.Exit(EXIT_INPUT) from None
     except KeyboardInterrupt as e:
-        from ckptscan.interrupts import Terminated
+        from ckptscan.system.interrupts import Terminated
 
-        # SIGTERM arrives as Terminated, a KeyboardInterrupt (ckptscan.interrupts).
+        # SIGTERM arrives as Terminated, a KeyboardInterrupt (ckptscan.system.interrupts).
         how = "interrupted by SIGTERM" if isinstance(e, Terminated) else "interrupted"
         done = f"only {', '.join(_written)} written" if _written else "no report was written"
         err().print(f"{how}: {done}", highlight=False)
@@ -267,7 +267,7 @@ def head_overrides(num_heads: int | None, num_kv_heads: int | None, head_dim: in
 def side_file(given: str | Path | None, off: bool = False) -> SideFile:
     """A side file's flags as the request's value: --no-X switches it off
     (None), one not given is the run's own (AUTO)."""
-    from ckptscan.request import AUTO
+    from ckptscan.pipeline.request import AUTO
 
     return None if off else given or AUTO
 

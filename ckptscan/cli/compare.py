@@ -1,6 +1,6 @@
 """`ckptscan compare RUN RUN ...`: a sweep's runs, each judged against the
 others, ranked by health; `ckptscan trend SWEEP/` is the same for a directory
-whose subdirectories are the runs (`ckptscan.sweep`)."""
+whose subdirectories are the runs (`ckptscan.pipeline.sweep`)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from ckptscan.cli.outputs import SweepOutputs
 from ckptscan.cli.process import load_library
 
 if TYPE_CHECKING:
-    from ckptscan.cache import PairCache
-    from ckptscan.request import ScanRequest
+    from ckptscan.caches.pair_cache import PairCache
+    from ckptscan.pipeline.request import ScanRequest
     from ckptscan.storage import RemotePath
-    from ckptscan.results import SweepReport
+    from ckptscan.schema.results import SweepReport
 
 AllowCorrupt = Annotated[bool, typer.Option(
     "--allow-corrupt", help="Judge the runs without their corrupt checkpoints (they fail the gate otherwise); they "
@@ -55,7 +55,7 @@ def compare(
         from ckptscan.cli.outputs import check_file_outputs
 
         check_file_outputs({"--json": json_path, "--html": html})
-        from ckptscan.request import ScanRequest
+        from ckptscan.pipeline.request import ScanRequest
 
         options = scan_options(precision, overrides=head_overrides(num_heads, num_kv_heads, head_dim, model_config),
                                layers=layers, device=device, heads=heads, full_spectrum=full_spectrum,
@@ -74,7 +74,7 @@ def judge_sweep(run_dirs: Sequence[str | Path | RemotePath], request: ScanReques
     report goes to stdout), write --json and --html, and return the gate's
     exit code. The request's probe and loss log None: no run uses its own."""
     from ckptscan.report.json import check_per_head
-    from ckptscan.sweep import compare_runs
+    from ckptscan.pipeline.sweep import compare_runs
 
     check_per_head(outputs.per_head)  # before any scan
     sweep = compare_runs(run_dirs, request, scanning=lambda run: note(f"scanning {run}", quiet=quiet))
@@ -90,7 +90,7 @@ def sweep_gate(sweep: SweepReport, fail_on: FailOn | str, allow_corrupt: bool = 
     verdict reaches `fail_on`, or a run has a corrupt checkpoint (unless
     `allow_corrupt`); else 0."""
     from ckptscan.cli.outputs import fails
-    from ckptscan.discovery import CORRUPT
+    from ckptscan.pipeline.discovery import CORRUPT
     from ckptscan.report.json import sweep_message
 
     flags = f"--fail-on {FailOn(fail_on).value}"
@@ -106,6 +106,6 @@ def sweep_gate(sweep: SweepReport, fail_on: FailOn | str, allow_corrupt: bool = 
 
 
 def _cache(cache_dir: Path | None, no_cache: bool) -> PairCache | None:
-    from ckptscan.cache import PairCache, default_cache_dir
+    from ckptscan.caches.pair_cache import PairCache, default_cache_dir
 
     return None if no_cache else PairCache(cache_dir or default_cache_dir())

@@ -13,7 +13,7 @@ from ckptscan.cli.process import load_library
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ckptscan.results import ScanReport
+    from ckptscan.schema.results import ScanReport
 
 
 @command
@@ -41,9 +41,9 @@ def diff(
     """
     with user_errors():
         load_library()
-        from ckptscan.api import resolve_references, scan
-        from ckptscan.request import ScanRequest
-        from ckptscan.run import resolve_pair
+        from ckptscan.pipeline.api import resolve_references, scan
+        from ckptscan.pipeline.request import ScanRequest
+        from ckptscan.pipeline.run import resolve_pair
 
         outputs.check()
         options = scan_options(precision, overrides=head_overrides(num_heads, num_kv_heads, head_dim, model_config),

@@ -39,9 +39,9 @@ def inspect(
     """Show the format, model family, head geometry and the tensors each layer reads."""
     with user_errors():
         from ckptscan import __version__
-        from ckptscan.output import own_descriptor, write_output
+        from ckptscan.system.output import own_descriptor, write_output
         from ckptscan.errors import CkptScanError
-        from ckptscan.inspect import inspect_path
+        from ckptscan.pipeline.inspection import inspect_path
         from ckptscan.layouts import load_tensor_map
 
         if output not in ("table", "json"):

@@ -14,10 +14,10 @@ one per field, in field order (`cli.outputs.ReportOutputs`: the report's
 destinations); the command receives them as one instance of that dataclass.
 
 Every path option reaches the command with `~` and `$VAR` expanded
-(`ckptscan.paths`): the shell leaves `--cache-dir '~/c'` and `--json=~/r.json`
+(`ckptscan.system.paths`): the shell leaves `--cache-dir '~/c'` and `--json=~/r.json`
 as typed. Arguments that may be URLs are `str` and expanded by the library.
 
-Only typer (and `ckptscan.paths`, which needs os alone) is imported here:
+Only typer (and `ckptscan.system.paths`, which needs os alone) is imported here:
 `ckptscan --help` must not wait for torch or rich.
 """
 
@@ -32,7 +32,7 @@ from typing import Annotated, Any, Callable, Optional, TypeVar, get_type_hints
 
 import typer
 
-from ckptscan.paths import expand_path
+from ckptscan.system.paths import expand_path
 
 
 class Format(str, Enum):
@@ -48,7 +48,7 @@ class Precision(str, Enum):
 
 
 class FailOn(str, Enum):
-    """The gate's levels, in their order (ckptscan.results.GATE_ORDER)."""
+    """The gate's levels, in their order (ckptscan.schema.results.GATE_ORDER)."""
 
     warn = "warn"
     not_judged = "not_judged"

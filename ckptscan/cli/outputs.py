@@ -15,7 +15,7 @@ diff, `TrendOutputs` for trend, `WatchOutputs` for watch (written again
 after each judged pair), `RenderOutputs` for `ckptscan report` (a saved
 report), `SweepOutputs` for a sweep's ranking. A command checks its group,
 then loops over what was asked. Every file write goes through
-`ckptscan.output`; a failed one is one line and exit 2. A service is not a
+`ckptscan.system.output`; a failed one is one line and exit 2. A service is not a
 file the user asked for but a place the scan is also shown: each is written
 through `report.destinations.deliver`, so one that fails (no network, a bad
 store, a full disk) is one line on stderr and changes neither the exit code
@@ -46,12 +46,12 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from ckptscan.report.prometheus import MetricsServer
-    from ckptscan.results import ScanReport, SweepReport
+    from ckptscan.schema.results import ScanReport, SweepReport
 
 
 def _json_to_stdout(json_path: Path | None) -> bool:
     """`--json -`: the JSON report alone on stdout, for a pipe."""
-    from ckptscan.output import own_descriptor
+    from ckptscan.system.output import own_descriptor
 
     return json_path is not None and own_descriptor(str(json_path)) == 1
 
@@ -76,7 +76,7 @@ class StdoutReport(Destination):
         return [] if self.format is Format.table else [f"--format {self.format.value}"]
 
     def write(self, delivery: Delivery) -> None:
-        from ckptscan.output import STDOUT, write_output
+        from ckptscan.system.output import STDOUT, write_output
         from ckptscan.report.json import report_json
         from ckptscan.report.markdown import markdown_report
 
@@ -535,7 +535,7 @@ class SweepOutputs:
 
     def write(self, sweep: SweepReport) -> None:
         """The ranking (stdout; stderr when the JSON report goes to stdout), then --json and --html."""
-        from ckptscan.output import STDOUT, own_descriptor, write_output
+        from ckptscan.system.output import STDOUT, own_descriptor, write_output
         from ckptscan.report.json import sweep_dict, write_sweep_json
         from ckptscan.report.sweep_table import print_sweep
 
@@ -553,7 +553,7 @@ class SweepOutputs:
             if not json_to_stdout:
                 wrote(self.json_path)
         if self.html is not None:
-            from ckptscan.report.load import as_json_values
+            from ckptscan.schema.load import as_json_values
             from ckptscan.report.sweep_html import write_sweep_html
 
             # Through a JSON round trip: the page `ckptscan report SWEEP.json --html` makes of the file.
@@ -563,7 +563,7 @@ class SweepOutputs:
 
 def fails(report: ScanReport, fail_on: FailOn | str) -> bool:
     """Whether the verdict reaches the gate level."""
-    from ckptscan.results import reaches
+    from ckptscan.schema.results import reaches
 
     return reaches(report.summary.status, FailOn(fail_on).value)
 
@@ -572,7 +572,7 @@ def gate(report: ScanReport, fail_on: FailOn | str, allow_corrupt: bool = False)
     """Exit code of the CI gate, with the reason printed either way. A run
     with a corrupt checkpoint skipped fails whatever its verdict (a nightly
     gate must not pass over a damaged checkpoint), unless `allow_corrupt`."""
-    from ckptscan.discovery import CORRUPT
+    from ckptscan.pipeline.discovery import CORRUPT
 
     failed = fails(report, fail_on)
     corrupt = [item for item in report.skipped if item.get("kind") == CORRUPT]
@@ -593,7 +593,7 @@ def gate(report: ScanReport, fail_on: FailOn | str, allow_corrupt: bool = False)
 def check_file_outputs(files: dict[str, Path | None]) -> None:
     """Before any long scan: a file destination ({flag: path}) that is a directory cannot be
     written; found now, not after the scan has printed its verdict (exit 2)."""
-    from ckptscan.output import own_descriptor
+    from ckptscan.system.output import own_descriptor
 
     for flag, path in files.items():
         if path is not None and own_descriptor(str(path)) is None and Path(path).is_dir():

@@ -1,6 +1,6 @@
 """What only the command's own process may do.
 
-The console script (`ckptscan.console`) claims the process before it runs a
+The console script (`ckptscan.cli.console`) claims the process before it runs a
 command; an in-process caller (a test's CliRunner, a notebook) does not, and
 keeps its garbage collector as it is.
 """
@@ -30,7 +30,7 @@ def load_library() -> None:
 
     gc.disable()
     try:
-        import ckptscan.api  # noqa: F401  (imports torch)
+        import ckptscan.pipeline.api  # noqa: F401  (imports torch)
     finally:
         gc.enable()
     gc.freeze()

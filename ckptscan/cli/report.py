@@ -27,10 +27,10 @@ def report(
 ) -> None:
     """Render a saved JSON report as an HTML page, PNG figures, TensorBoard events and/or JUnit XML."""
     with user_errors():
-        from ckptscan.config import load_config
+        from ckptscan.pipeline.config import load_config
         from ckptscan.errors import CkptScanError
-        from ckptscan.report.load import read_json_file, report_from_dict
-        from ckptscan.results import DEFAULT_FAIL_ON
+        from ckptscan.schema.load import read_json_file, report_from_dict
+        from ckptscan.schema.results import DEFAULT_FAIL_ON
 
         outputs.check()
         data = read_json_file(report_json)

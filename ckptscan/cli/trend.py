@@ -15,7 +15,7 @@ from ckptscan.cli.process import load_library
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-    from ckptscan.request import ScanRequest
+    from ckptscan.pipeline.request import ScanRequest
 
 
 @command
@@ -44,14 +44,14 @@ def trend(
     """
     with user_errors():
         load_library()
-        from ckptscan.api import resolve_references, scan
-        from ckptscan.cache import PairCache, default_cache_dir
+        from ckptscan.pipeline.api import resolve_references, scan
+        from ckptscan.caches.pair_cache import PairCache, default_cache_dir
         from ckptscan.errors import CkptScanError
         from ckptscan.executors import make_executor
-        from ckptscan.discovery import CORRUPT, sweep_runs
+        from ckptscan.pipeline.discovery import CORRUPT, sweep_runs
         from ckptscan.report.trend_table import print_trend, skipped_line
-        from ckptscan.request import ScanRequest
-        from ckptscan.run import resolve_run
+        from ckptscan.pipeline.request import ScanRequest
+        from ckptscan.pipeline.run import resolve_run
 
         if baseline is not None:
             if reference is not None:
@@ -103,7 +103,7 @@ def _sweep(runs: list, request: ScanRequest, outputs: TrendOutputs, fail_on: Fai
     --no-probe and --no-loss-log switch every run's own off."""
     from ckptscan.cli.compare import judge_sweep
     from ckptscan.errors import CkptScanError
-    from ckptscan.request import AUTO
+    from ckptscan.pipeline.request import AUTO
 
     given = {"--reference": request.references, "--probe": request.probe not in (AUTO, None),
              "--loss-log": request.loss_log not in (AUTO, None)}

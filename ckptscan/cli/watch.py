@@ -21,7 +21,7 @@ from ckptscan.cli.outputs import WatchOutputs, fails, gate
 from ckptscan.cli.process import load_library
 
 if TYPE_CHECKING:
-    from ckptscan.watch import WatchEvent
+    from ckptscan.pipeline.watch import WatchEvent
 
 
 @command
@@ -49,15 +49,15 @@ def watch(
     """Follow a live run: print each new checkpoint's row as soon as it is complete; exit 1 at the first alert."""
     with user_errors():
         load_library()
-        from ckptscan.cache import PairCache, default_cache_dir
+        from ckptscan.caches.pair_cache import PairCache, default_cache_dir
         from ckptscan.errors import CkptScanError
         from ckptscan.report.destinations import Delivery
-        from ckptscan.watch import watch_run
+        from ckptscan.pipeline.watch import watch_run
 
         if timeout is not None and timeout <= 0:
             raise CkptScanError(f"--timeout must be > 0 seconds, not {timeout:g}")
         outputs.check()
-        from ckptscan.request import ScanRequest
+        from ckptscan.pipeline.request import ScanRequest
 
         options = scan_options(precision, overrides=head_overrides(num_heads, num_kv_heads, head_dim, model_config),
                                layers=layers, device=device, heads=heads, full_spectrum=full_spectrum,

@@ -12,7 +12,7 @@ from typing import Callable, Mapping
 from ckptscan.detection.series import SeriesSpec
 from ckptscan.monitors import registry
 from ckptscan.monitors.spec import MonitorSpec
-from ckptscan.results import LayerResult
+from ckptscan.schema.results import LayerResult
 
 
 @dataclass(frozen=True)

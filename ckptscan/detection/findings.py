@@ -15,7 +15,7 @@ from ckptscan.detection.catalog import JudgedMonitor, judged_by_name
 from ckptscan.detection.output import output_findings
 from ckptscan.detection.series import Point, robust_center_scale
 from ckptscan.detection.thresholds import Thresholds
-from ckptscan.results import Finding, LayerResult, PairResult, SeriesPoint, worst
+from ckptscan.schema.results import Finding, LayerResult, PairResult, SeriesPoint, worst
 
 
 def numeric_findings(layer: LayerResult) -> list[Finding]:

@@ -26,11 +26,11 @@ from ckptscan.detection.rules import finish_report, unjudged
 from ckptscan.detection.screening import Screened, screen_references
 from ckptscan.detection.state import JudgeState
 from ckptscan.detection.thresholds import Thresholds
-from ckptscan.loss_log import LossLog, divergence_step
-from ckptscan.results import PairResult, ScanReport, Summary
+from ckptscan.inputs.loss_log import LossLog, divergence_step
+from ckptscan.schema.results import PairResult, ScanReport, Summary
 
 if TYPE_CHECKING:
-    from ckptscan.metrics import Metrics
+    from ckptscan.pipeline.metrics import Metrics
 
 # The JSON report's "command" for each kind of spec (a public key).
 COMMANDS = {"pair": "diff", "run": "trend"}

@@ -37,7 +37,7 @@ from typing import Mapping, Sequence
 from ckptscan.detection.catalog import Catalog, JudgedMonitor, catalog
 from ckptscan.detection.series import Point
 from ckptscan.detection.thresholds import Thresholds
-from ckptscan.results import Finding
+from ckptscan.schema.results import Finding
 
 
 def layer_band() -> tuple[JudgedMonitor, ...]:

@@ -22,7 +22,7 @@ stored_dtype`, `.changed_fraction`), and this rule reads them:
 
 from __future__ import annotations
 
-from ckptscan.results import Finding, LayerResult
+from ckptscan.schema.results import Finding, LayerResult
 
 # Explicit mantissa bits of each low-precision dtype: the spacing of values
 # near w is |w|·2^-bits (up to a factor 2).

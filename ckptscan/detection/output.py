@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.monitors.output_family import NAME
-from ckptscan.results import Finding, LayerResult
+from ckptscan.schema.results import Finding, LayerResult
 
 
 def output_findings(layer: LayerResult, t: Thresholds) -> list[Finding]:

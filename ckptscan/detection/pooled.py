@@ -17,7 +17,7 @@ from ckptscan.detection.catalog import JudgedMonitor, judged_monitors
 from ckptscan.detection.changepoint import Cusum, Excursion
 from ckptscan.detection.series import Point
 from ckptscan.detection.thresholds import Thresholds
-from ckptscan.results import Finding
+from ckptscan.schema.results import Finding
 
 def pooled() -> tuple[JudgedMonitor, ...]:
     """The monitors pooled over layers: the specific ones only (the others drift together in healthy runs)."""

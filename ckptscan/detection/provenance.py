@@ -40,7 +40,7 @@ from __future__ import annotations
 import statistics
 
 from ckptscan.detection.update import lr_rise_findings, relative_change, update_findings
-from ckptscan.results import Finding, PairResult
+from ckptscan.schema.results import Finding, PairResult
 
 # ‖ΔW‖/‖W_a‖ of unrelated weights is √(1 + ρ²) > 1: an update at least as
 # large as the weights may not be an update.

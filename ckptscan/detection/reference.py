@@ -46,7 +46,7 @@ from ckptscan.detection.series import (
 )
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts.base import ModelInfo
-from ckptscan.results import LayerResult, PairResult, ScanReport
+from ckptscan.schema.results import LayerResult, PairResult, ScanReport
 
 # A reference saved more than this many times more (or less) often is not
 # compared on the monitors of an update (their level depends on the interval).

@@ -54,7 +54,7 @@ from ckptscan.detection.series import first_judged
 from ckptscan.detection.state import JudgeState
 from ckptscan.detection.summary import SummaryState, summarize
 from ckptscan.detection.thresholds import Thresholds
-from ckptscan.results import PairResult, ScanReport, worst
+from ckptscan.schema.results import PairResult, ScanReport, worst
 
 # A diff whose checkpoints' names carry no step: which one is older is the user's word alone
 # (run.check_pair refuses a reversed pair only when both steps are known).

@@ -18,7 +18,7 @@ two, bench/band_judge.py): the judge keeps it for as long as its basis
 holds, and `trend`'s judge cache files it beside the judged pairs
 (`judge_cache.py`), so a re-run does not screen again.
 
-The same rule, applied once to a whole sweep, is `ckptscan.sweep`'s: on
+The same rule, applied once to a whole sweep, is `ckptscan.pipeline.sweep`'s: on
 the corpus judged as sweeps (experiments/sweeps.py) it moved the median lead
 over diverging runs from 25 % to 48 %, with no false alarm on 23 healthy
 runs. A healthy reference is left out only when it alerts against healthy
@@ -35,7 +35,7 @@ from ckptscan.detection.reference import reference_from_reports
 from ckptscan.detection.rules import unjudged
 from ckptscan.detection.state import JudgeState
 from ckptscan.detection.thresholds import Thresholds
-from ckptscan.results import ScanReport
+from ckptscan.schema.results import ScanReport
 
 
 @dataclass

@@ -55,7 +55,7 @@ from ckptscan.detection.series import Point, SeriesState
 from ckptscan.detection.summary import Baselines, Onset, SummaryState
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.errors import CkptScanError
-from ckptscan.results import NOT_JUDGED, PairResult, counted, worst
+from ckptscan.schema.results import NOT_JUDGED, PairResult, counted, worst
 
 # 2: the summary keeps the families alerting with the first (primary family); 3: each layer's LayerBand;
 # 4: the run's RunBand; 5: the summary counts the pairs judged and why the others were not, and

@@ -49,7 +49,7 @@ from ckptscan.detection.update import FAMILY as LR_FAMILY
 from ckptscan.detection.update import RULE_LR_RISE
 from ckptscan.interventions import interventions_for
 from ckptscan.monitors import registry
-from ckptscan.results import (
+from ckptscan.schema.results import (
     NOT_JUDGED,
     CheckpointRef,
     Finding,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import statistics
 
-from ckptscan.results import Finding, PairResult
+from ckptscan.schema.results import Finding, PairResult
 
 FAMILY = "update"
 # ‖ΔW‖/‖W_a‖ at which the update is as large as the weights (the same bound

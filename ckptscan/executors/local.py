@@ -1,12 +1,12 @@
 """The default executor: one layer per task, on a couple of threads of this
-process (`ckptscan.parallel` says why threads and why two)."""
+process (`ckptscan.system.parallel` says why threads and why two)."""
 
 from __future__ import annotations
 
 import threading
 from typing import Callable, Iterator, Sequence, TypeVar
 
-from ckptscan.parallel import exact_float32, ordered_map, plan_threads, torch_threads
+from ckptscan.system.parallel import exact_float32, ordered_map, plan_threads, torch_threads
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -33,8 +33,8 @@ import threading
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from ckptscan.errors import CkptScanError
-from ckptscan.parallel import exact_float32, torch_threads
-from ckptscan.readahead import reading_ahead
+from ckptscan.system.parallel import exact_float32, torch_threads
+from ckptscan.storage.readahead import reading_ahead
 
 T = TypeVar("T")
 R = TypeVar("R")

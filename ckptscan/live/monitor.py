@@ -44,20 +44,20 @@ from typing import Any, Callable, Mapping, Union
 
 import torch
 
-from ckptscan.metrics import Metrics
-from ckptscan.config import load_config
+from ckptscan.pipeline.metrics import Metrics
+from ckptscan.pipeline.config import load_config
 from ckptscan.detection.judge import SeriesJudge
 from ckptscan.detection.rules import Thresholds
 from ckptscan.errors import CkptScanError
 from ckptscan.live.report_file import ReportFile
 from ckptscan.live.snapshot import ModelView, model_config
-from ckptscan.loss_log import LossLog
+from ckptscan.inputs.loss_log import LossLog
 from ckptscan.monitors import registry
-from ckptscan.paths import expand_path
-from ckptscan.probe import Probe, capture_probe, load_probe
+from ckptscan.system.paths import expand_path
+from ckptscan.inputs.probe import Probe, capture_probe, load_probe
 from ckptscan.readers import Checkpoint
 from ckptscan.report.json import PER_HEAD, keeps_heads
-from ckptscan.results import NOT_JUDGED, SEVERITIES, CheckpointRef, Finding, PairResult, ScanReport
+from ckptscan.schema.results import NOT_JUDGED, SEVERITIES, CheckpointRef, Finding, PairResult, ScanReport
 from ckptscan.scan import ScanOptions, scan_layers
 
 log = logging.getLogger("ckptscan.live")
@@ -86,7 +86,7 @@ OnAlert = Union[str, Callable[[Alert], Any]]
 class Monitor:
     """ckptscan's monitors on a live model, every `every` optimizer steps.
 
-    `probe`: a probe file (router inputs, see `ckptscan.probe`), or a batch
+    `probe`: a probe file (router inputs, see `ckptscan.inputs.probe`), or a batch
     for the model (a tensor, a tuple, or a mapping of keyword arguments): it
     is run once, at the first monitored step, with no grad, in eval mode,
     with the RNG state restored, to capture the router inputs into
@@ -156,7 +156,7 @@ class Monitor:
         elif probe is not None:
             if self.world > 1:
                 raise CkptScanError("a probe batch is captured on one process: under torch.distributed, capture "
-                                    "a probe file first (ckptscan.probe.capture_probe) and pass its path")
+                                    "a probe file first (ckptscan.inputs.probe.capture_probe) and pass its path")
             self._probe_batch = probe
         self._writer = tensorboard
         self.previous: Checkpoint | None = None  # only the last snapshot is kept

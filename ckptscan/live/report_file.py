@@ -21,11 +21,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ckptscan.atomic import write_atomic
+from ckptscan.system.atomic import write_atomic
 from ckptscan.errors import CkptScanError
 from ckptscan.report import parts
 from ckptscan.report.json import check_per_head, compact, plain_pair, report_dict, report_json
-from ckptscan.results import PairResult, ScanReport
+from ckptscan.schema.results import PairResult, ScanReport
 
 # report_json's layout: indent 2, pairs one level down (a long report: no indentation).
 INDENT = 2

@@ -28,7 +28,7 @@ import torch
 from ckptscan.layouts import LayerWeights
 from ckptscan.monitors.output import head_stats, head_update, logit_rms, mean_row_share, shift_scale
 from ckptscan.monitors.spec import FamilySpec, MonitorSpec, family_value
-from ckptscan.results import LayerResult
+from ckptscan.schema.results import LayerResult
 
 NAME = "output"
 MONITORS = ("output_logit_rms", "output_logit_max", "output_shift", "output_mean_row_share",

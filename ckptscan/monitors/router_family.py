@@ -41,7 +41,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ckptscan.monitors.spec import FamilySpec, Judging, MonitorSpec
-from ckptscan.results import LayerResult
+from ckptscan.schema.results import LayerResult
 
 
 def _router(field: str) -> Callable[[LayerResult], float | None]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ckptscan.layouts import LayerWeights
-from ckptscan.results import LayerResult
+from ckptscan.schema.results import LayerResult
 
 
 @dataclass(frozen=True)

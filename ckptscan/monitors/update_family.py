@@ -6,7 +6,7 @@ larger relative update of W_q and W_k, ‖ΔW‖/‖W_a‖."""
 from __future__ import annotations
 
 from ckptscan.monitors.spec import FamilySpec, MonitorSpec
-from ckptscan.results import LayerResult
+from ckptscan.schema.results import LayerResult
 
 
 def _relative_update(layer: LayerResult) -> float | None:

@@ -84,7 +84,7 @@ class Checkpoint:
     files: list[Path] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     # Its identity in the pair cache (`cache.checkpoint_identity`), where it is
-    # already known: a checkpoint unchanged since it was recorded (`ckptscan.opened`).
+    # already known: a checkpoint unchanged since it was recorded (`ckptscan.pipeline.opened`).
     identity: dict[str, Any] | None = None
 
 

@@ -4,7 +4,7 @@ A re-run of a long `trend` finds most of its checkpoints unchanged since
 they were last opened and validated, and needs only their paths, steps,
 files and config (every pair of them is cached). Opening 2,000 of them again
 (each index, config and header parsed and checked) was a quarter of such a
-re-run. `ckptscan.opened.OpenedRecord` says which are unchanged; each comes
+re-run. `ckptscan.pipeline.opened.OpenedRecord` says which are unchanged; each comes
 back as a `Checkpoint` whose tensors are a `DeferredSource`, which opens the
 checkpoint the first time a tensor, a shape or the list of names is asked for.
 """

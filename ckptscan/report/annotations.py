@@ -12,8 +12,8 @@ and earliest come first.
 
 from __future__ import annotations
 
-from ckptscan.results import DEFAULT_FAIL_ON, NOT_JUDGED, SEVERITIES, Finding, ScanReport, reaches
-from ckptscan.results import status_word
+from ckptscan.schema.results import DEFAULT_FAIL_ON, NOT_JUDGED, SEVERITIES, Finding, ScanReport, reaches
+from ckptscan.schema.results import status_word
 
 
 def github_annotations(report: ScanReport, fail_on: str = DEFAULT_FAIL_ON) -> list[str]:

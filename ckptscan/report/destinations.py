@@ -24,7 +24,7 @@ from ckptscan.errors import CkptScanError
 if TYPE_CHECKING:  # the commands import this module at start-up: no torch (results) before a scan
     from rich.console import Console
 
-    from ckptscan.results import ScanReport
+    from ckptscan.schema.results import ScanReport
 
 T = TypeVar("T")
 # A failure line is one line; an exception's text can be a page (a server's HTML error body).

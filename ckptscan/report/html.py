@@ -20,13 +20,13 @@ from typing import Any, Iterable
 
 from ckptscan.errors import CkptScanError
 from ckptscan.interventions import intervention_lines
-from ckptscan.output import own_descriptor, write_output
+from ckptscan.system.output import own_descriptor, write_output
 from ckptscan.report.figures import Figure, run_figures
-from ckptscan.report.load import as_json_values, report_from_dict
+from ckptscan.schema.load import as_json_values, report_from_dict
 from ckptscan.report.table import fmt
 from ckptscan.report.trend_table import first_alert_text, first_findings, headline_monitors
-from ckptscan.results import ScanReport
-from ckptscan.results import counted, status_word
+from ckptscan.schema.results import ScanReport
+from ckptscan.schema.results import counted, status_word
 
 SECTIONS = ("verdict", "timeline", "monitors", "layers", "findings", "thresholds", "run")
 

@@ -2,7 +2,7 @@
 
 Non-finite floats never reach the file (JSON has no NaN): they become null,
 and the rule that saw them has already recorded a finding. Files are written
-through `ckptscan.output`: atomically to a file, so a reader never sees half
+through `ckptscan.system.output`: atomically to a file, so a reader never sees half
 a report, and straight through to a pipe, a device or stdout (`-`).
 
 `ckptscan compare` (and `trend SWEEP/`) writes a sweep report, versioned
@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from ckptscan import __version__
 from ckptscan.errors import CkptScanError
-from ckptscan.output import write_output
+from ckptscan.system.output import write_output
 from ckptscan.report.plain import PER_HEAD, check_per_head, keeps_heads, plain, plain_pair, report_dict
-from ckptscan.results import SCHEMA_VERSION, ScanReport
+from ckptscan.schema.results import SCHEMA_VERSION, ScanReport
 
 if TYPE_CHECKING:
-    from ckptscan.results import SweepReport
+    from ckptscan.schema.results import SweepReport
 
 # What this module has always offered; built in `report/plain.py`.
 __all__ = ["COMPACT_RESULTS", "PER_HEAD", "check_per_head", "compact", "keeps_heads", "plain", "plain_pair",

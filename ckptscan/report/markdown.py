@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ckptscan.output import write_output
+from ckptscan.system.output import write_output
 from ckptscan.report.sparkline import sparkline
 from ckptscan.report.table import fmt
 from ckptscan.report.trend_table import SPARK_WIDTH, first_alert_text, first_findings, headline_monitors, series
-from ckptscan.results import ScanReport
-from ckptscan.results import status_word
+from ckptscan.schema.results import ScanReport
+from ckptscan.schema.results import status_word
 
 ICONS = {"alert": "🔴", "warn": "🟡", "ok": "🟢", "unchanged": "⚪", "not_judged": "❔"}
 

@@ -32,7 +32,7 @@ from typing import Iterator
 from ckptscan.report.destinations import require_package, run_key, run_location
 from ckptscan.report.json import report_dict, report_json
 from ckptscan.report.tensorboard import report_points
-from ckptscan.results import ScanReport
+from ckptscan.schema.results import ScanReport
 
 DEFAULT_EXPERIMENT = "ckptscan"
 RUN_TAG = "ckptscan.run_id"

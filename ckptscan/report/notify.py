@@ -31,12 +31,12 @@ from pathlib import Path
 from urllib.request import Request, urlopen
 
 from ckptscan import __version__
-from ckptscan.atomic import write_atomic
-from ckptscan.cache import default_cache_dir
+from ckptscan.system.atomic import write_atomic
+from ckptscan.caches.pair_cache import default_cache_dir
 from ckptscan.errors import CkptScanError
 from ckptscan.interventions import INTERVENTIONS
 from ckptscan.report.destinations import run_key, run_location
-from ckptscan.results import ScanReport
+from ckptscan.schema.results import ScanReport
 
 NOTIFY_ON = ("warn", "alert")  # the default: both the first warning and the first alert
 TIMEOUT_S = 5.0

@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from ckptscan import __version__
-from ckptscan.atomic import write_atomic
+from ckptscan.system.atomic import write_atomic
 from ckptscan.report import columns
 from ckptscan.report.plain import plain_pair, report_dict
-from ckptscan.results import SCHEMA_VERSION, PairResult, ScanReport
+from ckptscan.schema.results import SCHEMA_VERSION, PairResult, ScanReport
 
 PARTS_SCHEMA_VERSION = 2
 ENCODING = "columns-gzip"

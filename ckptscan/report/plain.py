@@ -13,7 +13,7 @@ from typing import Any
 
 from ckptscan import __version__
 from ckptscan.errors import CkptScanError
-from ckptscan.results import SCHEMA_VERSION, AttentionResult, LayerResult, PairResult, ScanReport
+from ckptscan.schema.results import SCHEMA_VERSION, AttentionResult, LayerResult, PairResult, ScanReport
 
 # --per-head: which layers keep their per-head results in the report; "all"
 # (the library's default) writes every one. The others leave `heads` empty

@@ -33,7 +33,7 @@ import time
 from ckptscan.errors import CkptScanError
 from ckptscan.monitors import registry
 from ckptscan.report.destinations import require_package, run_location
-from ckptscan.results import ScanReport
+from ckptscan.schema.results import ScanReport
 
 DEFAULT_ADDR = "127.0.0.1"  # the endpoint has no authentication: exposing it (0.0.0.0) is the caller's choice
 

@@ -17,7 +17,7 @@ import typing
 from typing import Any
 
 from ckptscan.report.columns import decode
-from ckptscan.results import from_dict
+from ckptscan.schema.results import from_dict
 
 
 def build(hint: Any, column: dict[str, Any]) -> list[Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ckptscan.results import worst
+from ckptscan.schema.results import worst
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 

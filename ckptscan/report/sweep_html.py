@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from ckptscan.errors import CkptScanError
-from ckptscan.output import write_output
+from ckptscan.system.output import write_output
 from ckptscan.report.html import page_head
-from ckptscan.results import status_word
+from ckptscan.schema.results import status_word
 
 
 def sweep_page(data: dict[str, Any]) -> str:

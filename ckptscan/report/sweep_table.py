@@ -15,7 +15,7 @@ from ckptscan.report.json import sweep_message
 from ckptscan.report.table import STATUS_STYLE, print_model
 
 if TYPE_CHECKING:
-    from ckptscan.results import SweepReport
+    from ckptscan.schema.results import SweepReport
 
 
 def print_sweep(console: Console, sweep: SweepReport) -> None:

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ckptscan.results import PairResult, ScanReport
+from ckptscan.schema.results import PairResult, ScanReport
 
 STATUS_STYLE = {"ok": "green", "unchanged": "dim", "info": "cyan", "warn": "yellow", "not_judged": "magenta",
                 "alert": "bold red"}

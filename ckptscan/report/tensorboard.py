@@ -44,11 +44,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ckptscan.atomic import write_atomic
+from ckptscan.system.atomic import write_atomic
 from ckptscan.errors import CkptScanError
 from ckptscan.monitors import registry
 from ckptscan.report.destinations import require_package
-from ckptscan.results import NOT_JUDGED, PairResult, ScanReport, status_word, worst
+from ckptscan.schema.results import NOT_JUDGED, PairResult, ScanReport, status_word, worst
 
 EVENT_SUFFIX = ".ckptscan"
 # Per tag the newest step written, and the event files (names, sizes) that says it of: a re-run

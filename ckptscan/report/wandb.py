@@ -35,7 +35,7 @@ from typing import Any
 from ckptscan.errors import CkptScanError
 from ckptscan.report.destinations import require_package, run_key, run_location
 from ckptscan.report.tensorboard import report_points
-from ckptscan.results import ScanReport
+from ckptscan.schema.results import ScanReport
 
 NEWEST = "ckptscan/newest_step"
 FINDINGS_COLUMNS = ["step", "layer", "family", "severity", "monitor", "value", "message"]

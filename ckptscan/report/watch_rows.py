@@ -17,8 +17,8 @@ from ckptscan.report.markdown import ICONS, escape
 from ckptscan.report.table import STATUS_STYLE, fmt
 from ckptscan.monitors.spec import MonitorSpec
 from ckptscan.report.trend_table import headline_monitors
-from ckptscan.results import SEVERITIES, LayerResult, PairResult, ScanReport
-from ckptscan.results import status_word
+from ckptscan.schema.results import SEVERITIES, LayerResult, PairResult, ScanReport
+from ckptscan.schema.results import status_word
 
 WIDTHS = {"step": 8, "pair": 15, "value": 14, "base": 6, "loss": 7, "status": 10}
 

@@ -7,7 +7,7 @@ is layer-major: for each layer, the checkpoints are visited in step order and
 only the previous checkpoint's layer is held, so memory stays at about two
 layers' monitored tensors and each checkpoint's bytes are read once. Layers
 are independent: an executor (`ckptscan.executors`) runs them as tasks, by
-default a couple at once on worker threads (`ckptscan.parallel`: one
+default a couple at once on worker threads (`ckptscan.system.parallel`: one
 worker's reads overlap the other's arithmetic), or on a Ray cluster.
 Only the monitored tensors' bytes are read, and with `heads` only those
 heads' rows of W_q and their KV heads' rows of W_k.

@@ -11,7 +11,7 @@ from ckptscan.layouts import LayerWeights
 from ckptscan.monitors.attention import QKGrams, QKSpectra, logit_scale, qk_norm_logit_bound, qk_spectra
 from ckptscan.monitors.spectral import SpectralStats, spectral_stats
 from ckptscan.monitors.whole_matrix import whole_matrix_singular_values
-from ckptscan.results import AttentionResult, HeadResult
+from ckptscan.schema.results import AttentionResult, HeadResult
 from ckptscan.scan.selection import HeadSelection
 from ckptscan.scan.summaries import finite_or_none, mean_of_changed, min_of_changed, values_or_none
 

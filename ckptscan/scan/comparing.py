@@ -9,7 +9,7 @@ import torch
 
 from ckptscan.layouts import LayerWeights
 from ckptscan.monitors import registry
-from ckptscan.results import LayerResult
+from ckptscan.schema.results import LayerResult
 from ckptscan.scan.attention_result import attention_result
 from ckptscan.scan.loading import LoadedLayer
 from ckptscan.scan.options import ScanOptions

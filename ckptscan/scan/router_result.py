@@ -6,7 +6,7 @@ from __future__ import annotations
 from ckptscan.layouts import LayerWeights
 from ckptscan.monitors.router import router_metrics
 from ckptscan.monitors.routing import RoutingStats
-from ckptscan.results import RouterResult
+from ckptscan.schema.results import RouterResult
 from ckptscan.scan.summaries import finite_or_none
 
 

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts import ModelInfo, ModelLayout, resolve_layout
-from ckptscan.probe import Probe
-from ckptscan.readahead import ReadAhead
+from ckptscan.inputs.probe import Probe
+from ckptscan.storage.readahead import ReadAhead
 from ckptscan.readers import Checkpoint
-from ckptscan.results import LayerResult
+from ckptscan.schema.results import LayerResult
 from ckptscan.scan.comparing import compare
 from ckptscan.scan.loading import LoadedLayer, load_layer
 from ckptscan.scan.options import DEFAULT_TOP_K, ScanOptions
@@ -184,7 +184,7 @@ class _Located:
     def open(self) -> LayerTask:
         """The task, its checkpoints opened where it runs (once)."""
         if self.task is None:
-            from ckptscan.probe import load_probe
+            from ckptscan.inputs.probe import load_probe
             from ckptscan.readers import open_checkpoint
 
             locations, pairs, options, probe = self.args

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ckptscan.paths import expand_path
+from ckptscan.system.paths import expand_path
 from ckptscan.storage.remote_path import ObjectInfo, RemotePath
 from ckptscan.storage.stores import open_store
 

@@ -38,7 +38,7 @@ def setting(name: str, default: float) -> float:
 # streams at roughly 100 MB/s, so aggregate throughput comes from requests
 # in flight; S3 serves thousands per second per prefix, far above 32. 32
 # parts of at most PART_BYTES bound the bytes being received at once to
-# 256 MB; the read-ahead (`ckptscan.readahead`) keeps them busy.
+# 256 MB; the read-ahead (`ckptscan.storage.readahead`) keeps them busy.
 MAX_IN_FLIGHT = max(1, int(setting("CKPTSCAN_MAX_REQUESTS", 32)))
 # A part of a range is one request: at most PART_BYTES, large enough that
 # per-request latency is amortised; a small read is still spread over

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ckptscan.cli import app
-from ckptscan.results import SCHEMA_VERSION, SEVERITIES
+from ckptscan.schema.results import SCHEMA_VERSION, SEVERITIES
 
 from run_factory import write_run
 
@@ -117,8 +117,8 @@ def test_leaving_alerting_runs_out_makes_faulty_runs_alert_no_later(samples_comp
     bands. (On the sample runs both attention faults now alert at the logit
     scale's ceiling, which no band moves: 1400 and 500 either way.) The
     healthy run is judged against all four either way."""
-    from ckptscan.cache import PairCache
-    from ckptscan.sweep import compare_runs
+    from ckptscan.caches.pair_cache import PairCache
+    from ckptscan.pipeline.sweep import compare_runs
 
     _, compared = samples_compared
     first_round = compare_runs([run["path"] for run in compared["runs"]], cache=PairCache(cache), leave_out=False)

@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 from ckptscan.cli import app
-from ckptscan.report.load import load_report
+from ckptscan.schema.load import load_report
 
 from report.test_mlflow import empty_store, the_run  # noqa: F401 - the sqlite store fixture
 from report.test_notify import Server
@@ -211,7 +211,7 @@ def read_all(fd):
 def test_a_missing_package_names_the_extra(tmp_path):
     """Each service's package hidden from the import system: exit 2 with the pip extra, before the scan."""
     probe = ("import sys; sys.modules[{module!r}] = None; sys.argv = ['ckptscan', *{args!r}]\n"
-             "from ckptscan.console import main\nmain()")
+             "from ckptscan.cli.console import main\nmain()")
     for module, args, extra in [
         ("wandb", ["trend", str(tmp_path), "--wandb", "p"], "ckptscan[wandb]"),
         ("mlflow", ["report", str(tmp_path / "r.json"), "--mlflow", "sqlite:///x.db"], "ckptscan[mlflow]"),

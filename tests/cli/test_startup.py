@@ -13,12 +13,12 @@ import pytest
 PROBE = """
 import sys
 sys.argv = ["ckptscan", *{args!r}]
-from ckptscan.console import main
+from ckptscan.cli.console import main
 try:
     main()
 except SystemExit as e:
     code = e.code
-heavy = sorted(m for m in ("torch", "numpy", "ckptscan.scan", "ckptscan.metrics", "rich", "wandb", "mlflow",
+heavy = sorted(m for m in ("torch", "numpy", "ckptscan.scan", "ckptscan.pipeline.metrics", "rich", "wandb", "mlflow",
                            "prometheus_client", "urllib.request") if m in sys.modules)
 print("HEAVY", heavy, "CODE", code)
 """

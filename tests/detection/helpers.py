@@ -4,7 +4,7 @@ import math
 import random
 
 from ckptscan.layouts.base import ModelInfo
-from ckptscan.results import AttentionResult, LayerResult, PairResult, RouterResult, ScanReport, Summary
+from ckptscan.schema.results import AttentionResult, LayerResult, PairResult, RouterResult, ScanReport, Summary
 
 MODEL = ModelInfo(family="mixtral", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2, head_dim=16,
                   num_experts=4, top_k=2)
@@ -56,7 +56,7 @@ def random_metrics(seed, max_pairs=24):
     tensors; and random thresholds that let the rules fire on a short run.
     Returns (metrics, thresholds, reference report or None)."""
     from ckptscan.detection.rules import Thresholds
-    from ckptscan.metrics import Metrics
+    from ckptscan.pipeline.metrics import Metrics
 
     rng = random.Random(seed)
     num_layers = rng.choice([1, 2, 3, 9])

@@ -11,7 +11,7 @@ import pytest
 from ckptscan.detection.judge import judge
 from ckptscan.detection.layer_band import layer_band
 from ckptscan.detection.thresholds import Thresholds
-from ckptscan.metrics import Metrics
+from ckptscan.pipeline.metrics import Metrics
 from detection.helpers import MODEL, run_report
 from detection.test_reference import brute_force_band
 

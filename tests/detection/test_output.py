@@ -12,7 +12,7 @@ from ckptscan import scan_run
 from ckptscan.detection.output import output_findings
 from ckptscan.detection.rules import Thresholds, assess_report
 from ckptscan.errors import CkptScanError
-from ckptscan.results import LayerResult
+from ckptscan.schema.results import LayerResult
 
 from detection.helpers import run_report
 

@@ -12,8 +12,8 @@ from ckptscan.detection.reference import reference_from_report, reference_from_r
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts.base import ModelInfo
-from ckptscan.metrics import Metrics
-from ckptscan.results import PairResult, ScanReport, Summary
+from ckptscan.pipeline.metrics import Metrics
+from ckptscan.schema.results import PairResult, ScanReport, Summary
 from detection.helpers import MODEL, layer_result, run_report
 
 D2N = judged_by_name()["delta2_entropy_norm"]

@@ -7,7 +7,7 @@ import pytest
 
 from ckptscan.detection.rules import ORDER_NOT_JUDGED, Thresholds, assess_report
 from ckptscan.errors import CkptScanError
-from ckptscan.results import PairResult, ScanReport, Summary
+from ckptscan.schema.results import PairResult, ScanReport, Summary
 
 from detection.helpers import MODEL, alerts, layer_result, run_report
 

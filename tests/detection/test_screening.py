@@ -12,7 +12,7 @@ from ckptscan.detection.judge import judge
 from ckptscan.detection.reference import reference_from_reports
 from ckptscan.detection.rules import Thresholds, assess_report
 from ckptscan.detection.screening import first_alert, screen_references
-from ckptscan.metrics import Metrics
+from ckptscan.pipeline.metrics import Metrics
 from ckptscan.report.json import report_json
 from detection.helpers import MODEL, run_report
 

@@ -12,7 +12,7 @@ from ckptscan.detection.state import JudgeState
 from ckptscan.errors import CkptScanError
 from ckptscan.report.json import report_json
 from detection.helpers import random_metrics, run_report
-from ckptscan.metrics import Metrics
+from ckptscan.pipeline.metrics import Metrics
 
 
 def prefix(metrics, count):

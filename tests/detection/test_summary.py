@@ -9,8 +9,8 @@ from ckptscan.detection.provenance import RULE_UNRELATED
 from ckptscan.detection.rules import Thresholds, assess_report
 from ckptscan.detection.summary import SummaryState, summarize
 from ckptscan.report.json import report_json
-from ckptscan.report.load import report_from_dict
-from ckptscan.results import Finding, LayerResult, PairResult, ScanReport, Summary
+from ckptscan.schema.load import report_from_dict
+from ckptscan.schema.results import Finding, LayerResult, PairResult, ScanReport, Summary
 
 from detection.helpers import MODEL, run_report
 

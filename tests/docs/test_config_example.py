@@ -7,7 +7,7 @@ import sys
 from typer.testing import CliRunner
 
 from ckptscan.cli import app
-from ckptscan.config import Config
+from ckptscan.pipeline.config import Config
 from ckptscan.detection.thresholds import Thresholds
 
 from docs.examples import ROOT, blocks, documents

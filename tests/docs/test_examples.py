@@ -35,7 +35,7 @@ def shell(tmp_path_factory) -> dict:
     bin_dir = tmp_path_factory.mktemp("bin")
     wrapper = bin_dir / "ckptscan"
     wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys; sys.argv[0] = \"ckptscan\"; "
-                       f"from ckptscan.console import main; main()' \"$@\"\n")
+                       f"from ckptscan.cli.console import main; main()' \"$@\"\n")
     wrapper.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "CKPTSCAN_")) and k != "COLUMNS"}
     cache = tmp_path_factory.mktemp("xdg-cache")

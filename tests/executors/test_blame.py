@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from ckptscan.executors.ray import checkpoint_at_fault
-from ckptscan.run import resolve_run
+from ckptscan.pipeline.run import resolve_run
 from ckptscan.scan import LayerTask, ScanOptions
 from run_factory import write_run
 

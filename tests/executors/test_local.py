@@ -9,12 +9,12 @@ import threading
 import pytest
 
 from ckptscan import scan_run
-from ckptscan.cache import PairCache
-from ckptscan.metrics import pair_settings
+from ckptscan.caches.pair_cache import PairCache
+from ckptscan.pipeline.metrics import pair_settings
 from ckptscan.errors import CkptScanError
 from ckptscan.executors import make_executor
 from ckptscan.executors.local import LocalExecutor
-from ckptscan.run import resolve_run
+from ckptscan.pipeline.run import resolve_run
 from ckptscan.scan import LayerTask, ScanOptions, scan_layers
 
 from executors.reports import assert_reports_equal

@@ -12,11 +12,11 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from ckptscan import scan_run  # noqa: E402
-from ckptscan.cache import PairCache  # noqa: E402
-from ckptscan.metrics import compute, pair_settings  # noqa: E402
+from ckptscan.caches.pair_cache import PairCache  # noqa: E402
+from ckptscan.pipeline.metrics import compute, pair_settings  # noqa: E402
 from ckptscan.errors import CkptScanError  # noqa: E402
 from ckptscan.executors.ray import RayExecutor  # noqa: E402
-from ckptscan.run import resolve_run  # noqa: E402
+from ckptscan.pipeline.run import resolve_run  # noqa: E402
 from ckptscan.scan import ScanOptions  # noqa: E402
 
 from executors.reports import assert_reports_equal  # noqa: E402

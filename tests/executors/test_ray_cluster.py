@@ -12,9 +12,9 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from ckptscan import scan_run  # noqa: E402
-from ckptscan.metrics import compute  # noqa: E402
+from ckptscan.pipeline.metrics import compute  # noqa: E402
 from ckptscan.errors import CkptScanError  # noqa: E402
-from ckptscan.run import resolve_run  # noqa: E402
+from ckptscan.pipeline.run import resolve_run  # noqa: E402
 from ckptscan.scan import ScanOptions  # noqa: E402
 
 from executors import gate  # noqa: E402

@@ -13,7 +13,7 @@ import pytest
 from detection.helpers import run_report
 
 from ckptscan.detection.catalog import judged_by_name
-from ckptscan.results import Summary
+from ckptscan.schema.results import Summary
 from experiments.corpus import healthy_seed_references, load_manifest
 from experiments.evaluate import ORACLE_MONITORS, family_verdict, main, oracle_step
 

@@ -12,7 +12,7 @@ from factories import llama_config, llama_tensors, write_hf_checkpoint
 from hostile.helpers import assert_one_line_error, run_cli, write_pair
 
 import ckptscan.cli
-from ckptscan.discovery import discover_run
+from ckptscan.pipeline.discovery import discover_run
 from ckptscan.errors import CkptScanError
 
 TREND = hasattr(ckptscan.cli, "trend")

@@ -70,7 +70,7 @@ def slow_get(self, name, rows=None):
     return real_get(self, name, rows)
 SafetensorsSource.get = slow_get
 sys.argv = ["ckptscan", *sys.argv[1:]]
-from ckptscan.console import main
+from ckptscan.cli.console import main
 main()
 """
 
@@ -168,7 +168,7 @@ class CtrlC:
             raise KeyboardInterrupt
 sys.meta_path.insert(0, CtrlC())
 sys.argv = ["ckptscan", "diff", "older", "newer"]
-from ckptscan.console import main
+from ckptscan.cli.console import main
 main()
 """
 
@@ -182,7 +182,7 @@ def test_ctrl_c_while_torch_imports_is_one_line_and_exit_130() -> None:
 
 
 def test_importing_the_package_does_not_import_torch() -> None:
-    code = "import sys, ckptscan, ckptscan.console; print('torch' in sys.modules)"
+    code = "import sys, ckptscan, ckptscan.cli.console; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
 
 

@@ -20,8 +20,8 @@ from factories import llama_config, llama_tensors, write_hf_checkpoint
 from hostile.helpers import assert_one_line_error, run_cli, tree_snapshot, write_pair
 
 import ckptscan.cli
-import ckptscan.atomic as atomic_module
-from ckptscan.atomic import write_atomic
+import ckptscan.system.atomic as atomic_module
+from ckptscan.system.atomic import write_atomic
 
 TREND = hasattr(ckptscan.cli, "trend")
 
@@ -215,9 +215,9 @@ def test_report_path_that_cannot_be_written(tmp_path: Path, capsys: pytest.Captu
 def test_cache_entries_are_atomic_and_a_torn_entry_is_recomputed(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from ckptscan import ScanOptions
-    from ckptscan.cache import PairCache
-    from ckptscan.metrics import compute
-    from ckptscan.run import resolve_pair
+    from ckptscan.caches.pair_cache import PairCache
+    from ckptscan.pipeline.metrics import compute
+    from ckptscan.pipeline.run import resolve_pair
 
     a, b = write_pair(tmp_path / "ckpts")
     spec = resolve_pair(a, b)

@@ -202,7 +202,7 @@ def test_without_config_qk_norm_without_gemma_names_is_folded_as_w_and_fixes_the
     pair, gq, gk, paths = _qk_norm_run(tmp_path, ("input_layernorm", "post_attention_layernorm"))
     report = scan(*paths)  # no --num-heads: the per-head q_norm [d] gives d, so H = rows / d
     assert (report.model.family, report.model.num_heads, report.model.num_kv_heads) == ("qwen3-like", 4, 2)
-    from ckptscan.inspect import inspect_path
+    from ckptscan.pipeline.inspection import inspect_path
 
     notes = inspect_path(paths[0])["checkpoint"]["notes"]  # inspect says what was inferred, and from what
     assert any("QK-norm convention inferred from the tensor names" in n and "gain is w" in n for n in notes)

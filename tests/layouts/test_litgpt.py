@@ -86,7 +86,7 @@ def test_without_model_config_yaml_the_error_names_what_would_help(tmp_path):
 
 
 def test_litgpts_final_folder_joins_the_run_at_the_step_it_records(tmp_path):
-    from ckptscan.discovery import discover_run
+    from ckptscan.pipeline.discovery import discover_run
 
     pair = head_pair(H, G, R, D, seed=3, dtype=torch.float32)
     write_litgpt(tmp_path / "step-00000010", 10, (pair.q_a, pair.k_a), blocked)

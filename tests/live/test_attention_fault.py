@@ -13,9 +13,9 @@ import os
 import pytest
 import torch
 
-from ckptscan.api import scan
+from ckptscan.pipeline.api import scan
 from ckptscan.report.json import report_dict
-from ckptscan.run import resolve_run
+from ckptscan.pipeline.run import resolve_run
 from ckptscan.scan import ScanOptions
 from experiments.make_samples import RUNS
 from experiments.train import main as train_main

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from ckptscan.api import scan
+from ckptscan.pipeline.api import scan
 from ckptscan.errors import CkptScanError
 from ckptscan.detection.rules import Thresholds
 from ckptscan.live import Alert, Monitor
 from ckptscan.report.json import report_dict
-from ckptscan.run import resolve_run
+from ckptscan.pipeline.run import resolve_run
 from ckptscan.scan import ScanOptions
 from live.helpers import assert_same, comparable, number_of_floats, save_checkpoint, tiny_config, train
 

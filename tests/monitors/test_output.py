@@ -17,7 +17,7 @@ from output_reference import brute_scales, brute_update
 from ckptscan.layouts import LayerWeights
 from ckptscan.monitors.output import head_stats, head_update, logit_rms, mean_row_share, shift_scale
 from ckptscan.monitors.output_family import MONITORS, NAME, OUTPUT, output_values
-from ckptscan.results import LayerResult
+from ckptscan.schema.results import LayerResult
 
 SHAPES = [(40, 12), (7, 16), (129, 33)]
 DTYPES = [torch.float32, torch.bfloat16]

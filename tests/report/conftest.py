@@ -4,7 +4,7 @@ the collapse run scanned with and without its loss log, and a healthy run."""
 import pytest
 
 from ckptscan import scan_run
-from ckptscan.cache import PairCache
+from ckptscan.caches.pair_cache import PairCache
 
 from report.runs import write_collapse_run, write_healthy_run
 

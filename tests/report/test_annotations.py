@@ -98,6 +98,6 @@ def test_cli_prints_annotations_on_stderr_only_under_github_actions(runs, monkey
 
 
 def _report_of(text):
-    from ckptscan.report.load import report_from_dict
+    from ckptscan.schema.load import report_from_dict
 
     return report_from_dict(json.loads(text))

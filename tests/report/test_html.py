@@ -181,7 +181,7 @@ def test_trend_html_and_report_of_its_json_are_the_same_bytes(runs, tmp_path):
 def test_library_report_and_its_json_file_give_the_same_page(reports, tmp_path):
     pytest.importorskip("matplotlib")
     from ckptscan.report.html import write_report_files
-    from ckptscan.report.load import read_report
+    from ckptscan.schema.load import read_report
 
     write_json(reports["no_loss"], tmp_path / "r.json")
     write_report_files(read_report(tmp_path / "r.json"), tmp_path / "from_file.html")
@@ -247,7 +247,7 @@ def test_words_break_only_where_a_line_would_overflow(page):
 
 def test_a_run_not_judged_says_so_never_ok(reports, tmp_path):
     from ckptscan.detection.judge import judge
-    from ckptscan.metrics import Metrics
+    from ckptscan.pipeline.metrics import Metrics
 
     pytest.importorskip("matplotlib")
     young = reports["healthy"]

@@ -17,8 +17,8 @@ from ckptscan.errors import CkptScanError
 from ckptscan.live.report_file import ReportFile
 from ckptscan.report import json as report_json_module
 from ckptscan.report.json import PER_HEAD, keeps_heads, report_dict, report_json, write_json
-from ckptscan.report.load import load_report
-from ckptscan.results import SCHEMA_VERSION
+from ckptscan.schema.load import load_report
+from ckptscan.schema.results import SCHEMA_VERSION
 
 
 def heads(data):

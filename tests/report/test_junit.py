@@ -139,7 +139,7 @@ def test_bad_fail_on_is_one_line_and_exit_2(reports, tmp_path):
 @pytest.mark.parametrize("fail_on, fails", [("warn", True), ("not_judged", True), ("alert", False)])
 def test_a_run_not_judged_fails_every_case_below_alert_with_the_reason(reports, fail_on, fails):
     from ckptscan.detection.judge import judge
-    from ckptscan.metrics import Metrics
+    from ckptscan.pipeline.metrics import Metrics
 
     young = reports["healthy"]
     report = judge(Metrics("run", young.model, young.checkpoints[:3], young.pairs[:2]))

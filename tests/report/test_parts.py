@@ -21,7 +21,7 @@ from ckptscan.errors import CkptScanError
 from ckptscan.live.report_file import ReportFile
 from ckptscan.report import parts
 from ckptscan.report.json import report_json, write_json
-from ckptscan.report.load import as_json_values, load_report, read_json_file, report_from_dict
+from ckptscan.schema.load import as_json_values, load_report, read_json_file, report_from_dict
 from ckptscan.report.plain import report_dict
 
 FIXTURE = Path(__file__).parent / "fixtures" / "schema1-healthy.json"
@@ -211,7 +211,7 @@ import sys, time
 from pathlib import Path
 from ckptscan.report import parts
 from ckptscan.report.json import write_json
-from ckptscan.report.load import load_report
+from ckptscan.schema.load import load_report
 
 path, grown_json, marker = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 parts.PARTS_LAYERS = 0

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ckptscan.errors import CkptScanError
 from ckptscan.report.destinations import run_location
 from ckptscan.report.prometheus import MetricsServer
-from ckptscan.watch import watch_run
+from ckptscan.pipeline.watch import watch_run
 
 from run_factory import write_run
 from writer_process import GUARD_S, Writer

@@ -8,7 +8,7 @@ from ckptscan.interventions import family_lines
 from ckptscan.report import trend_table
 from ckptscan.report.table import STATUS_STYLE
 from ckptscan.report.trend_table import FoldedLayers, print_trend, shown_layers, trend_table as table_of
-from ckptscan.results import Finding, LayerSummary, Summary
+from ckptscan.schema.results import Finding, LayerSummary, Summary
 
 from detection.helpers import run_report
 

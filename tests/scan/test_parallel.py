@@ -1,4 +1,4 @@
-"""Layer workers (`ckptscan.parallel`) and device placement (`--device`).
+"""Layer workers (`ckptscan.system.parallel`) and device placement (`--device`).
 
 No test here needs a GPU except the last, which compares the CUDA path with
 the CPU path where a CUDA device exists and is skipped elsewhere.
@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from ckptscan.cli import app
 from ckptscan.errors import CkptScanError
-from ckptscan.parallel import ordered_map, plan_threads, torch_threads
+from ckptscan.system.parallel import ordered_map, plan_threads, torch_threads
 from ckptscan.report.json import report_dict
 from ckptscan import scan_pair
 from ckptscan.scan import ScanOptions, resolve_device, tasks
@@ -76,11 +76,11 @@ def test_ordered_map_stops_running_tasks_when_the_consumer_leaves():
 
 
 def test_plan_threads_shares_the_cpus_and_never_exceeds_the_tasks(monkeypatch):
-    monkeypatch.setattr("ckptscan.parallel.usable_cpus", lambda: 2)
+    monkeypatch.setattr("ckptscan.system.parallel.usable_cpus", lambda: 2)
     assert plan_threads(32) == (2, 1)
     assert plan_threads(1) == (1, 2)  # one layer: its math gets both cores
     assert plan_threads(32, workers=1) == (1, 2)
-    monkeypatch.setattr("ckptscan.parallel.usable_cpus", lambda: 16)
+    monkeypatch.setattr("ckptscan.system.parallel.usable_cpus", lambda: 16)
     assert plan_threads(32) == (2, 8)
     with pytest.raises(ValueError):
         plan_threads(4, workers=0)

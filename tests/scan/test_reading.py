@@ -16,8 +16,8 @@ import torch
 
 from ckptscan.layouts import resolve_layout
 from ckptscan.readers import Checkpoint, open_checkpoint
-from ckptscan.metrics import Metrics, compute
-from ckptscan.run import RunSpec
+from ckptscan.pipeline.metrics import Metrics, compute
+from ckptscan.pipeline.run import RunSpec
 from ckptscan.scan import ScanOptions
 from factories import llama_config, llama_tensors, updated, write_hf_checkpoint
 

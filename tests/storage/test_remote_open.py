@@ -19,7 +19,7 @@ from factories import llama_config, llama_tensors, write_hf_checkpoint
 from remote_helpers import hf_run
 from safetensors.torch import save_file
 
-from ckptscan.discovery import discover_run
+from ckptscan.pipeline.discovery import discover_run
 from ckptscan.readers import open_checkpoint, open_checkpoints
 from ckptscan.readers.safetensors import REMOTE_HEADER_GUESS
 from ckptscan.storage import ranged

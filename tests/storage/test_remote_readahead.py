@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from ckptscan.cli import app
 from ckptscan.errors import CkptScanError
-from ckptscan.readahead import DEPTH, ReadAhead
+from ckptscan.storage.readahead import DEPTH, ReadAhead
 from ckptscan.readers import open_checkpoint, open_checkpoints
 from ckptscan.readers.safetensors import REMOTE_HEADER_GUESS
 from ckptscan.scan import LayerTask, ScanOptions

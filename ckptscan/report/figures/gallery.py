@@ -10,7 +10,7 @@ from ckptscan.report.figures.grid import Grid
 from ckptscan.report.figures.heatmap import HEATMAPS, draw_heatmap
 from ckptscan.report.figures.layer_profile import draw_layer_profile
 from ckptscan.report.figures.timeline import draw_timeline
-from ckptscan.results import ScanReport
+from ckptscan.schema.results import ScanReport
 
 
 @dataclass(frozen=True)

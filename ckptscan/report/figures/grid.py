@@ -10,7 +10,7 @@ import numpy as np
 
 from ckptscan.monitors import registry
 from ckptscan.monitors.spec import MonitorSpec
-from ckptscan.results import Finding, LayerResult, ScanReport
+from ckptscan.schema.results import Finding, LayerResult, ScanReport
 
 
 @dataclass

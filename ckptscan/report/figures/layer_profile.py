@@ -11,7 +11,7 @@ from ckptscan.monitors import registry
 from ckptscan.report.figures.canvas import ALARM_COLOR, WIDTH, matplotlib_pieces
 from ckptscan.report.figures.grid import Grid, headline_monitors
 from ckptscan.report.figures.heatmap import axis_unit
-from ckptscan.results import ScanReport
+from ckptscan.schema.results import ScanReport
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure as MplFigure

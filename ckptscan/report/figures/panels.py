@@ -21,7 +21,7 @@ from ckptscan.report.figures.canvas import ALARM_COLOR
 from ckptscan.report.figures.envelope import envelope
 from ckptscan.report.figures.grid import Grid, headline_monitors, nan_reduce
 from ckptscan.report.figures.heatmap import axis_unit
-from ckptscan.results import ScanReport, SeriesPoint
+from ckptscan.schema.results import ScanReport, SeriesPoint
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -11,7 +11,7 @@ from ckptscan.report.figures.canvas import ALARM_COLOR, WIDTH, matplotlib_pieces
 from ckptscan.report.figures.envelope import MAX_POINTS, envelope_note
 from ckptscan.report.figures.grid import Grid, headline_monitors
 from ckptscan.report.figures.panels import all_layers_panel, layer_panel, loss_panel
-from ckptscan.results import ScanReport
+from ckptscan.schema.results import ScanReport
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

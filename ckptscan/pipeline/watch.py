@@ -48,18 +48,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generator, Sequence
 
-from ckptscan.api import resolve_references
-from ckptscan.cache import PairCache
-from ckptscan.judge_cache import JudgeCache
-from ckptscan.metrics import Metrics, compute, pair_settings
+from ckptscan.pipeline.api import resolve_references
+from ckptscan.caches.pair_cache import PairCache
+from ckptscan.caches.judge_cache import JudgeCache
+from ckptscan.pipeline.metrics import Metrics, compute, pair_settings
 from ckptscan.detection.judge import SeriesJudge
-from ckptscan.discovery import checkpoint_folder, newest_complete, run_directory
+from ckptscan.pipeline.discovery import checkpoint_folder, newest_complete, run_directory
 from ckptscan.errors import CkptScanError
-from ckptscan.paths import expand_path
+from ckptscan.system.paths import expand_path
 from ckptscan.readers import Checkpoint, open_checkpoint, step_from_name
-from ckptscan.results import CheckpointRef, LayerResult, ScanReport
-from ckptscan.request import ScanRequest
-from ckptscan.run import RunSpec, plan_pairs, run_spec
+from ckptscan.schema.results import CheckpointRef, LayerResult, ScanReport
+from ckptscan.pipeline.request import ScanRequest
+from ckptscan.pipeline.run import RunSpec, plan_pairs, run_spec
 from ckptscan.scan import ScanOptions
 
 # Looks at most this often however many filesystem events arrive (a shard

@@ -21,15 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence, Union
 
-from ckptscan.results import ScanReport
+from ckptscan.schema.results import ScanReport
 from ckptscan.scan import ScanOptions
 from ckptscan.storage import RemotePath
 
 if TYPE_CHECKING:
-    from ckptscan.cache import PairCache
+    from ckptscan.caches.pair_cache import PairCache
     from ckptscan.detection.thresholds import Thresholds
     from ckptscan.executors import Executor
-    from ckptscan.probe import Probe
+    from ckptscan.inputs.probe import Probe
 
 
 class _Auto:

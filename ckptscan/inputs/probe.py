@@ -27,7 +27,7 @@ import torch
 from safetensors.torch import save as safetensors_bytes
 
 from ckptscan.errors import CkptScanError
-from ckptscan.output import write_output
+from ckptscan.system.output import write_output
 from ckptscan.readers.safetensors import TensorEntry, read_header, read_tensor
 from ckptscan.storage import RemotePath, as_path
 

@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
-from ckptscan.discovery import discover_run, looks_like_run
+from ckptscan.pipeline.discovery import discover_run, looks_like_run
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts import HeadOverrides, TensorMap, resolve_layout
 from ckptscan.readers import Checkpoint, open_checkpoint

@@ -14,13 +14,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from ckptscan.cache import collector_paused, file_identity
+from ckptscan.caches.pair_cache import collector_paused, file_identity
 from ckptscan.executors import Executor
 from ckptscan.layouts import ModelInfo, resolve_layout
-from ckptscan.loss_log import LossLog
+from ckptscan.inputs.loss_log import LossLog
 from ckptscan.readers import Checkpoint
-from ckptscan.results import CheckpointRef, LayerResult, PairResult
-from ckptscan.run import RunSpec
+from ckptscan.schema.results import CheckpointRef, LayerResult, PairResult
+from ckptscan.pipeline.run import RunSpec
 from ckptscan.scan import ScanOptions, scan_layers
 
 

@@ -1,5 +1,5 @@
 """The judged-pair cache: each judged pair (findings, statuses, judgements)
-and the judge state after the newest, beside the pair cache (`ckptscan.cache`).
+and the judge state after the newest, beside the pair cache (`ckptscan.caches.pair_cache`).
 
 A pair's judgement depends on everything before it, so it is filed under
 everything it depends on (the pairs before it, the thresholds, the reference
@@ -17,23 +17,23 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ckptscan.cache import collector_paused, digest, tool_fingerprint
+from ckptscan.caches.pair_cache import collector_paused, digest, tool_fingerprint
 from ckptscan.detection.judge import SeriesJudge, effective_thresholds
 from ckptscan.detection.rules import unjudged
 from ckptscan.detection.state import JudgeState
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.errors import CkptScanError
 from ckptscan.monitors import registry
-from ckptscan.output import write_output
-from ckptscan.results import Finding, PairResult, ScanReport, SeriesPoint, from_dict
+from ckptscan.system.output import write_output
+from ckptscan.schema.results import Finding, PairResult, ScanReport, SeriesPoint, from_dict
 
 if TYPE_CHECKING:
-    from ckptscan.metrics import Metrics
+    from ckptscan.pipeline.metrics import Metrics
 
 JUDGE_FORMAT = 1
 # Modules whose code decides a judgement (the monitor families' declarations
 # among them; one registered at run time is named in the digest instead).
-_JUDGE_SOURCES = ("detection", "results.py", "monitors/spec.py", "monitors/registry.py", "monitors/attention_family.py",
+_JUDGE_SOURCES = ("detection", "schema/results.py", "monitors/spec.py", "monitors/registry.py", "monitors/attention_family.py",
                   "monitors/router_family.py", "interventions.py")
 
 

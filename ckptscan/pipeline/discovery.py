@@ -35,7 +35,7 @@ from ckptscan.readers.orbax import CHECKPOINT_METADATA
 from ckptscan.storage import RemotePath, as_path
 
 if TYPE_CHECKING:
-    from ckptscan.opened import OpenedRecord
+    from ckptscan.pipeline.opened import OpenedRecord
 
 # Pointer files naming the newest complete checkpoint: DeepSpeed writes `latest`
 # (`global_stepN`) and Megatron `latest_checkpointed_iteration.txt` (N or
@@ -75,7 +75,7 @@ class Run:
 def discover_run(run_dir: str | Path | RemotePath, opened: OpenedRecord | None = None) -> Run:
     """Every usable checkpoint under `run_dir` (a directory or a URL prefix), ordered by step.
 
-    `opened`: the checkpoints found whole last time (`ckptscan.opened`); those
+    `opened`: the checkpoints found whole last time (`ckptscan.pipeline.opened`); those
     unchanged since are not opened again, the others are and are recorded."""
     run_dir = run_directory(run_dir)
     folder = checkpoint_folder(run_dir)

@@ -24,8 +24,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ckptscan.cache import checkpoint_identity, tool_fingerprint
-from ckptscan.output import write_output
+from ckptscan.caches.pair_cache import checkpoint_identity, tool_fingerprint
+from ckptscan.system.output import write_output
 from ckptscan.readers import Checkpoint
 from ckptscan.readers.deferred import DeferredSource
 from ckptscan.storage import RemotePath
@@ -34,7 +34,7 @@ RECORD_FORMAT = 2
 # The formats whose open reads only `Checkpoint.files` and the folder's config.json.
 RECORDED_FORMATS = ("safetensors", "safetensors-sharded")
 # The code that decides what opening finds: a record from other code is not used.
-_OPENING_SOURCES = ("readers", "storage", "discovery.py", "opened.py")
+_OPENING_SOURCES = ("readers", "storage", "pipeline/discovery.py", "pipeline/opened.py")
 
 
 class OpenedRecord:

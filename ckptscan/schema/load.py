@@ -19,7 +19,7 @@ from typing import Any, Callable
 from ckptscan.errors import CkptScanError
 from ckptscan.report.parts import PARTS_SCHEMA_VERSION, expand, pair_columns
 from ckptscan.report.rebuild import build
-from ckptscan.results import PairResult, ScanReport, from_dict
+from ckptscan.schema.results import PairResult, ScanReport, from_dict
 from ckptscan.storage import RemotePath, as_path
 
 GZIP_MAGIC = b"\x1f\x8b"

@@ -25,8 +25,8 @@ from typing import Any, Sequence
 
 from ckptscan.detection.rules import Thresholds
 from ckptscan.errors import CkptScanError
-from ckptscan.paths import expand_path
-from ckptscan.results import DEFAULT_FAIL_ON, FAIL_ON_LEVELS
+from ckptscan.system.paths import expand_path
+from ckptscan.schema.results import DEFAULT_FAIL_ON, FAIL_ON_LEVELS
 
 if sys.version_info >= (3, 11):
     import tomllib

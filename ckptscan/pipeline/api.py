@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ckptscan.detection.judge import SeriesJudge
-from ckptscan.judge_cache import JudgeCache
-from ckptscan.metrics import compute
-from ckptscan.report.load import load_report
-from ckptscan.request import AUTO, Reference, ReferenceSource, ScanRequest
-from ckptscan.results import ScanReport
-from ckptscan.run import RunSpec, resolve_pair, resolve_run
+from ckptscan.caches.judge_cache import JudgeCache
+from ckptscan.pipeline.metrics import compute
+from ckptscan.schema.load import load_report
+from ckptscan.pipeline.request import AUTO, Reference, ReferenceSource, ScanRequest
+from ckptscan.schema.results import ScanReport
+from ckptscan.pipeline.run import RunSpec, resolve_pair, resolve_run
 from ckptscan.scan import ScanOptions
 from ckptscan.storage import RemotePath, as_path
 
@@ -101,7 +101,7 @@ def reference_scanner(options: ScanOptions | None = None, **fields: Any) -> Call
     """Deprecated: how a reference run was scanned, given to `resolve_run` as
     `scan_reference`. The references of a request are resolved up front now
     (`resolve_references`)."""
-    warnings.warn("reference_scanner is deprecated: resolve the references first (ckptscan.api.resolve_references)",
+    warnings.warn("reference_scanner is deprecated: resolve the references first (ckptscan.pipeline.api.resolve_references)",
                   DeprecationWarning, stacklevel=2)
     request = ScanRequest.of(options, **fields)
 

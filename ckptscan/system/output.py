@@ -2,7 +2,7 @@
 entries, probe files.
 
 What a destination is decides how it is written:
-- a regular file, or nothing yet: atomically (`ckptscan.atomic`: temp file,
+- a regular file, or nothing yet: atomically (`ckptscan.system.atomic`: temp file,
   fsync, rename), so a reader sees the old file or the whole new one, and a
   failed write leaves the old file as it was. A symlink to a regular file is
   followed: the file it points to is replaced, the link stays a link.
@@ -32,7 +32,7 @@ import stat
 import sys
 from pathlib import Path
 
-from ckptscan.atomic import write_atomic
+from ckptscan.system.atomic import write_atomic
 
 STDOUT = "-"
 # Names of the process's own descriptors (Linux's /dev and /proc magic links).

@@ -19,7 +19,7 @@ onto these arguments, so the library and the command line see the same run:
   scanned as the judged run is, a JSON report read); a report file named
   here is read, a run named here unresolved is an error.
 
-What to scan besides the checkpoints is a `ScanRequest` (`ckptscan.request`);
+What to scan besides the checkpoints is a `ScanRequest` (`ckptscan.pipeline.request`);
 the keyword arguments of `resolve_run` and `resolve_pair` are its fields.
 Each side file is `AUTO` (the default above), `None` (off) or a path. A file
 found by default that cannot be used is skipped with a note (it was not asked
@@ -34,16 +34,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ckptscan.config import Config, load_config
-from ckptscan.discovery import discover_run, run_directory
+from ckptscan.pipeline.config import Config, load_config
+from ckptscan.pipeline.discovery import discover_run, run_directory
 from ckptscan.errors import CkptScanError
-from ckptscan.loss_log import LossLog, read_loss_log
-from ckptscan.opened import OpenedRecord
-from ckptscan.probe import Probe, load_probe
+from ckptscan.inputs.loss_log import LossLog, read_loss_log
+from ckptscan.pipeline.opened import OpenedRecord
+from ckptscan.inputs.probe import Probe, load_probe
 from ckptscan.readers import Checkpoint, open_checkpoints
-from ckptscan.report.load import load_report
-from ckptscan.request import AUTO, Reference, ReferenceSource, ReferenceSources, ScanRequest, SideFile, _Auto
-from ckptscan.results import ScanReport
+from ckptscan.schema.load import load_report
+from ckptscan.pipeline.request import AUTO, Reference, ReferenceSource, ReferenceSources, ScanRequest, SideFile, _Auto
+from ckptscan.schema.results import ScanReport
 from ckptscan.storage import RemotePath, as_path
 
 __all__ = ["AUTO", "BASES", "ReferenceSources", "RunSpec", "SideFile", "check_pair", "load_reference", "plan_pairs",
@@ -82,7 +82,7 @@ def resolve_run(run_dir: str | Path | RemotePath, request: ScanRequest | None = 
     reference, config, settings): `stride` s: every s-th checkpoint from the
     first (a stable chain, so a growing run keeps its cached pairs);
     `base="first"`: each against the first. `cache_dir`: where to keep the
-    record of the checkpoints found whole (`ckptscan.opened`), so a re-run
+    record of the checkpoints found whole (`ckptscan.pipeline.opened`), so a re-run
     opens only new or changed ones; default, the request's cache's.
     """
     request = _request(request, fields)
@@ -159,7 +159,7 @@ def _request(request: ScanRequest | None, fields: dict[str, Any]) -> ScanRequest
     request = ScanRequest.given(request, fields)
     if scan_reference is None:
         return request
-    warnings.warn("scan_reference is deprecated: resolve the references first (ckptscan.api.resolve_references)",
+    warnings.warn("scan_reference is deprecated: resolve the references first (ckptscan.pipeline.api.resolve_references)",
                   DeprecationWarning, stacklevel=3)
     return replace(request, references=tuple(
         Reference(scan_reference(str(as_path(s))), str(as_path(s)))
@@ -236,7 +236,7 @@ def load_reference(source: ReferenceSource | Reference) -> tuple[ScanReport, str
     path = as_path(source)
     if path.is_dir():
         raise CkptScanError("is a run: a reference run is scanned before the spec is made "
-                            "(ckptscan.api.resolve_references, or ckptscan.scan_run), or give its JSON report",
+                            "(ckptscan.pipeline.api.resolve_references, or ckptscan.scan_run), or give its JSON report",
                             path=path)
     return load_report(path), str(path)
 

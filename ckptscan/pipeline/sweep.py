@@ -1,6 +1,6 @@
 """A sweep judged run by run: each run against the band of all the others.
 
-    sweep = ckptscan.sweep.compare_runs(["runs/lr1e-3", "runs/lr2e-3", "runs/lr3e-3"])
+    sweep = ckptscan.pipeline.sweep.compare_runs(["runs/lr1e-3", "runs/lr2e-3", "runs/lr3e-3"])
     for run in sweep.runs:          # healthiest first
         print(run.rank, run.path, run.status, run.first_alert_step, run.family)
 
@@ -43,12 +43,12 @@ from ckptscan.detection.judge import judge
 from ckptscan.detection.reference import MODEL_FIELDS
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts import ModelInfo, resolve_layout
-from ckptscan.metrics import Metrics, compute
+from ckptscan.pipeline.metrics import Metrics, compute
 from ckptscan.report.json import report_dict
-from ckptscan.report.load import as_json_values, report_from_dict
-from ckptscan.results import GATE_ORDER, NOT_JUDGED, ScanReport, SweepReport, SweepRun
-from ckptscan.request import AUTO, ScanRequest
-from ckptscan.run import resolve_run
+from ckptscan.schema.load import as_json_values, report_from_dict
+from ckptscan.schema.results import GATE_ORDER, NOT_JUDGED, ScanReport, SweepReport, SweepRun
+from ckptscan.pipeline.request import AUTO, ScanRequest
+from ckptscan.pipeline.run import resolve_run
 from ckptscan.scan import ScanOptions
 from ckptscan.storage import RemotePath
 

@@ -12,12 +12,12 @@ its key. The key holds:
   metrics (so a changed monitor never serves stale numbers);
 - the monitor settings: `ScanOptions.cache_key()` (every option that can
   change a number: precision, layers, heads, head overrides, device …) and
-  the probe file's identity (`ckptscan.metrics.pair_settings`).
+  the probe file's identity (`ckptscan.pipeline.metrics.pair_settings`).
 A pair still being computed is kept layer by layer under
 `<cache dir>/layers/<its hash>/`, written as each layer arrives, so an
 interrupted run (a long cluster run, most of all) resumes at the layers it
 had not finished; the files are removed once the whole pair is written.
-Beside the metrics, `ckptscan.judge_cache.JudgeCache` keeps each judged
+Beside the metrics, `ckptscan.caches.judge_cache.JudgeCache` keeps each judged
 pair and the judge state after the newest (a re-run after one new checkpoint
 computes one pair and judges one pair).
 
@@ -43,15 +43,15 @@ import torch
 
 import ckptscan
 from ckptscan.monitors import registry
-from ckptscan.output import write_output
-from ckptscan.paths import expand_path
+from ckptscan.system.output import write_output
+from ckptscan.system.paths import expand_path
 from ckptscan.readers import Checkpoint
-from ckptscan.results import LayerResult, from_dict
+from ckptscan.schema.results import LayerResult, from_dict
 from ckptscan.storage import RemotePath
 
 CACHE_FORMAT = 2
 # Modules whose code decides the numbers a pair's metrics hold.
-_METRIC_SOURCES = ("scan", "metrics.py", "probe.py", "results.py", "monitors", "layouts", "readers")
+_METRIC_SOURCES = ("scan", "pipeline/metrics.py", "inputs/probe.py", "schema/results.py", "monitors", "layouts", "readers")
 # Files up to this size are hashed whole (config.json, shard index); larger
 # non-safetensors files hash their first this-many bytes.
 _WHOLE_FILE_BYTES = 1 << 20

@@ -1,7 +1,7 @@
 """The `ckptscan` console script, kept free of heavy imports.
 
 Importing the CLI pulls in torch, which takes seconds; a Ctrl-C (or SIGTERM,
-see `ckptscan.interrupts`) in that window must still be one line and exit
+see `ckptscan.system.interrupts`) in that window must still be one line and exit
 code 130, like a Ctrl-C mid-scan.
 
 Once interrupted, the process ends without Python's interpreter teardown:
@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ckptscan.interrupts import terminate_like_ctrl_c
+from ckptscan.system.interrupts import terminate_like_ctrl_c
 
 EXIT_INTERRUPT = 130
 

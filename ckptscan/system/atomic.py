@@ -1,5 +1,5 @@
 """Atomic file writes: a reader sees the old file or the complete new one,
-never half of it. Callers go through `ckptscan.output.write_output`, which
+never half of it. Callers go through `ckptscan.system.output.write_output`, which
 sends here only regular files and paths that do not exist yet."""
 
 from __future__ import annotations

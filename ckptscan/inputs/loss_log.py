@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ckptscan.errors import CkptScanError
-from ckptscan.results import PairResult
+from ckptscan.schema.results import PairResult
 from ckptscan.storage import RemotePath, as_path
 
 

@@ -1,0 +1,1 @@
+"""A run's side inputs: the training loss log and the routing probe."""

@@ -1,0 +1,1 @@
+"""The result types of a scan and reading their JSON back."""

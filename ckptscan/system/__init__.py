@@ -1,0 +1,1 @@
+"""What touches the operating system: atomic writes, paths, interrupts, threads, output files."""
