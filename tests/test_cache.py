@@ -7,7 +7,8 @@ import shutil
 import pytest
 import torch
 
-from ckptscan.caches.pair_cache import PairCache, default_cache_dir
+from ckptscan.caches.pair_cache import PairCache
+from ckptscan.system.paths import default_cache_dir
 from ckptscan.detection.rules import Thresholds
 from ckptscan.detection.state import JudgeState
 from ckptscan.readers import SafetensorsSource

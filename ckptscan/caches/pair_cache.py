@@ -34,7 +34,6 @@ import functools
 import gc
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -55,11 +54,6 @@ _METRIC_SOURCES = ("scan", "pipeline/metrics.py", "inputs/probe.py", "schema/res
 # Files up to this size are hashed whole (config.json, shard index); larger
 # non-safetensors files hash their first this-many bytes.
 _WHOLE_FILE_BYTES = 1 << 20
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME")
-    return (Path(base) if base else Path.home() / ".cache") / "ckptscan"
 
 
 class PairCache:

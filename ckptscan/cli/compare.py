@@ -106,6 +106,7 @@ def sweep_gate(sweep: SweepReport, fail_on: FailOn | str, allow_corrupt: bool = 
 
 
 def _cache(cache_dir: Path | None, no_cache: bool) -> PairCache | None:
-    from ckptscan.caches.pair_cache import PairCache, default_cache_dir
+    from ckptscan.caches.pair_cache import PairCache
+    from ckptscan.system.paths import default_cache_dir
 
     return None if no_cache else PairCache(cache_dir or default_cache_dir())

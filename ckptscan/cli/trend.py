@@ -45,7 +45,8 @@ def trend(
     with user_errors():
         load_library()
         from ckptscan.pipeline.api import resolve_references, scan
-        from ckptscan.caches.pair_cache import PairCache, default_cache_dir
+        from ckptscan.caches.pair_cache import PairCache
+        from ckptscan.system.paths import default_cache_dir
         from ckptscan.errors import CkptScanError
         from ckptscan.executors import make_executor
         from ckptscan.pipeline.discovery import CORRUPT, sweep_runs

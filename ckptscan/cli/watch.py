@@ -49,7 +49,8 @@ def watch(
     """Follow a live run: print each new checkpoint's row as soon as it is complete; exit 1 at the first alert."""
     with user_errors():
         load_library()
-        from ckptscan.caches.pair_cache import PairCache, default_cache_dir
+        from ckptscan.caches.pair_cache import PairCache
+        from ckptscan.system.paths import default_cache_dir
         from ckptscan.errors import CkptScanError
         from ckptscan.report.destinations import Delivery
         from ckptscan.pipeline.watch import watch_run

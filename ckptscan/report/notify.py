@@ -32,7 +32,7 @@ from urllib.request import Request, urlopen
 
 from ckptscan import __version__
 from ckptscan.system.atomic import write_atomic
-from ckptscan.caches.pair_cache import default_cache_dir
+from ckptscan.system.paths import default_cache_dir
 from ckptscan.errors import CkptScanError
 from ckptscan.interventions import INTERVENTIONS
 from ckptscan.report.destinations import run_key, run_location

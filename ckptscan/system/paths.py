@@ -21,3 +21,10 @@ def expand_path(path: str | Path) -> Path:
     """`path` with a leading `~` (or `~user`) and `$VAR` / `${VAR}` expanded
     (an unset variable stays as written)."""
     return Path(os.path.expandvars(os.path.expanduser(os.fspath(path))))
+
+
+def default_cache_dir() -> Path:
+    """The user cache directory's ckptscan folder (`$XDG_CACHE_HOME/ckptscan`, else `~/.cache/ckptscan`):
+    the caches' default home, and the notifier's."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    return (Path(base) if base else Path.home() / ".cache") / "ckptscan"
