@@ -12,7 +12,7 @@ records the step inside the checkpoint (Lightning `global_step`, DeepSpeed
 registered with accelerate), that step orders the run, whatever the name
 says. Pointer files (`latest`, `latest_checkpointed_iteration.txt`) are not
 checkpoints. What looks like a checkpoint but cannot be used is listed in
-`Run.skipped` with the reason and its kind (`SKIPPED_KINDS`): temporary
+`Run.skipped` with the reason and its kind (`schema.results.SKIPPED_KINDS`): temporary
 directories and checkpoints newer than the framework's "latest" pointer are
 "in_progress" (the framework says they are still being written); a
 checkpoint that does not open is "corrupt" (truncated, a damaged header, a
@@ -33,6 +33,7 @@ from ckptscan.errors import CkptScanError
 from ckptscan.readers import Checkpoint, open_checkpoint, open_each, step_from_name
 from ckptscan.readers.orbax import CHECKPOINT_METADATA
 from ckptscan.storage import RemotePath, as_path
+from ckptscan.schema.results import CORRUPT, DUPLICATE, IN_PROGRESS, NO_STEP
 
 if TYPE_CHECKING:
     from ckptscan.pipeline.opened import OpenedRecord
@@ -57,9 +58,6 @@ FILE_STEP = re.compile(r"(?:^|[-_=.])(?:step|iter|global_step)[-_=]?(\d+)(?:$|[-
 LITGPT_FINAL = "final"
 # Lightning's copy of the newest checkpoint (`last.ckpt`, `last-v1.ckpt`).
 LAST = re.compile(r"^last(-v\d+)?$")
-# The kinds of skipped checkpoint (a skipped entry's "kind", a public JSON value).
-IN_PROGRESS, CORRUPT, DUPLICATE, NO_STEP = "in_progress", "corrupt", "duplicate", "no_step"
-SKIPPED_KINDS = (IN_PROGRESS, CORRUPT, DUPLICATE, NO_STEP)
 
 
 @dataclass

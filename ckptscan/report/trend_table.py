@@ -28,13 +28,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ckptscan.pipeline.discovery import CORRUPT
 from ckptscan.interventions import family_lines
 from ckptscan.report.sparkline import cell_statuses, sparkline
 from ckptscan.report.table import STATUS_STYLE, fmt, print_model, print_reference_notes
 from ckptscan.monitors import registry
 from ckptscan.monitors.spec import MonitorSpec
-from ckptscan.schema.results import Finding, LayerResult, LayerSummary, ScanReport, counted, worst
+from ckptscan.schema.results import CORRUPT, Finding, LayerResult, LayerSummary, ScanReport, counted, worst
 
 SPARK_WIDTH = 30  # at most this many cells per sparkline
 MIN_SPARK_WIDTH = 6

@@ -32,6 +32,9 @@ GATE_ORDER = ("ok", "info", "warn", NOT_JUDGED, "alert")
 # an unjudged run says NOT JUDGED, never HEALTHY, and `--fail-on not_judged` fails it.
 FAIL_ON_LEVELS = ("warn", NOT_JUDGED, "alert")
 DEFAULT_FAIL_ON = "alert"
+# The kinds of skipped checkpoint (a skipped entry's "kind", a public JSON value).
+IN_PROGRESS, CORRUPT, DUPLICATE, NO_STEP = "in_progress", "corrupt", "duplicate", "no_step"
+SKIPPED_KINDS = (IN_PROGRESS, CORRUPT, DUPLICATE, NO_STEP)
 
 
 def reaches(status: str, level: str) -> bool:
