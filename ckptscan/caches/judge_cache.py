@@ -15,10 +15,10 @@ import dataclasses
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ckptscan.caches.pair_cache import collector_paused, digest, tool_fingerprint
-from ckptscan.detection.judge import SeriesJudge, effective_thresholds
+from ckptscan.detection.judge import Metrics, SeriesJudge, effective_thresholds
 from ckptscan.detection.rules import unjudged
 from ckptscan.detection.state import JudgeState
 from ckptscan.detection.thresholds import Thresholds
@@ -26,9 +26,6 @@ from ckptscan.errors import CkptScanError
 from ckptscan.monitors import registry
 from ckptscan.system.output import write_output
 from ckptscan.schema.results import Finding, PairResult, ScanReport, SeriesPoint, from_dict
-
-if TYPE_CHECKING:
-    from ckptscan.pipeline.metrics import Metrics
 
 JUDGE_FORMAT = 1
 # Modules whose code decides a judgement (the monitor families' declarations

@@ -19,7 +19,8 @@ import dataclasses
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence, Union
+from dataclasses import dataclass, field
+from typing import Any, Sequence, Union
 
 from ckptscan.detection.reference import Reference, reference_from_reports
 from ckptscan.detection.rules import finish_report, unjudged
@@ -27,10 +28,9 @@ from ckptscan.detection.screening import Screened, screen_references
 from ckptscan.detection.state import JudgeState
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.inputs.loss_log import LossLog, divergence_step
-from ckptscan.schema.results import PairResult, ScanReport, Summary
+from ckptscan.layouts.base import ModelInfo
+from ckptscan.schema.results import CheckpointRef, PairResult, ScanReport, Summary
 
-if TYPE_CHECKING:
-    from ckptscan.pipeline.metrics import Metrics
 
 # The JSON report's "command" for each kind of spec (a public key).
 COMMANDS = {"pair": "diff", "run": "trend"}
@@ -38,6 +38,24 @@ COMMANDS = {"pair": "diff", "run": "trend"}
 # One known-healthy run's report, or several (a band; detection/reference.py).
 References = Union[ScanReport, Sequence[ScanReport], None]
 ReferencePaths = Union[str, Sequence[Union[str, None]], None]  # None: a report object, from no file
+
+
+@dataclass
+class Metrics:
+    """The numbers of a scan, before any judgement: what `compute` gives and `judge` reads."""
+
+    kind: str  # "pair" | "run", as the spec
+    model: ModelInfo
+    checkpoints: list[CheckpointRef]
+    pairs: list[PairResult]  # layers carry metrics only (no findings, status "ok")
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)  # pairing, stride, the run, the loss log …
+    probe: str | None = None
+    loss_log: LossLog | None = None  # read by judge for the divergence step and the LR warm-up
+    cached: list[bool] = field(default_factory=list)  # per pair: taken from the cache rather than computed
+    # Per pair, with a cache: what names its metrics there (`PairCache.identity`), so
+    # judged pairs and the judge state can be cached beside them (`judge_cache.JudgeCache`).
+    pair_keys: list[str] = field(default_factory=list)
 
 
 def judge(metrics: Metrics, thresholds: Thresholds | None = None, reference: References = None, *,

@@ -11,35 +11,16 @@ executor call this same function.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from ckptscan.caches.pair_cache import collector_paused, file_identity
+from ckptscan.detection.judge import Metrics
 from ckptscan.executors import Executor
-from ckptscan.layouts import ModelInfo, resolve_layout
-from ckptscan.inputs.loss_log import LossLog
+from ckptscan.layouts import resolve_layout
 from ckptscan.readers import Checkpoint
 from ckptscan.schema.results import CheckpointRef, LayerResult, PairResult
 from ckptscan.pipeline.run import RunSpec
 from ckptscan.scan import ScanOptions, scan_layers
-
-
-@dataclass
-class Metrics:
-    """The numbers of a scan, before any judgement."""
-
-    kind: str  # "pair" | "run", as the spec
-    model: ModelInfo
-    checkpoints: list[CheckpointRef]
-    pairs: list[PairResult]  # layers carry metrics only (no findings, status "ok")
-    skipped: list[dict[str, str]] = field(default_factory=list)
-    settings: dict[str, Any] = field(default_factory=dict)  # pairing, stride, the run, the loss log …
-    probe: str | None = None
-    loss_log: LossLog | None = None  # read by judge for the divergence step and the LR warm-up
-    cached: list[bool] = field(default_factory=list)  # per pair: taken from the cache rather than computed
-    # Per pair, with a cache: what names its metrics there (`PairCache.identity`), so
-    # judged pairs and the judge state can be cached beside them (`judge_cache.JudgeCache`).
-    pair_keys: list[str] = field(default_factory=list)
 
 
 class PairStore(Protocol):
