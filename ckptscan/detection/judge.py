@@ -28,8 +28,7 @@ from ckptscan.detection.screening import Screened, screen_references
 from ckptscan.detection.state import JudgeState
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.inputs.loss_log import LossLog, divergence_step
-from ckptscan.layouts.base import ModelInfo
-from ckptscan.schema.results import CheckpointRef, PairResult, ScanReport, Summary
+from ckptscan.schema.results import CheckpointRef, ModelInfo, PairResult, ScanReport, Summary
 
 
 # The JSON report's "command" for each kind of spec (a public key).

@@ -45,8 +45,7 @@ from ckptscan.detection.series import (
     robust_center_scale,
 )
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import ModelInfo
-from ckptscan.schema.results import LayerResult, PairResult, ScanReport
+from ckptscan.schema.results import LayerResult, ModelInfo, PairResult, ScanReport
 
 # A reference saved more than this many times more (or less) often is not
 # compared on the monitors of an update (their level depends on the interval).

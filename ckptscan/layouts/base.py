@@ -17,30 +17,13 @@ from typing import Any, Callable, Iterable, Mapping
 import torch
 
 from ckptscan.errors import CkptScanError
+from ckptscan.schema.results import ModelInfo
 
 # Roles of router tensors; every other role feeds the attention monitors.
 ROUTER_ROLES = ("router", "router_bias")
 # Roles of the output family's tensors (read with the model's last layer):
 # the LM head, the token embedding standing in for a tied head, the final norm.
 OUTPUT_ROLES = ("lm_head", "embedding", "final_norm")
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    family: str
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    num_experts: int | None = None
-    top_k: int | None = None
-    # "softmax" or "sigmoid" where the config or the architecture says; None when unknown.
-    router_scoring: str | None = None
-    # MLA (DeepSeek): rows of the rope key shared by all heads, monitored as
-    # its own one-KV-head term (`LayerWeights.rope_q/rope_k`); head_dim is the
-    # content ("nope") part then.
-    rope_head_dim: int | None = None
 
 
 @dataclass

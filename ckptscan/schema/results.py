@@ -14,8 +14,6 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ckptscan.layouts.base import ModelInfo
-
 SCHEMA_VERSION = 1
 
 # Severity order used by every rule and the CI gate.
@@ -35,6 +33,26 @@ DEFAULT_FAIL_ON = "alert"
 # The kinds of skipped checkpoint (a skipped entry's "kind", a public JSON value).
 IN_PROGRESS, CORRUPT, DUPLICATE, NO_STEP = "in_progress", "corrupt", "duplicate", "no_step"
 SKIPPED_KINDS = (IN_PROGRESS, CORRUPT, DUPLICATE, NO_STEP)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """The model a report describes (its "model" key): family and head geometry, as its layout read them."""
+
+    family: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    num_experts: int | None = None
+    top_k: int | None = None
+    # "softmax" or "sigmoid" where the config or the architecture says; None when unknown.
+    router_scoring: str | None = None
+    # MLA (DeepSeek): rows of the rope key shared by all heads, monitored as
+    # its own one-KV-head term (`LayerWeights.rope_q/rope_k`); head_dim is the
+    # content ("nope") part then.
+    rope_head_dim: int | None = None
 
 
 def reaches(status: str, level: str) -> bool:
