@@ -18,6 +18,8 @@ from ckptscan.cache import PairCache, collector_paused, file_identity
 from ckptscan.executors import Executor
 from ckptscan.layouts import ModelInfo, resolve_layout
 from ckptscan.loss_log import LossLog
+from ckptscan.readers.base import Checkpoint
+from ckptscan.readers.trainer_state import interval_lr
 from ckptscan.results import CheckpointRef, LayerResult, PairResult
 from ckptscan.run import RunSpec
 from ckptscan.scan import ScanOptions, scan_layers
@@ -90,10 +92,8 @@ def compute(
         for pair in results:
             spec.loss_log.annotate(pair)
         run_settings.update(loss_log=str(spec.loss_log.path), lr_warmup_end_step=spec.loss_log.warmup_end())
-    for (a, _), pair in zip(pairs, results):
-        stated = ckpts[a].meta.get("lr")  # a checkpoint's saved scheduler state (Megatron's)
-        if pair.lr is None and isinstance(stated, (int, float)) and not isinstance(stated, bool):
-            pair.lr = float(stated)
+    for (a, b), pair in zip(pairs, results):
+        stated_lr(pair, ckpts[a], ckpts[b])
     return Metrics(
         kind=spec.kind,
         model=model,
@@ -136,3 +136,20 @@ def pair_settings(options: ScanOptions, spec: RunSpec) -> dict[str, str]:
     probe = spec.probe
     return {**options.cache_key(),
             "probe": "null" if probe is None else json.dumps(file_identity(probe.path), sort_keys=True)}
+
+
+def stated_lr(pair: PairResult, older: Checkpoint, newer: Checkpoint) -> None:
+    """The pair's learning rate where the loss log left it unknown, from
+    the checkpoints: the newer one's logged history (a Hugging Face
+    trainer_state.json: the rates of the very updates between the two),
+    else the older one's saved scheduler state (Megatron's: the rate at the
+    interval's start). The loss log wins over both: it is what the user
+    named for this run, and it logs every step."""
+    if pair.lr is not None:
+        return
+    history = newer.meta.get("lr_history")
+    if history:
+        pair.lr = interval_lr(history, pair.from_step, pair.to_step)
+    stated = older.meta.get("lr")
+    if pair.lr is None and isinstance(stated, (int, float)) and not isinstance(stated, bool):
+        pair.lr = float(stated)

@@ -54,6 +54,7 @@ from ckptscan.detection.series import first_judged
 from ckptscan.detection.state import JudgeState
 from ckptscan.detection.summary import SummaryState, summarize
 from ckptscan.detection.thresholds import Thresholds
+from ckptscan.detection.update import fill_update_per_lr
 from ckptscan.results import PairResult, ScanReport, worst
 
 # A diff whose checkpoints' names carry no step: which one is older is the user's word alone
@@ -122,6 +123,7 @@ def judge_alone(pair: PairResult, t: Thresholds, identical: bool = False) -> Pai
     for layer in pair.layers:
         layer.findings = numeric_findings(layer) + ceiling_findings(layer, t)
         layer.judgements = {}
+    fill_update_per_lr(pair)
     update_of_one_run_findings(pair, None)
     for layer in pair.layers:
         layer.findings.extend(floor_findings(layer, t) + precision_findings(layer))
