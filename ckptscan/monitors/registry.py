@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from ckptscan.monitors.attention_family import ATTENTION
+from ckptscan.monitors.optimizer_family import OPTIMIZER
 from ckptscan.monitors.router_family import ROUTER
 from ckptscan.monitors.spec import FamilySpec, MonitorSpec
 from ckptscan.monitors.update_family import UPDATE
@@ -108,3 +109,4 @@ def headlines(has_values: Callable[[MonitorSpec], bool]) -> list[MonitorSpec]:
 register(ATTENTION)
 register(ROUTER)
 register(UPDATE)
+register(OPTIMIZER)

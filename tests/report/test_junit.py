@@ -31,6 +31,8 @@ def expected_cases(data, fail_on):
             for family in ("attention", "router"):
                 if layer[family] is not None:
                     cases.setdefault((layer["layer"], family), None)
+            for family in layer.get("families", {}):  # a family with its own values (update's RMS)
+                cases.setdefault((layer["layer"], family), None)
     for pair in data["pairs"]:  # in step order: the first failing finding wins
         for layer in pair["layers"]:
             for f in sorted(layer["findings"], key=lambda f: -RANK[f["severity"]]):

@@ -50,12 +50,16 @@ def expected_scalars(data):
                 value = (layer[section] or {}).get(monitor)
                 if value is not None:
                     expected.setdefault(f"{monitor}/layer_{layer['layer']}", {})[step] = np.float32(value)
+            for values in layer.get("families", {}).values():  # the families' own values (the update family's RMS)
+                for monitor, value in values.items():
+                    if value is not None:
+                        expected.setdefault(f"{monitor}/layer_{layer['layer']}", {})[step] = np.float32(value)
             attention = layer["attention"] or {}
             if attention.get("dwq_rel_norm") is not None and attention.get("dwk_rel_norm") is not None:
                 # The update family's one monitor: the larger relative update of W_q and W_k.
                 expected.setdefault(f"update_size/layer_{layer['layer']}", {})[step] = \
                     np.float32(max(attention["dwq_rel_norm"], attention["dwk_rel_norm"]))
-        for family in ("attention", "router", "update", "numeric"):
+        for family in ("attention", "router", "update", "optimizer", "numeric"):
             levels = [[LEVEL[f["severity"]] for f in layer["findings"] if f["family"] == family]
                       for layer in pair["layers"]]
             expected.setdefault(f"ckptscan/{family}_severity", {})[step] = np.float32(max(sum(levels, []), default=0))
