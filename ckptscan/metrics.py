@@ -96,7 +96,7 @@ def compute(
         run_settings.update(loss_log=str(spec.loss_log.path), lr_warmup_end_step=spec.loss_log.warmup_end())
     for (a, b), pair in zip(pairs, results):
         stated_lr(pair, ckpts[a], ckpts[b])
-    if not any(OPTIMIZER_FAMILY in layer.families for pair in results for layer in pair.layers):
+    if results and not any(OPTIMIZER_FAMILY in layer.families for pair in results for layer in pair.layers):
         # Said once for the report, not per pair: its optimizer family is not judged.
         run_settings["optimizer_state"] = unread_reason(ckpts[pairs[-1][1]])
     return Metrics(
