@@ -3,13 +3,12 @@
 
 `log_history` holds one entry per logging step (`{"step": s, "loss": …,
 "learning_rate": …}`) and the evaluations' entries (no `learning_rate`:
-passed over). The Trainer logs `_get_learning_rate()` after the scheduler
-has stepped `s` times, so entry `s`'s rate is the one the update from
-checkpoint s to s + 1 is taken at: the loss log's convention (`step` s is
-the update that turns checkpoint s into s + 1), and the pair's mean LR is
-the mean over the entries from_step ≤ s < to_step, as `LossLog.pair_lr`.
-Checkpoint N's file holds the history up to N, so a pair reads the newer
-checkpoint's."""
+passed over). The Trainer takes `_get_learning_rate()` right after the
+optimizer step, before the scheduler's, then counts the step: entry `s`'s
+rate is the one update s used, the update that turned checkpoint s − 1
+into s (transformers `Trainer._inner_training_loop`). A pair's mean LR is
+the mean over the entries from_step < s ≤ to_step. Checkpoint N's file
+holds the history up to N, so a pair reads the newer checkpoint's."""
 
 from __future__ import annotations
 
@@ -51,9 +50,9 @@ def read_lr_history(folder: Path | RemotePath) -> list[tuple[int, float]] | None
 
 
 def interval_lr(history: list[tuple[int, float]], from_step: int | None, to_step: int | None) -> float | None:
-    """Mean logged learning rate of the updates from_step … to_step − 1; None
-    when no entry lies there."""
+    """Mean logged learning rate of the updates between the two checkpoints
+    (entries from_step < s ≤ to_step); None when no entry lies there."""
     if from_step is None or to_step is None:
         return None
-    values = [lr for step, lr in history if from_step <= step < to_step]
+    values = [lr for step, lr in history if from_step < step <= to_step]
     return sum(values) / len(values) if values else None

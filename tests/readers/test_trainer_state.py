@@ -47,8 +47,9 @@ def run(tmp_path, rates):
 
 
 def expected(rates, a, b):
-    """The mean of the rates logged at steps a ≤ s < b (float64)."""
-    logged = [s for s in range(LOGGING_STEPS, STEPS[-1] + 1, LOGGING_STEPS) if a <= s < b]
+    """The mean of the rates logged at steps a < s ≤ b (entry s: the rate
+    update s used, the one that made step s), float64."""
+    logged = [s for s in range(LOGGING_STEPS, STEPS[-1] + 1, LOGGING_STEPS) if a < s <= b]
     return float(np.mean(rates[logged]))
 
 
@@ -81,7 +82,7 @@ def test_the_trainer_state_wins_over_a_saved_scheduler_rate(tmp_path):
     newer = Checkpoint(tmp_path, "t", 4, None, meta={"lr_history": [(0, 1.0), (2, 3.0), (4, 7.0)]})  # type: ignore[arg-type]
     pair = PairResult(0, 4, [])
     stated_lr(pair, older, newer)
-    assert pair.lr == 2.0
+    assert pair.lr == 5.0  # updates 2 and 4: the ones between step 0 and step 4
     unlogged = PairResult(0, 4, [])
     stated_lr(unlogged, older, Checkpoint(tmp_path, "t", 4, None))  # type: ignore[arg-type]
     assert unlogged.lr == 9.0
