@@ -21,11 +21,9 @@ import io
 import math
 
 import torch
-from torch.distributed.checkpoint.metadata import BytesStorageMetadata, TensorStorageMetadata
 
 from ckptscan.errors import CkptScanError
 from ckptscan.readers.base import DCP_METADATA_FILE, Checkpoint
-from ckptscan.readers.dcp import DcpSource
 from ckptscan.readers.torch_pickle import load_pickle
 
 OPTIMIZER_PREFIXES = ("optimizer.", "optim.")
@@ -38,6 +36,12 @@ NONE_SAVED = "not read: the checkpoints hold no optimizer state by parameter nam
 def moment_keys(checkpoint: Checkpoint, name: str) -> tuple[str, str] | None:
     """The stored keys of tensor `name`'s second moment and its group's ε,
     or None where the checkpoint keeps no such pair."""
+    if checkpoint.format != "dcp":  # before importing torch.distributed.checkpoint (~1 s), as formats.py does
+        return None
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata, TensorStorageMetadata
+
+    from ckptscan.readers.dcp import DcpSource
+
     source = checkpoint.tensors
     if not isinstance(source, DcpSource) or name not in source.names:
         return None
@@ -59,6 +63,8 @@ def second_moment(checkpoint: Checkpoint, name: str) -> tuple[torch.Tensor, floa
     keys = moment_keys(checkpoint, name)
     if keys is None:
         return None
+    from ckptscan.readers.dcp import DcpSource
+
     moment_key, eps_key = keys
     source = checkpoint.tensors
     assert isinstance(source, DcpSource)  # moment_keys found them in one
