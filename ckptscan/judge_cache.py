@@ -34,7 +34,8 @@ JUDGE_FORMAT = 1
 # Modules whose code decides a judgement (the monitor families' declarations
 # among them; one registered at run time is named in the digest instead).
 _JUDGE_SOURCES = ("detection", "results.py", "monitors/spec.py", "monitors/registry.py", "monitors/attention_family.py",
-                  "monitors/router_family.py", "interventions.py")
+                  "monitors/router_family.py", "monitors/update_family.py", "monitors/optimizer_family.py",
+                  "interventions.py")
 
 
 def _code() -> dict[str, Any]:
