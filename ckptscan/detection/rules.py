@@ -55,7 +55,6 @@ from ckptscan.detection.series import first_judged
 from ckptscan.detection.state import JudgeState
 from ckptscan.detection.summary import SummaryState, summarize
 from ckptscan.detection.thresholds import Thresholds
-from ckptscan.detection.update import fill_update_per_lr
 from ckptscan.results import PairResult, ScanReport, worst
 
 # A diff whose checkpoints' names carry no step: which one is older is the user's word alone
@@ -124,7 +123,6 @@ def judge_alone(pair: PairResult, t: Thresholds, identical: bool = False) -> Pai
     for layer in pair.layers:
         layer.findings = numeric_findings(layer) + ceiling_findings(layer, t)
         layer.judgements = {}
-    fill_update_per_lr(pair)
     update_of_one_run_findings(pair, None)
     decayed_moment_findings(pair)
     for layer in pair.layers:

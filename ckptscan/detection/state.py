@@ -55,7 +55,6 @@ from ckptscan.detection.reference import Reference
 from ckptscan.detection.series import Point, SeriesState
 from ckptscan.detection.summary import Baselines, Onset, SummaryState
 from ckptscan.detection.thresholds import Thresholds
-from ckptscan.detection.update import fill_update_per_lr
 from ckptscan.errors import CkptScanError
 from ckptscan.results import NOT_JUDGED, PairResult, counted, worst
 
@@ -106,7 +105,6 @@ class JudgeState:
             self.start, self.warmup_end = index, pair.from_step
         judged = self.start is not None
         lr_before, self.lr_before = self.lr_before, pair.lr
-        fill_update_per_lr(pair)
         # The hard floors are not applied in the warm-up: at the end of the LR ramp healthy runs' Δ2
         # entropy dips toward and below them (0.221 on a healthy calibration run of the natural corpus,
         # 0.156 on a held-out one, step 100 → 200; docs/detection.md, warm-up). Those pairs are not

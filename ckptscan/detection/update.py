@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import statistics
 
-from ckptscan.monitors.update_family import UPDATE_PER_LR, UPDATE_RMS
 from ckptscan.results import Finding, PairResult
 
 FAMILY = "update"
@@ -103,20 +102,3 @@ def lr_rise_findings(pair: PairResult, lr_before: float | None) -> None:
     pair.layers[0].findings.append(Finding("lr", FAMILY, "info", ratio, message, threshold=LR_RISE,
                                            rule=RULE_LR_RISE))
 
-
-def fill_update_per_lr(pair: PairResult) -> None:
-    """Each layer's RMS(ΔW)/Σ_t η_t (monitors/update_family.py) where the
-    pair's learning rate is known: Σ_t η_t = the interval's mean LR × its
-    number of updates (to_step − from_step). Reported, not judged: on the
-    natural corpus it stays 0.06–0.14 from LR 3e-3 to 1e-1, saturating runs
-    included (docs/monitors.md), so no level of it tells an unstable run."""
-    steps = (pair.to_step - pair.from_step) if pair.from_step is not None and pair.to_step is not None else 0
-    for layer in pair.layers:
-        values = layer.families.get(FAMILY)
-        if values is None:
-            continue
-        rms = values.get(UPDATE_RMS)
-        if rms is None or pair.lr is None or pair.lr <= 0 or steps <= 0:
-            values.pop(UPDATE_PER_LR, None)  # a judge again without the LR: no stale value
-            continue
-        values[UPDATE_PER_LR] = rms / (pair.lr * steps)

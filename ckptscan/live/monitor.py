@@ -52,6 +52,7 @@ from ckptscan.errors import CkptScanError
 from ckptscan.live.report_file import ReportFile
 from ckptscan.live.snapshot import ModelView, model_config
 from ckptscan.loss_log import LossLog
+from ckptscan.monitors.update_family import fill_update_per_lr
 from ckptscan.readers.optimizer_state import NONE_SAVED
 from ckptscan.monitors import registry
 from ckptscan.paths import expand_path
@@ -239,6 +240,7 @@ class Monitor:
         if self.loss_log is not None:  # as compute() does with a loss log
             self.loss_log.annotate(pair)
             settings.update(loss_log=str(self.loss_log.path), lr_warmup_end_step=self.loss_log.warmup_end())
+        fill_update_per_lr(pair)
         metrics = Metrics(kind="run", model=model, checkpoints=self.checkpoints, pairs=self.pairs,
                           settings=settings, probe=str(self.probe.path) if self.probe is not None else None,
                           loss_log=self.loss_log)

@@ -10,10 +10,9 @@ import torch
 from factories import llama_config, llama_tensors, write_hf_checkpoint
 
 from ckptscan import scan_run
-from ckptscan.detection.update import fill_update_per_lr
 from ckptscan.layouts import LayerWeights
 from ckptscan.monitors import registry
-from ckptscan.monitors.update_family import update_values
+from ckptscan.monitors.update_family import fill_update_per_lr, update_values
 from ckptscan.results import LayerResult, PairResult
 from ckptscan.scan import ScanOptions
 
@@ -53,7 +52,7 @@ def test_per_unit_lr_is_rms_over_the_summed_rate_and_is_dropped_without_one():
     pair = PairResult(100, 300, [layer], lr=2e-3)
     fill_update_per_lr(pair)
     assert registry.spec("update_per_lr").read(layer) == pytest.approx(0.03 / (2e-3 * 200), rel=1e-15)
-    pair.lr = None  # judged again without the LR (a loss log removed)
+    pair.lr = None  # computed again without the LR (a loss log removed)
     fill_update_per_lr(pair)
     assert registry.spec("update_per_lr").read(layer) is None
 
