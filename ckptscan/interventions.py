@@ -84,6 +84,14 @@ _ACTIONS: dict[str, tuple[tuple[str, str, str], ...]] = {
         RESTART,
     ),
     # ---- end output family ----
+    # The optimizer family (detection/optimizer.py): second moments decayed below ε².
+    "optimizer": (
+        ("lower β₂", "lower β₂ so the second-moment estimate is not out of date when gradients return (loss spikes "
+         "follow an out-of-date estimate)", "Wortsman et al. 2023, arXiv:2304.13013"),
+        ("update clipping", "clip each update's RMS as Adafactor does (StableAdamW), for updates that outgrow a "
+         "decayed second-moment estimate", "Wortsman et al. 2023, arXiv:2304.13013"),
+        RESTART,
+    ),
     "numeric": (
         RESTART,
         ("float32 softmax and router", "keep numerically sensitive parts (softmax, router) in float32 rather "

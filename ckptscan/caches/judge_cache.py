@@ -30,8 +30,9 @@ from ckptscan.schema.results import Finding, PairResult, ScanReport, SeriesPoint
 JUDGE_FORMAT = 1
 # Modules whose code decides a judgement (the monitor families' declarations
 # among them; one registered at run time is named in the digest instead).
-_JUDGE_SOURCES = ("detection", "schema/results.py", "monitors/spec.py", "monitors/registry.py", "monitors/attention_family.py",
-                  "monitors/router_family.py", "interventions.py")
+_JUDGE_SOURCES = ("detection", "schema/results.py", "monitors/spec.py", "monitors/registry.py",
+                  "monitors/attention_family.py", "monitors/router_family.py", "monitors/update_family.py",
+                  "monitors/optimizer_family.py", "monitors/output_family.py", "interventions.py")
 
 
 def _code() -> dict[str, Any]:

@@ -50,7 +50,8 @@ from ckptscan.storage import RemotePath
 
 CACHE_FORMAT = 2
 # Modules whose code decides the numbers a pair's metrics hold.
-_METRIC_SOURCES = ("scan", "pipeline/metrics.py", "inputs/probe.py", "schema/results.py", "monitors", "layouts", "readers")
+_METRIC_SOURCES = ("scan", "pipeline/metrics.py", "inputs/probe.py", "schema/results.py", "monitors", "layouts",
+                   "readers")
 # Files up to this size are hashed whole (config.json, shard index); larger
 # non-safetensors files hash their first this-many bytes.
 _WHOLE_FILE_BYTES = 1 << 20

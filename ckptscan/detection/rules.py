@@ -47,6 +47,7 @@ from ckptscan.detection.findings import (
     numeric_findings,
 )
 from ckptscan.detection.numerics import precision_findings
+from ckptscan.detection.optimizer import decayed_moment_findings
 from ckptscan.detection.pooled import pooled_departures
 from ckptscan.detection.provenance import identical_findings, update_of_one_run_findings
 from ckptscan.detection.reference import Reference
@@ -123,6 +124,7 @@ def judge_alone(pair: PairResult, t: Thresholds, identical: bool = False) -> Pai
         layer.findings = numeric_findings(layer) + ceiling_findings(layer, t)
         layer.judgements = {}
     update_of_one_run_findings(pair, None)
+    decayed_moment_findings(pair)
     for layer in pair.layers:
         layer.findings.extend(floor_findings(layer, t) + precision_findings(layer))
     if identical:

@@ -48,6 +48,7 @@ from ckptscan.detection.findings import (
 )
 from ckptscan.detection.layer_band import LayerBand, RunBand
 from ckptscan.detection.numerics import precision_findings
+from ckptscan.detection.optimizer import decayed_moment_findings
 from ckptscan.detection.pooled import PooledCusum, pooled
 from ckptscan.detection.provenance import update_of_one_run_findings
 from ckptscan.detection.reference import Reference
@@ -110,6 +111,7 @@ class JudgeState:
         # judged, and say so (`diff` of such a pair, knowing no warm-up, applies them: rules.judge_alone).
         if judged:
             update_of_one_run_findings(pair, lr_before)
+            decayed_moment_findings(pair)
             for layer in pair.layers:
                 layer.findings.extend(floor_findings(layer, t))
                 layer.findings.extend(precision_findings(layer))

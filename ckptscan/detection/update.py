@@ -101,3 +101,4 @@ def lr_rise_findings(pair: PairResult, lr_before: float | None) -> None:
                "updates grow with it")
     pair.layers[0].findings.append(Finding("lr", FAMILY, "info", ratio, message, threshold=LR_RISE,
                                            rule=RULE_LR_RISE))
+

@@ -52,6 +52,8 @@ from ckptscan.errors import CkptScanError
 from ckptscan.live.report_file import ReportFile
 from ckptscan.live.snapshot import ModelView, model_config
 from ckptscan.inputs.loss_log import LossLog
+from ckptscan.monitors.update_family import fill_update_per_lr
+from ckptscan.readers.optimizer_state import NONE_SAVED
 from ckptscan.monitors import registry
 from ckptscan.system.paths import expand_path
 from ckptscan.inputs.probe import Probe, capture_probe, load_probe
@@ -233,11 +235,13 @@ class Monitor:
         model, (layers,) = scan_layers([previous, snapshot], [(0, 1)], self.options, self.probe)
         pair = PairResult(previous.step, snapshot.step, layers, str(previous.path), str(snapshot.path))
         self.pairs.append(pair)
+        # A snapshot holds the model, never its optimizer: said once, as compute() says it of checkpoints.
         settings = {"run": str(self.out), "pairing": "previous", "stride": 1, "pending_steps": [],
-                    "live": {"every": self.every}}
+                    "live": {"every": self.every}, "optimizer_state": NONE_SAVED}
         if self.loss_log is not None:  # as compute() does with a loss log
             self.loss_log.annotate(pair)
             settings.update(loss_log=str(self.loss_log.path), lr_warmup_end_step=self.loss_log.warmup_end())
+        fill_update_per_lr(pair)
         metrics = Metrics(kind="run", model=model, checkpoints=self.checkpoints, pairs=self.pairs,
                           settings=settings, probe=str(self.probe.path) if self.probe is not None else None,
                           loss_log=self.loss_log)

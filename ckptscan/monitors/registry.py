@@ -13,6 +13,7 @@ from typing import Callable, Iterator
 
 from ckptscan.monitors.attention_family import ATTENTION
 from ckptscan.monitors.output_family import OUTPUT
+from ckptscan.monitors.optimizer_family import OPTIMIZER
 from ckptscan.monitors.router_family import ROUTER
 from ckptscan.monitors.spec import FamilySpec, MonitorSpec
 from ckptscan.monitors.update_family import UPDATE
@@ -110,3 +111,4 @@ register(ATTENTION)
 register(ROUTER)
 register(UPDATE)
 register(OUTPUT)
+register(OPTIMIZER)

@@ -1,12 +1,25 @@
 """The update family: the training update itself, against the weights it
 updates (detection/update.py judges it, with the learning rate where the run
-states it). Its one monitor is read from the attention results: each layer's
-larger relative update of W_q and W_k, ‖ΔW‖/‖W_a‖."""
+states it). `update_size` is read from the attention results: each layer's
+larger relative update of W_q and W_k, ‖ΔW‖/‖W_a‖. `update_rms` is the
+family's own value, the larger root-mean-square element change of W_q and
+W_k; `update_per_lr` is it per unit of learning rate summed over the
+interval, RMS(ΔW)/Σ_t η_t, which detection fills where the pair's learning
+rate is known (docs/monitors.md derives the ≤ ~1 bound from Adam's update)."""
 
 from __future__ import annotations
 
-from ckptscan.monitors.spec import FamilySpec, MonitorSpec
-from ckptscan.schema.results import LayerResult
+import math
+
+import torch
+
+from ckptscan.layouts import LayerWeights
+from ckptscan.monitors.spec import FamilySpec, MonitorSpec, family_value
+from ckptscan.schema.results import LayerResult, PairResult
+
+FAMILY = "update"
+UPDATE_RMS = "update_rms"
+UPDATE_PER_LR = "update_per_lr"
 
 
 def _relative_update(layer: LayerResult) -> float | None:
@@ -16,10 +29,48 @@ def _relative_update(layer: LayerResult) -> float | None:
     return max(att.dwq_rel_norm, att.dwk_rel_norm)
 
 
+def rms_change(a: torch.Tensor | None, b: torch.Tensor | None) -> float | None:
+    """√(mean((b − a)²)) in float64 (a float32 difference of two close
+    weights loses the digits a small update has); None without both, of
+    different shapes, or when it is not finite (a non-finite weight)."""
+    if a is None or b is None or a.shape != b.shape or a.numel() == 0:
+        return None
+    value = torch.linalg.vector_norm(b.double() - a.double()).item() / math.sqrt(a.numel())
+    return value if math.isfinite(value) else None
+
+
+def update_values(a: LayerWeights, b: LayerWeights) -> dict[str, float | None]:
+    """The larger RMS element change of the layer's W_q and W_k (the q/k head
+    blocks the attention monitors read, a QK-norm's gain folded in)."""
+    found = [v for v in (rms_change(a.q, b.q), rms_change(a.k, b.k)) if v is not None]
+    return {UPDATE_RMS: max(found) if found else None}
+
+
+def fill_update_per_lr(pair: PairResult) -> None:
+    """Each layer's RMS(ΔW)/Σ_t η_t where the pair's learning rate is known
+    (compute fills it once the LR is, from whichever source): Σ_t η_t = the
+    interval's mean LR × its number of updates (to_step − from_step). Reported, not judged: on the
+    natural corpus it stays 0.06–0.14 from LR 3e-3 to 1e-1, saturating runs
+    included (docs/monitors.md), so no level of it tells an unstable run."""
+    steps = (pair.to_step - pair.from_step) if pair.from_step is not None and pair.to_step is not None else 0
+    for layer in pair.layers:
+        values = layer.families.get(FAMILY)
+        if values is None:
+            continue
+        rms = values.get(UPDATE_RMS)
+        if rms is None or pair.lr is None or pair.lr <= 0 or steps <= 0:
+            values.pop(UPDATE_PER_LR, None)  # recomputed without the LR: no stale value
+            continue
+        values[UPDATE_PER_LR] = rms / (pair.lr * steps)
+
+
 # Not a series: an update's size follows the learning-rate schedule; the
-# rule is its size against the weights (≥ 1) and against the LR.
+# rules are its size against the weights (≥ 1) and against the LR.
 UPDATE = FamilySpec(
-    "update",
-    (MonitorSpec("update_size", "update", "‖ΔW‖/‖W‖", None, "high", True, _relative_update),),
+    FAMILY,
+    (MonitorSpec("update_size", FAMILY, "‖ΔW‖/‖W‖", None, "high", True, _relative_update),
+     MonitorSpec(UPDATE_RMS, FAMILY, "RMS(ΔW)", None, "high", True, family_value(FAMILY, UPDATE_RMS)),
+     MonitorSpec(UPDATE_PER_LR, FAMILY, "RMS(ΔW)/Ση", None, "high", True, family_value(FAMILY, UPDATE_PER_LR))),
     headline=(),
+    compute=update_values,
 )

@@ -101,7 +101,8 @@ def reference_scanner(options: ScanOptions | None = None, **fields: Any) -> Call
     """Deprecated: how a reference run was scanned, given to `resolve_run` as
     `scan_reference`. The references of a request are resolved up front now
     (`resolve_references`)."""
-    warnings.warn("reference_scanner is deprecated: resolve the references first (ckptscan.pipeline.api.resolve_references)",
+    warnings.warn("reference_scanner is deprecated: resolve the references first "
+                  "(ckptscan.pipeline.api.resolve_references)",
                   DeprecationWarning, stacklevel=2)
     request = ScanRequest.of(options, **fields)
 

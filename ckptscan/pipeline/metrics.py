@@ -17,7 +17,11 @@ from ckptscan.caches.pair_cache import collector_paused, file_identity
 from ckptscan.detection.judge import Metrics
 from ckptscan.executors import Executor
 from ckptscan.layouts import resolve_layout
+from ckptscan.monitors.optimizer_family import FAMILY as OPTIMIZER_FAMILY
+from ckptscan.monitors.update_family import fill_update_per_lr
 from ckptscan.readers import Checkpoint
+from ckptscan.readers.optimizer_state import unread_reason
+from ckptscan.readers.trainer_state import interval_lr
 from ckptscan.schema.results import CheckpointRef, LayerResult, PairResult
 from ckptscan.pipeline.run import RunSpec
 from ckptscan.scan import ScanOptions, scan_layers
@@ -85,10 +89,12 @@ def compute(
         for pair in results:
             spec.loss_log.annotate(pair)
         run_settings.update(loss_log=str(spec.loss_log.path), lr_warmup_end_step=spec.loss_log.warmup_end())
-    for (a, _), pair in zip(pairs, results):
-        stated = ckpts[a].meta.get("lr")  # a checkpoint's saved scheduler state (Megatron's)
-        if pair.lr is None and isinstance(stated, (int, float)) and not isinstance(stated, bool):
-            pair.lr = float(stated)
+    for (a, b), pair in zip(pairs, results):
+        stated_lr(pair, ckpts[a], ckpts[b])
+        fill_update_per_lr(pair)
+    if results and not any(OPTIMIZER_FAMILY in layer.families for pair in results for layer in pair.layers):
+        # Said once for the report, not per pair: its optimizer family is not judged.
+        run_settings["optimizer_state"] = unread_reason(ckpts[pairs[-1][1]])
     return Metrics(
         kind=spec.kind,
         model=model,
@@ -131,3 +137,20 @@ def pair_settings(options: ScanOptions, spec: RunSpec) -> dict[str, str]:
     probe = spec.probe
     return {**options.cache_key(),
             "probe": "null" if probe is None else json.dumps(file_identity(probe.path), sort_keys=True)}
+
+
+def stated_lr(pair: PairResult, older: Checkpoint, newer: Checkpoint) -> None:
+    """The pair's learning rate where the loss log left it unknown, from
+    the checkpoints: the newer one's logged history (a Hugging Face
+    trainer_state.json: the rates of the very updates between the two),
+    else the older one's saved scheduler state (Megatron's: the rate at the
+    interval's start). The loss log wins over both: it is what the user
+    named for this run, and it logs every step."""
+    if pair.lr is not None:
+        return
+    history = newer.meta.get("lr_history")
+    if history:
+        pair.lr = interval_lr(history, pair.from_step, pair.to_step)
+    stated = older.meta.get("lr")
+    if pair.lr is None and isinstance(stated, (int, float)) and not isinstance(stated, bool):
+        pair.lr = float(stated)

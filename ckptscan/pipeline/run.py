@@ -159,7 +159,8 @@ def _request(request: ScanRequest | None, fields: dict[str, Any]) -> ScanRequest
     request = ScanRequest.given(request, fields)
     if scan_reference is None:
         return request
-    warnings.warn("scan_reference is deprecated: resolve the references first (ckptscan.pipeline.api.resolve_references)",
+    warnings.warn("scan_reference is deprecated: resolve the references first "
+                  "(ckptscan.pipeline.api.resolve_references)",
                   DeprecationWarning, stacklevel=3)
     return replace(request, references=tuple(
         Reference(scan_reference(str(as_path(s))), str(as_path(s)))

@@ -17,6 +17,7 @@ from ckptscan.readers import bounded, formats, fp8, safetensors, torch_pickle
 from ckptscan.readers.base import DCP_METADATA_FILE, Checkpoint
 from ckptscan.readers.sidecars import read_config
 from ckptscan.readers.steps import step_from_name
+from ckptscan.readers.trainer_state import read_lr_history
 from ckptscan.storage import RemotePath, as_path
 
 # Remote checkpoints opened at once: each open is two round trips (listings,
@@ -121,6 +122,9 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
         step = _registered_step(path)
         if step is not None:
             checkpoint.meta["custom_step"] = step
+        lr_history = read_lr_history(path)  # a Hugging Face Trainer's checkpoint-N/
+        if lr_history is not None:
+            checkpoint.meta["lr_history"] = lr_history
     recorded = next(((k, v) for k in META_STEPS if isinstance(v := checkpoint.meta.get(k), int)
                      and not isinstance(v, bool)), None)
     if recorded is not None:

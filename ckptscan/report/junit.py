@@ -30,7 +30,8 @@ from xml.etree import ElementTree as ET
 from ckptscan.system.atomic import write_atomic
 from ckptscan.errors import CkptScanError
 from ckptscan.monitors import registry
-from ckptscan.schema.results import DEFAULT_FAIL_ON, FAIL_ON_LEVELS, NOT_JUDGED, SEVERITIES, Finding, ScanReport, reaches
+from ckptscan.schema.results import (DEFAULT_FAIL_ON, FAIL_ON_LEVELS, NOT_JUDGED, SEVERITIES, Finding, ScanReport,
+                                     reaches)
 
 GATE_LEVELS = FAIL_ON_LEVELS
 BODY_LINES = 40  # findings listed in a failure's text; a long run would bury the first ones

@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts import ModelInfo, ModelLayout, resolve_layout
 from ckptscan.inputs.probe import Probe
+from ckptscan.monitors.optimizer_family import FAMILY as OPTIMIZER_FAMILY
 from ckptscan.storage.readahead import ReadAhead
 from ckptscan.readers import Checkpoint
 from ckptscan.schema.results import LayerResult
 from ckptscan.scan.comparing import compare
 from ckptscan.scan.loading import LoadedLayer, load_layer
+from ckptscan.scan.optimizer_state import optimizer_values
 from ckptscan.scan.options import DEFAULT_TOP_K, ScanOptions
 from ckptscan.scan.reading import prefetch, resolve_device
 from ckptscan.scan.selection import check_compatible, layer_plan, router_name, select_heads, select_layers
@@ -156,9 +158,13 @@ class LayerTask:
                 self.readahead.reach(layer, i)
             held[i] = load_layer(self.checkpoints[i], plan_i, options, probe_input, self.top_k, self.selection,
                                   as_base=i in self.bases)
+            optimizer = optimizer_values(self.checkpoints[i], plan_i) if any(b == i for _, b in pairs) else None
             for k, (a, b) in enumerate(pairs):
                 if b == i:
-                    compared[k] = compare(layer, held[a], held[b], options, self.selection)
+                    result = compare(layer, held[a], held[b], options, self.selection)
+                    if optimizer is not None:  # the newer checkpoint's optimizer state
+                        result.families[OPTIMIZER_FAMILY] = dict(optimizer)
+                    compared[k] = result
             held = {j: loaded for j, loaded in held.items() if self.last_use[j] > i}
         return compared
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -302,3 +303,23 @@ def test_on_alert_posts_the_alert_to_a_webhook_once(tmp_path, monkeypatch):
     assert len(received) == 1, received
     text = received[0]["text"]
     assert "numeric" in text and "step 4" in text, text
+
+
+def test_recorded_learning_rates_are_each_pairs_mean_rate(tmp_path):
+    """`record(step, loss, lr=…)` gives each pair the mean LR of its updates
+    (recorded steps from_step … to_step − 1), as a loss log's `lr` does."""
+    rates = np.random.default_rng(4).uniform(1e-4, 1e-3, 20)
+    state = {}
+
+    def after_step(model, step):
+        if "monitor" not in state:
+            state["monitor"] = Monitor(model, every=EVERY, out=tmp_path / "live", config=model.cfg.to_hf("float32"),
+                                       thresholds=Thresholds())
+        state["monitor"].record(step - 1, 2.0, lr=float(rates[step - 1]))  # the update that made step `step`
+        state["monitor"].step(step)
+
+    train(20, seed=SEED, after_step=after_step)
+    pairs = state["monitor"].report.pairs
+    assert [(p.from_step, p.to_step) for p in pairs] == [(5, 10), (10, 15), (15, 20)]
+    for pair in pairs:
+        assert pair.lr == pytest.approx(float(np.mean(rates[pair.from_step:pair.to_step])), rel=1e-12)

@@ -62,7 +62,7 @@ def expected_scalars(data):
                 # The update family's one monitor: the larger relative update of W_q and W_k.
                 expected.setdefault(f"update_size/layer_{layer['layer']}", {})[step] = \
                     np.float32(max(attention["dwq_rel_norm"], attention["dwk_rel_norm"]))
-        for family in ("attention", "router", "update", "output", "numeric"):
+        for family in ("attention", "router", "update", "output", "optimizer", "numeric"):
             levels = [[LEVEL[f["severity"]] for f in layer["findings"] if f["family"] == family]
                       for layer in pair["layers"]]
             expected.setdefault(f"ckptscan/{family}_severity", {})[step] = np.float32(max(sum(levels, []), default=0))

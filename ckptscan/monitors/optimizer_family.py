@@ -1,0 +1,35 @@
+"""The optimizer family: Adam's own state, where a checkpoint keeps it by
+parameter name (readers/optimizer_state.py). Its monitor is the share of a
+layer's W_q and W_k parameters whose second moment v has decayed below ε²
+(docs/monitors.md, "Optimizer state"): Adam's update m̂/(√v̂ + ε) of such a
+parameter is set by ε, not by its gradient history, and the next gradient it
+gets moves it by about the learning rate whatever that gradient's scale
+(Molybog et al. 2023, arXiv 2304.09871)."""
+
+from __future__ import annotations
+
+import torch
+
+from ckptscan.monitors.spec import FamilySpec, MonitorSpec, family_value
+
+FAMILY = "optimizer"
+V_BELOW_EPS2 = "v_below_eps2"
+
+
+def decayed_share(moments: list[tuple[torch.Tensor, float]]) -> float | None:
+    """Over the (v, ε) of a layer's tensors: the fraction of their elements
+    with v < ε²; None without elements."""
+    total = sum(v.numel() for v, _ in moments)
+    if not total:
+        return None
+    below = sum(int((v.double() < eps * eps).sum().item()) for v, eps in moments)
+    return below / total
+
+
+# Read from the newer checkpoint of each pair (its optimizer state), not a
+# property of the update; judged by its level (detection/optimizer.py).
+OPTIMIZER = FamilySpec(
+    FAMILY,
+    (MonitorSpec(V_BELOW_EPS2, FAMILY, "share v<ε²", None, "high", False, family_value(FAMILY, V_BELOW_EPS2)),),
+    headline=(),
+)
