@@ -53,7 +53,6 @@ from ckptscan.live.report_file import ReportFile
 from ckptscan.live.snapshot import ModelView, model_config
 from ckptscan.inputs.loss_log import LossLog
 from ckptscan.monitors.update_family import fill_update_per_lr
-from ckptscan.readers.optimizer_state import NONE_SAVED
 from ckptscan.monitors import registry
 from ckptscan.system.paths import expand_path
 from ckptscan.inputs.probe import Probe, capture_probe, load_probe
@@ -71,6 +70,9 @@ REPORT_SPACING = 32
 PROBE_FILE = "probe.safetensors"
 # Prefix of the metric names handed to the trainer's loggers and TensorBoard.
 METRIC_PREFIX = "ckptscan"
+# Live mode snapshots the parameters only; the optimizer family reads a saved
+# optimizer state, which a snapshot does not hold.
+LIVE_OPTIMIZER_NOT_READ = "not read: live mode snapshots the parameters, not the optimizer"
 
 
 @dataclass(frozen=True)
@@ -235,9 +237,9 @@ class Monitor:
         model, (layers,) = scan_layers([previous, snapshot], [(0, 1)], self.options, self.probe)
         pair = PairResult(previous.step, snapshot.step, layers, str(previous.path), str(snapshot.path))
         self.pairs.append(pair)
-        # A snapshot holds the model, never its optimizer: said once, as compute() says it of checkpoints.
+        # A snapshot holds the model, never its optimizer: said once, as compute() says why of checkpoints.
         settings = {"run": str(self.out), "pairing": "previous", "stride": 1, "pending_steps": [],
-                    "live": {"every": self.every}, "optimizer_state": NONE_SAVED}
+                    "live": {"every": self.every}, "optimizer_state": LIVE_OPTIMIZER_NOT_READ}
         if self.loss_log is not None:  # as compute() does with a loss log
             self.loss_log.annotate(pair)
             settings.update(loss_log=str(self.loss_log.path), lr_warmup_end_step=self.loss_log.warmup_end())

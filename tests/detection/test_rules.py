@@ -35,7 +35,7 @@ def test_attention_collapse_names_the_attention_family_and_rollback():
     # The first departing pair already alerts: layer 1's departure, capped at 6 σ, less the 1 σ
     # drift, takes its own CUSUM to 5.0, the calibrated alert level. The consecutive-pairs rule
     # confirms one pair later.
-    assert s.first_alert_step == {"attention": 1600, "router": None, "numeric": None, "update": None, "output": None}
+    assert s.first_alert_step == {"attention": 1600, "router": None, "numeric": None, "update": None, "output": None, "optimizer": None}
     assert s.first_alert_onset_step == 1600  # the pair 1500 -> 1600 departed first
     assert s.rollback_candidate.step == 1500 and s.rollback_candidate.path == "run/checkpoint-1500"
     assert s.lead_steps == 2300 - 1600

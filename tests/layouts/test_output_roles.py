@@ -10,12 +10,13 @@ from __future__ import annotations
 import pytest
 import torch
 from factories import llama_config, llama_tensors, random_weights, write_hf_checkpoint
-from format_writers import megatron_args, write_megatron_torch_dist, write_nanogpt
+from format_writers import GOLDEN_MEGATRON, write_nanogpt
 from output_reference import brute_scales, brute_update
 
 from ckptscan import scan_run
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts import HeadOverrides, resolve_layout
+from ckptscan.layouts.megatron import norm_offset
 from ckptscan.readers import open_checkpoint
 
 D, V, HEADS = 32, 48, 4
@@ -102,20 +103,30 @@ def test_neox_torchtitan_litgpt_and_olmo_core_names(tmp_path):
     assert inputs == [None]  # a reordered-norm block's attention_norm follows attention: not read
 
 
-def test_megatron_core_reads_the_tied_embedding_and_the_fused_input_norm(tmp_path):
-    tensors = {"embedding.word_embeddings.weight": _w(V, D), "decoder.final_layernorm.weight": torch.ones(D),
-               "decoder.layers.0.self_attention.linear_qkv.weight": _w(3 * D, D),
-               "decoder.layers.0.self_attention.linear_qkv.layer_norm_weight": torch.ones(D)}
-    args = megatron_args(1, D, HEADS, HEADS, None)
-    args.apply_layernorm_1p = True  # every norm scales by 1 + w
-    path = write_megatron_torch_dist(tmp_path / "m", 10, tensors, args, {})
+@pytest.mark.parametrize("run", ["dense", "legacy"])
+def test_megatron_core_reads_the_head_the_final_norm_and_the_input_norm(run):
+    # Real megatron-core saves (tests/golden/make_megatron.py): the untied
+    # output_layer, the final norm, and the input norm torch_dist stores fused
+    # into linear_qkv (the torch format keeps the local spec's own name).
+    path = sorted((GOLDEN_MEGATRON / run).glob("iter_*"))[0]
     layout, out, inputs = _roles(path)
-    assert out == {"embedding": "embedding.word_embeddings.weight", "final_norm": "decoder.final_layernorm.weight"}
-    assert inputs == ["decoder.layers.0.self_attention.linear_qkv.layer_norm_weight"]
-    weights = layout.layers[-1].build({k: open_checkpoint(path).tensors.get(k) for k in layout.layers[-1].tensors},
-                                      torch.float64)
-    assert torch.equal(weights.final_gain, torch.full((D,), 2.0, dtype=torch.float64))  # 1 + w, w = 1
-    assert torch.equal(weights.input_gain, torch.full((D,), 2.0, dtype=torch.float64))
+    assert out == {"lm_head": "output_layer.weight", "final_norm": "decoder.final_layernorm.weight"}
+    norm = "self_attention.linear_qkv.layer_norm_weight" if run == "dense" else "input_layernorm.weight"
+    assert inputs == [f"decoder.layers.{i}.{norm}" for i in range(2)]
+    checkpoint = open_checkpoint(path)
+    last = layout.layers[-1]
+    weights = last.build({k: checkpoint.tensors.get(k) for k in last.tensors}, torch.float64)
+    # args say nothing of --apply-layernorm-1p: the gains are the stored w
+    assert torch.equal(weights.final_gain, checkpoint.tensors.get("decoder.final_layernorm.weight").double())
+    assert torch.equal(weights.input_gain, checkpoint.tensors.get(f"decoder.layers.1.{norm}").double())
+
+
+def test_megatron_zero_centred_gains_are_one_plus_w_when_either_flag_says_so():
+    assert norm_offset({}) == 0.0
+    assert norm_offset({"apply_layernorm_1p": True}) == 1.0
+    assert norm_offset({"layernorm_zero_centered_gamma": True}) == 1.0
+    # the newer flag, where present, is the one megatron-core reads
+    assert norm_offset({"layernorm_zero_centered_gamma": False, "apply_layernorm_1p": True}) == 0.0
 
 
 def test_a_head_of_the_wrong_width_is_one_error_naming_it(tmp_path):
@@ -142,7 +153,7 @@ def test_a_scanned_run_gives_the_last_layer_the_heads_dense_values(tmp_path, tie
         stored.append({n: t.to(torch.bfloat16) for n, t in tensors.items()})
     report = scan_run(tmp_path)
     for k, pair in enumerate(report.pairs):
-        assert [bool(layer.families) for layer in pair.layers] == [False, True]
+        assert ["output" in layer.families for layer in pair.layers] == [False, True]
         values = pair.layers[-1].families["output"]
         a, b = stored[k][head], stored[k + 1][head]
         expected = {**brute_scales(b, stored[k + 1]["model.norm.weight"].to(torch.float64)), **brute_update(a, b)}
