@@ -21,7 +21,7 @@ from typing import Sequence, Union
 from ckptscan.detection.catalog import judged_by_name, judged_monitors
 from ckptscan.detection.changepoint import Cusum
 from ckptscan.detection.layer_band import MIN_MONITORS, layer_band, run_band_departure
-from ckptscan.detection.reference import Reference, reference_from_reports
+from ckptscan.detection.reference import Reference, Widening, reference_from_reports
 from ckptscan.detection.rules import Thresholds, assess_report, first_judged_pair, pooled_departures
 from ckptscan.detection.series import _judge as departure  # the reference rule's own one-sided departure
 from ckptscan.detection.series import judged_value, track
@@ -176,7 +176,7 @@ def departures(run: Path, reference_dirs: list[Path], base: Thresholds, single_f
                 y = judged_value(monitor.read(layer), monitor.spec.log)
                 interval = pair.to_step - pair.from_step if pair.from_step is not None else None
                 e = None if math.isnan(y) else reference.expectation(
-                    layer.layer, monitor, float(pair.to_step), t.reference_pairs, single_factor, 1.0, interval,
+                    layer.layer, monitor, float(pair.to_step), Widening(t.reference_pairs, single_factor), interval,
                     warmup=index < start)
                 values.append(None if e is None else (
                     departure(y, e.center, e.scale, "reference", monitor.spec.bad).excess, e.band_factor is not None))

@@ -87,6 +87,18 @@ class Known:
     ordered: bool
 
 
+@dataclass(frozen=True)
+class Widening:
+    """How a reference's expectation is formed: from the `count` pairs
+    nearest the judged step, its sigma widened by `scale_factor` when one run
+    gives it (for the spread between runs one run cannot show) and by
+    `band_factor` when a band of runs does."""
+
+    count: int
+    scale_factor: float
+    band_factor: float = 1.0
+
+
 @dataclass
 class Reference:
     path: str  # the references' files, comma-separated
@@ -109,18 +121,12 @@ class Reference:
             raise CkptScanError(f"the reference run is of a different model ({'; '.join(mismatched)})",
                                 path=self.path)
 
-    def expectations(self, layer: int, monitor: JudgedMonitor, steps: Sequence[float], count: int, scale_factor: float,
-                     band_factor: float = 1.0, interval: float | None = None) -> list[Expectation | None] | None:
-        """`expectation` at each step; None where no reference has a value of `monitor` in `layer`."""
-        if not any(self._known(m, layer, monitor, False).points for m in range(len(self.members))):
-            return None
-        return [self.expectation(layer, monitor, step, count, scale_factor, band_factor, interval) for step in steps]
-
-    def expectation(self, layer: int, monitor: JudgedMonitor, step: float, count: int, scale_factor: float,
-                    band_factor: float = 1.0, interval: float | None = None, warmup: bool = False,
+    def expectation(self, layer: int, monitor: JudgedMonitor, step: float, widening: Widening,
+                    interval: float | None = None, warmup: bool = False,
                     lr: float | None = None) -> Expectation | None:
         """Expected value and sigma of `monitor` in `layer` at `step`, in the
         monitor's judged units; None where no reference has a value there.
+        `widening`: the pairs pooled and the factors the sigma is widened by.
         `interval`: the judged pair's steps between checkpoints (a reference
         saved at another interval is not compared on update monitors).
         `warmup`: the judged pair is in the run's warm-up, which only a band
@@ -131,20 +137,21 @@ class Reference:
         usable = [m for m, member in enumerate(self.members)
                   if _comparable(member, monitor, interval) and _same_lr(member, monitor, step, lr)]
         if len(self.members) < BAND_MIN_RUNS:
-            return self._single(usable[0], layer, monitor, step, count, scale_factor) if usable and not warmup \
+            return self._single(usable[0], layer, monitor, step, widening) if usable and not warmup \
                 else None
         covering = [m for m in usable if self._covers(m, layer, monitor, step)]
         if len(covering) >= BAND_MIN_RUNS:
-            return self._band(covering, layer, monitor, step, count, band_factor)
+            return self._band(covering, layer, monitor, step, widening)
         if covering and not warmup:  # one reference left here: judged like a single reference
-            return self._single(covering[0], layer, monitor, step, count, scale_factor)
+            return self._single(covering[0], layer, monitor, step, widening)
         return None
 
-    def _single(self, m: int, layer: int, monitor: JudgedMonitor, step: float, count: int, scale_factor: float
+    def _single(self, m: int, layer: int, monitor: JudgedMonitor, step: float, widening: Widening
                 ) -> Expectation | None:
-        """One run's local level: the median of its `count` judged pairs
-        nearest in step; its sigma widened by `scale_factor` for the spread
-        between runs that one run cannot show."""
+        """One run's local level: the median of its `widening.count` judged
+        pairs nearest in step; its sigma widened by `widening.scale_factor`
+        for the spread between runs that one run cannot show."""
+        count, scale_factor = widening.count, widening.scale_factor
         known = self._known(m, layer, monitor, False)
         if not known.points:
             return None
@@ -152,9 +159,10 @@ class Reference:
         center, scale = robust_center_scale([y for _, y in nearest], monitor.spec.min_scale)
         return Expectation(center, scale * math.sqrt(1 + 1 / len(nearest)) * scale_factor)
 
-    def _band(self, members: list[int], layer: int, monitor: JudgedMonitor, step: float, count: int, band_factor: float
+    def _band(self, members: list[int], layer: int, monitor: JudgedMonitor, step: float, widening: Widening
               ) -> Expectation:
         """The band of several runs at `step` (see the module docstring)."""
+        count, band_factor = widening.count, widening.band_factor
         series = [self._known(m, layer, monitor, True) for m in members]
         values = [_interpolate(known, step) for known in series]
         center = statistics.median(values)

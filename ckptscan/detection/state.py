@@ -51,7 +51,7 @@ from ckptscan.detection.numerics import precision_findings
 from ckptscan.detection.optimizer import decayed_moment_findings
 from ckptscan.detection.pooled import PooledCusum, pooled
 from ckptscan.detection.provenance import update_of_one_run_findings
-from ckptscan.detection.reference import Reference
+from ckptscan.detection.reference import Reference, Widening
 from ckptscan.detection.series import Point, SeriesState
 from ckptscan.detection.summary import Baselines, Onset, SummaryState
 from ckptscan.detection.thresholds import Thresholds
@@ -180,8 +180,8 @@ class JudgeState:
                 raw = monitor.read(layer) if layer is not None else None
                 expected = None
                 if reference is not None and monitor.across_runs:
-                    expected = reference.expectation(number, monitor, step, t.reference_pairs,
-                                                     t.reference_scale_factor, band_factor(t, monitor), interval,
+                    widening = Widening(t.reference_pairs, t.reference_scale_factor, band_factor(t, monitor))
+                    expected = reference.expectation(number, monitor, step, widening, interval,
                                                      warmup=not judged, lr=pair.lr)
                 state = series[monitor.name]
                 points[monitor.name] = state.update(step, raw, expected, warmup=not judged, label=pair.to_step)

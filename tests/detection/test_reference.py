@@ -8,7 +8,7 @@ import pytest
 
 from ckptscan.detection.catalog import judged_by_name
 from ckptscan.detection.judge import judge
-from ckptscan.detection.reference import reference_from_report, reference_from_reports
+from ckptscan.detection.reference import Widening, reference_from_report, reference_from_reports
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts.base import ModelInfo
@@ -69,7 +69,7 @@ def test_a_band_is_the_median_and_pooled_spread_of_the_references_at_the_step(se
     reference = reference_from_reports([report_at(s, v) for s, v in runs], 0, 0, ["a", "b", "c"])
     last = min(s[-1] for s, _ in runs)
     for step in (rng.uniform(200, last - 100) for _ in range(5)):
-        got = reference.expectation(0, D2N, step, 5, 1.9, 1.3, None)
+        got = reference.expectation(0, D2N, step, Widening(5, 1.9, 1.3), None)
         want = brute_force_band(runs, step, 5, D2N.spec.min_scale, 1.3)
         assert got.center == pytest.approx(want[0], abs=1e-12)
         assert got.scale == pytest.approx(want[1], rel=1e-9)
@@ -80,7 +80,7 @@ def test_one_reference_is_the_widened_local_level_of_its_judged_pairs():
     steps = [100 * (i + 1) for i in range(12)]
     values = [0.5 + 0.01 * ((i * 7) % 5) for i in range(12)]
     reference = reference_from_report(report_at(steps, values), 2, 0, "ref")
-    got = reference.expectation(0, D2N, 640.0, 5, 1.9)
+    got = reference.expectation(0, D2N, 640.0, Widening(5, 1.9))
     near = np.array(values)[np.argsort(np.abs(np.array(steps[2:]) - 640.0), kind="stable")[:5] + 2]
     mad = 1.4826 * np.median(np.abs(near - np.median(near)))
     assert got.center == pytest.approx(float(np.median(near)))
@@ -92,8 +92,8 @@ def test_beyond_a_reference_s_last_step_the_others_judge_and_the_report_says_so(
     long_b = report_at([100 * (i + 1) for i in range(30)], [0.56] * 30, name="b")
     short = report_at([100 * (i + 1) for i in range(10)], [0.57] * 10, name="short")
     reference = reference_from_reports([long_a, long_b, short], 0, 0, ["a", "b", "short"])
-    inside = reference.expectation(0, D2N, 500.0, 5, 1.9, 1.0)
-    beyond = reference.expectation(0, D2N, 2500.0, 5, 1.9, 1.0)
+    inside = reference.expectation(0, D2N, 500.0, Widening(5, 1.9, 1.0))
+    beyond = reference.expectation(0, D2N, 2500.0, Widening(5, 1.9, 1.0))
     assert inside.center == pytest.approx(0.56)
     assert beyond.center == pytest.approx(0.555)  # a and b only
     run = run_report(30)
@@ -107,9 +107,9 @@ def test_a_reference_saved_at_another_interval_is_not_compared_on_update_monitor
     dense = report_at([50 * (i + 1) for i in range(40)], [0.5] * 40, name="every50")
     sparse = report_at([200 * (i + 1) for i in range(10)], [0.7] * 10, name="every200")
     reference = reference_from_reports([dense, sparse], 0, 0, ["every50", "every200"])
-    at50 = reference.expectation(0, D2N, 1000.0, 5, 1.9, 1.0, interval=50)
+    at50 = reference.expectation(0, D2N, 1000.0, Widening(5, 1.9, 1.0), interval=50)
     assert at50.center == pytest.approx(0.5)  # only the reference saved every 50 steps
-    assert reference.expectation(0, LOGIT, 1000.0, 5, 1.9, 1.0, interval=50).center == pytest.approx(math.log(3.0))
+    assert reference.expectation(0, LOGIT, 1000.0, Widening(5, 1.9, 1.0), interval=50).center == pytest.approx(math.log(3.0))
     run = run_report(30, interval=50)
     assert any("every200 was saved every 200 steps, this run every 50" in n for n in reference.coverage_notes(run.pairs))
 
