@@ -35,12 +35,27 @@ def sources(tmp_path_factory):
     }
 
 
+# The console script with SIGINT's usual handler, as from a terminal. A shell
+# starts a non-interactive script's background jobs (`make test &`, nohup ...
+# &) with SIGINT ignored; pytest's children inherit that, Python leaves it
+# ignored, and the Ctrl-C test waited out its guard (seen: /proc's SigIgn of
+# the watch process had SIGINT). tests/hostile/test_interrupts.py does the same.
+TERMINAL_COMMAND = """
+import signal; signal.signal(signal.SIGINT, signal.default_int_handler)
+import sys
+sys.argv = ["ckptscan", *sys.argv[1:]]
+from ckptscan.cli.console import main
+main()
+"""
+
+
 class Watch:
     """`ckptscan watch` as a process, its stdout and stderr read as they come."""
 
     def __init__(self, *args):
-        self.process = subprocess.Popen([sys.executable, "-m", "ckptscan", "watch", *map(str, args)], text=True,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment())
+        self.process = subprocess.Popen([sys.executable, "-c", TERMINAL_COMMAND, "watch", *map(str, args)],
+                                        text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        env=environment())
         self.out, self.err = Lines(self.process.stdout), Lines(self.process.stderr)
 
     def wait(self) -> int:
