@@ -379,7 +379,15 @@ def judged_value(raw: float | None, log: bool) -> float:
 
 
 def _unjudged(value: float, log: bool) -> float:
-    return math.exp(value) if log else value
+    """A judged (log) value back in the monitor's units. A threshold whose
+    log lies past exp's range (a very wide sigma) is infinite, never an
+    OverflowError; the report writes it as null, like every non-finite value."""
+    if not log:
+        return value
+    try:
+        return math.exp(value)
+    except OverflowError:
+        return math.inf
 
 
 def first_judged(from_steps: Sequence[int | None], warmup_pairs: int, warmup_steps: int) -> int:
