@@ -1,6 +1,7 @@
 """The shared pieces of every command: the app, exit codes, consoles, errors,
 and the flags read as the library's arguments (the options themselves are
-declared in `cli.options`, the outputs and the gate are `cli.outputs`).
+declared in `cli.options`, the groups of outputs in `cli.outputs`, what they
+write in `cli.destinations`, the gate in `cli.gate`).
 
 Exit codes (a public interface): 0 healthy, 1 the gate failed (the verdict
 reached --fail-on), 2 usage or input error, 130 interrupted.

@@ -52,7 +52,7 @@ def compare(
         for name in files:
             note(f"ignoring {name}: a file, not a run directory", quiet=quiet)
         run_dirs = [run for run in run_dirs if run not in files]
-        from ckptscan.cli.outputs import check_file_outputs
+        from ckptscan.cli.destinations import check_file_outputs
 
         check_file_outputs({"--json": json_path, "--html": html})
         from ckptscan.pipeline.request import ScanRequest
@@ -89,7 +89,7 @@ def sweep_gate(sweep: SweepReport, fail_on: FailOn | str, allow_corrupt: bool = 
     """The worst run's exit code, with the reason on stderr: 1 when a run's
     verdict reaches `fail_on`, or a run has a corrupt checkpoint (unless
     `allow_corrupt`); else 0."""
-    from ckptscan.cli.outputs import fails
+    from ckptscan.cli.gate import fails
     from ckptscan.pipeline.discovery import CORRUPT
     from ckptscan.report.json import sweep_message
 

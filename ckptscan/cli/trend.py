@@ -111,7 +111,7 @@ def _sweep(runs: list, request: ScanRequest, outputs: TrendOutputs, fail_on: Fai
     unused = [flag for flag, value in given.items() if value]
     unused += [flag for destination in outputs.destinations() for flag in destination.named()
                if flag not in SWEEP_FLAGS]
-    from ckptscan.cli.outputs import check_file_outputs
+    from ckptscan.cli.destinations import check_file_outputs
 
     check_file_outputs({"--json": outputs.json_path, "--html": outputs.html})
     if unused:

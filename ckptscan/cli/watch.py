@@ -17,7 +17,8 @@ import typer
 from ckptscan.cli.app import EXIT_INTERRUPT, command, err, head_overrides, note, out, scan_options, side_file, \
     user_errors
 from ckptscan.cli.options import Base, FailOn, LiveRunDir
-from ckptscan.cli.outputs import WatchOutputs, fails, gate
+from ckptscan.cli.gate import fails, gate
+from ckptscan.cli.outputs import WatchOutputs
 from ckptscan.cli.process import load_library
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""The destinations of `cli.outputs`, as a protocol: each is declared once
+"""The destinations of `cli.destinations`, as a protocol: each is declared once
 in `DESTINATIONS`, in the order a command writes them; a command's group of
 options asks for those whose flag was given, and loops over them to check
 before the scan and to write after. The flags a destination names are the
@@ -12,10 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from ckptscan.cli import app
+from ckptscan.cli.destinations import (DESTINATIONS, Annotations, Figures, JsonFile, JunitFile, MarkdownSummary,
+                                       MetricsEndpoint, StdoutReport, TensorBoardEvents, WandbRun)
 from ckptscan.cli.options import Format
-from ckptscan.cli.outputs import (DESTINATIONS, Annotations, Figures, JsonFile, JunitFile, MarkdownSummary,
-                                  MetricsEndpoint, RenderOutputs, StdoutReport, TensorBoardEvents, TrendOutputs,
-                                  WandbRun, WatchOutputs)
+from ckptscan.cli.outputs import RenderOutputs, TrendOutputs, WatchOutputs
 from ckptscan.report.destinations import Delivery, Destination
 
 from run_factory import write_run
