@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ckptscan.schema.results import ScanReport
 
 
-def _json_to_stdout(json_path: Path | None) -> bool:
+def json_to_stdout(json_path: Path | None) -> bool:
     """`--json -`: the JSON report alone on stdout, for a pipe."""
     from ckptscan.system.output import own_descriptor
 
@@ -61,7 +61,7 @@ class StdoutReport(Destination):
     def asked(cls, outputs: Any) -> StdoutReport | None:
         if getattr(outputs, "format", None) is None:
             return None
-        return cls(Format(outputs.format), outputs.per_head, _json_to_stdout(outputs.json_path))
+        return cls(Format(outputs.format), outputs.per_head, json_to_stdout(outputs.json_path))
 
     def named(self) -> list[str]:
         return [] if self.format is Format.table else [f"--format {self.format.value}"]
@@ -108,7 +108,7 @@ class JsonFile(Destination):
         from ckptscan.report.json import write_json
 
         write_json(delivery.report, self.path, self.per_head)
-        if delivery.new is None and not _json_to_stdout(self.path):
+        if delivery.new is None and not json_to_stdout(self.path):
             wrote(self.path)
 
 

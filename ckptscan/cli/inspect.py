@@ -39,7 +39,8 @@ def inspect(
     """Show the format, model family, head geometry and the tensors each layer reads."""
     with user_errors():
         from ckptscan import __version__
-        from ckptscan.system.output import own_descriptor, write_output
+        from ckptscan.cli.destinations import json_to_stdout
+        from ckptscan.system.output import write_output
         from ckptscan.errors import CkptScanError
         from ckptscan.pipeline.inspection import inspect_path
         from ckptscan.layouts import load_tensor_map
@@ -55,7 +56,7 @@ def inspect(
         document = {"schema_version": INSPECT_SCHEMA_VERSION, "tool": {"name": "ckptscan", "version": __version__},
                     **description}
         text = json.dumps(document, indent=2, default=str) + "\n"
-        to_stdout = json_path is not None and own_descriptor(str(json_path)) == 1
+        to_stdout = json_to_stdout(json_path)
         if json_path is not None:
             try:
                 write_output(json_path, text)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar, Iterator
 
 from ckptscan.cli.app import out, report_console, wrote
-from ckptscan.cli.destinations import Destinations, asked
+from ckptscan.cli.destinations import Destinations, asked, json_to_stdout
 from ckptscan.cli.gate import gate
 from ckptscan.cli.options import FailOn, Format
 from ckptscan.errors import CkptScanError
@@ -149,22 +149,22 @@ class SweepOutputs:
 
     def write(self, sweep: SweepReport) -> None:
         """The ranking (stdout; stderr when the JSON report goes to stdout), then --json and --html."""
-        from ckptscan.system.output import STDOUT, own_descriptor, write_output
+        from ckptscan.system.output import STDOUT, write_output
         from ckptscan.report.json import sweep_dict, write_sweep_json
         from ckptscan.report.sweep_table import print_sweep
 
-        json_to_stdout = self.json_path is not None and own_descriptor(str(self.json_path)) == 1
-        if self.as_json and not json_to_stdout:
+        to_stdout = json_to_stdout(self.json_path)
+        if self.as_json and not to_stdout:
             import json
 
             write_output(STDOUT, json.dumps(sweep_dict(sweep, self.per_head), indent=2, allow_nan=False) + "\n")
         elif not self.as_json:
-            console = report_console(stderr=True) if json_to_stdout else out()
+            console = report_console(stderr=True) if to_stdout else out()
             print_sweep(console, sweep)
             console.file.flush()
         if self.json_path is not None:
             write_sweep_json(sweep, self.json_path, self.per_head)
-            if not json_to_stdout:
+            if not to_stdout:
                 wrote(self.json_path)
         if self.html is not None:
             from ckptscan.schema.load import as_json_values
