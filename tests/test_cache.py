@@ -1,5 +1,6 @@
 """The incremental per-pair cache: identical results, only new pairs computed,
-only needed checkpoints read, invalidation by identity and settings."""
+only needed checkpoints read, invalidation by identity and settings; a run's
+pairs read from its packs give the same report."""
 
 import os
 import shutil
@@ -7,7 +8,8 @@ import shutil
 import pytest
 import torch
 
-from ckptscan.caches.pair_cache import PairCache
+from ckptscan.caches import pair_cache
+from ckptscan.caches.pair_cache import PairCache, pack_due
 from ckptscan.system.paths import default_cache_dir
 from ckptscan.detection.rules import Thresholds
 from ckptscan.detection.state import JudgeState
@@ -236,3 +238,59 @@ def test_loading_pauses_the_collector_and_leaves_it_as_it_was(enabled):
         assert gc.isenabled() == enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+@pytest.fixture
+def packing(monkeypatch):
+    """Packs from 3 pairs on: this run has 11, and by default a pack waits for 17."""
+    monkeypatch.setattr(pair_cache, "PACK_AFTER_PAIRS", 2)
+
+
+def test_a_pack_is_written_again_only_once_enough_pairs_are_past_it():
+    assert not pack_due(0, 16) and pack_due(0, 17)  # a short run reads its pairs' own files
+    assert not pack_due(1999, 2000) and not pack_due(1999, 1999 + 249)  # a nightly re-run adds one pair
+    assert pack_due(1999, 1999 + 250)  # more than an eighth of 1,999 past it
+    assert not pack_due(2000, 2000) and not pack_due(2000, 1990)  # nothing past it
+
+
+def test_a_grown_run_reads_its_pairs_and_judgements_from_its_packs(run, tmp_path, packing, judged):
+    options = ScanOptions()
+    shutil.move(run / "checkpoint-1100", tmp_path / "later")
+    scan_run(run, options, cache=PairCache(tmp_path / "cache"))
+    assert len(list((tmp_path / "cache" / "packs").iterdir())) == 1
+    assert len(list((tmp_path / "cache" / "judged-packs").iterdir())) == 1
+    for entry in [*(tmp_path / "cache" / "pairs").iterdir(), *(tmp_path / "cache" / "judged").iterdir()]:
+        entry.unlink()  # only the packs can give them back now
+    shutil.move(tmp_path / "later", run / "checkpoint-1100")
+    judged.clear()
+    cache = PairCache(tmp_path / "cache")
+    grown = report_json(scan_run(run, options, cache=cache))
+    assert (cache.hits, cache.misses) == (10, 1)
+    assert judged == [1100]
+    assert grown == report_json(scan_run(run, options))
+    assert '"status": "alert"' in grown  # the planted collapse, judged before and kept in the pack
+
+
+def test_unreadable_packs_are_passed_over_for_the_pairs_own_files(run, tmp_path, packing, judged):
+    options = ScanOptions()
+    expected = report_json(scan_run(run, options, cache=PairCache(tmp_path / "cache")))
+    for pack in [*(tmp_path / "cache" / "packs").iterdir(), *(tmp_path / "cache" / "judged-packs").iterdir()]:
+        pack.write_text('{"format": 1, "pairs": ')
+    judged.clear()
+    cache = PairCache(tmp_path / "cache")
+    assert report_json(scan_run(run, options, cache=cache)) == expected
+    assert (cache.hits, cache.misses, judged) == (11, 0, [])
+
+
+def test_a_changed_checkpoint_ends_what_the_pack_gives(run, tmp_path, packing):
+    options = ScanOptions()
+    scan_run(run, options, cache=PairCache(tmp_path / "cache"))
+    for entry in (tmp_path / "cache" / "pairs").iterdir():
+        entry.unlink()
+    shard = run / "checkpoint-500" / "model.safetensors"
+    stat = shard.stat()
+    os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    cache = PairCache(tmp_path / "cache")
+    report = report_json(scan_run(run, options, cache=cache))
+    assert (cache.hits, cache.misses) == (4, 7)  # the pack's pairs up to 300 -> 400; the rest computed
+    assert report == report_json(scan_run(run, options))

@@ -6,7 +6,9 @@ everything it depends on (the pairs before it, the thresholds, the reference
 run, the detection code): a re-run after one new checkpoint computes one
 pair and judges one pair, and changed thresholds judge every pair afresh.
 It lives apart from the pair cache because it needs detection, which the
-metrics' cache must not.
+metrics' cache must not. Like the pair cache, it keeps a run's judged pairs
+together too, in one file named by the first link of their chain
+(`<dir>/judged-packs/`, written again as `pair_cache.pack_due` says).
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ckptscan.caches.pair_cache import collector_paused, digest, tool_fingerprint
+from ckptscan.caches import tables
+from ckptscan.caches.pair_cache import collector_paused, common_prefix, digest, pack_due, tool_fingerprint
 from ckptscan.detection.judge import Metrics, SeriesJudge, effective_thresholds
-from ckptscan.detection.rules import unjudged
 from ckptscan.detection.state import JudgeState
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.errors import CkptScanError
@@ -28,11 +31,30 @@ from ckptscan.system.output import write_output
 from ckptscan.schema.results import Finding, PairResult, ScanReport, SeriesPoint, from_dict
 
 JUDGE_FORMAT = 1
+JUDGE_PACK_FORMAT = 1
 # Modules whose code decides a judgement (the monitor families' declarations
 # among them; one registered at run time is named in the digest instead).
 _JUDGE_SOURCES = ("detection", "schema/results.py", "monitors/spec.py", "monitors/registry.py",
                   "monitors/attention_family.py", "monitors/router_family.py", "monitors/update_family.py",
                   "monitors/optimizer_family.py", "monitors/output_family.py", "interventions.py")
+
+
+@dataclass(slots=True)
+class LayerJudgement:
+    """What judging writes into a layer."""
+
+    status: str
+    findings: list[Finding]
+    judgements: dict[str, SeriesPoint]
+
+
+@dataclass(slots=True)
+class PairJudgement:
+    """What judging writes into a pair: a judged pair's entry in the cache."""
+
+    status: str
+    not_judged_reason: str | None
+    layers: list[LayerJudgement]
 
 
 def _code() -> dict[str, Any]:
@@ -62,6 +84,7 @@ class JudgeCache:
         self.write_error: str | None = None
         # The last chain (basis, pair keys, links): a watch's next look extends it by its new pairs.
         self._chain: tuple[dict[str, Any], list[str], list[str]] | None = None
+        self._packed = 0  # how many judged pairs of the last chain its pack held
 
     def report(self, judging: SeriesJudge, metrics: Metrics) -> ScanReport:
         """`judging.report(metrics)`, going on from the cache's judged prefix
@@ -80,12 +103,24 @@ class JudgeCache:
         if judging.state is not state:
             before = 0  # judged again from the first pair
         for index in range(before, len(judging.judged)):
-            self._write(self._judged(chain[index]), _annotations(judging.judged[index]))
-        if len(judging.judged) > before:
+            self._write(self._judged(chain[index]), dataclasses.asdict(_judgement(judging.judged[index])))
+        if judging.state is not None and len(judging.judged) > before:  # report() always leaves a state
             self._write(self._state(chain[len(judging.judged) - 1]), judging.state.to_dict())
             if before:
                 self._state(chain[before - 1]).unlink(missing_ok=True)
+        if not before:
+            self._packed = 0
+        self._pack(chain, judging.judged)
         return report
+
+    def _pack(self, chain: list[str], judged: list[PairResult]) -> None:
+        """The judged pairs in the chain's pack, when enough are past it (`pack_due`)."""
+        if not judged or not pack_due(self._packed, len(judged)):
+            return
+        data = {"format": JUDGE_PACK_FORMAT, "links": chain[:len(judged)],
+                "pairs": tables.encode(PairJudgement, [_judgement(pair) for pair in judged])}
+        if self._write(self._judged_pack(chain[0]), data):
+            self._packed = len(judged)
 
     def chain(self, basis: dict[str, Any], pair_keys: list[str]) -> list[str]:
         """The chain digests of `pair_keys` under `basis` (`_chain`), extending
@@ -127,25 +162,44 @@ class JudgeCache:
             try:
                 state = JudgeState.from_dict(_read(path), thresholds, judging.expected(thresholds, metrics), basis)
                 with collector_paused():
-                    judged = [_annotated(pair, _read(self._judged(link)))
-                              for pair, link in zip(metrics.pairs[:count], chain[:count])]
+                    packed = self._read_pack(chain[:count])
+                    self._packed = len(packed)
+                    saved = [*packed, *(from_dict(PairJudgement, _read(self._judged(link)))
+                                        for link in chain[len(packed):count])]
+                    judged = [_annotated(pair, judgement) for pair, judgement in zip(metrics.pairs, saved)]
             except (OSError, ValueError, KeyError, TypeError, CkptScanError):
                 return
             if state.count == count:
                 judging.start(state, judged)
             return
 
-    def _write(self, path: Path, data: dict[str, Any]) -> None:
+    def _read_pack(self, links: list[str]) -> list[PairJudgement]:
+        """The judgements of the chain's pack as far as its links are `links`'."""
+        try:
+            data = _read(self._judged_pack(links[0]))
+            if data["format"] != JUDGE_PACK_FORMAT:
+                raise ValueError("another pack format")
+            count = common_prefix(data["links"], links)
+            return tables.decode(PairJudgement, data["pairs"])[:count]
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            return []
+
+    def _write(self, path: Path, data: dict[str, Any]) -> bool:
         try:
             write_output(path, json.dumps(data, allow_nan=True))
         except OSError as e:
             self.write_error = f"{self.directory}: {e.strerror or e}"
+            return False
+        return True
 
     def _judged(self, link: str) -> Path:
         return self.directory / "judged" / f"{link}.json"
 
     def _state(self, link: str) -> Path:
         return self.directory / "judge-state" / f"{link}.json"
+
+    def _judged_pack(self, first: str) -> Path:
+        return self.directory / "judged-packs" / f"{first}.json"
 
 
 def _chain(basis: dict[str, Any], pair_keys: list[str], link: str | None = None) -> list[str]:
@@ -163,22 +217,17 @@ def _read(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def _annotations(pair: PairResult) -> dict[str, Any]:
+def _judgement(pair: PairResult) -> PairJudgement:
     """What judging wrote into a pair."""
-    return {"status": pair.status, "not_judged_reason": pair.not_judged_reason,
-            "layers": [{"status": layer.status, "findings": [dataclasses.asdict(f) for f in layer.findings],
-                        "judgements": {k: dataclasses.asdict(v) for k, v in layer.judgements.items()}}
-                       for layer in pair.layers]}
+    return PairJudgement(pair.status, pair.not_judged_reason,
+                         [LayerJudgement(layer.status, layer.findings, layer.judgements) for layer in pair.layers])
 
 
-def _annotated(pair: PairResult, data: dict[str, Any]) -> PairResult:
-    """A metrics pair with the judgement `_annotations` kept of it."""
-    judged = unjudged(pair)
-    if len(data["layers"]) != len(judged.layers):
+def _annotated(pair: PairResult, judgement: PairJudgement) -> PairResult:
+    """A copy of a metrics pair with the judgement `_judgement` kept of it."""
+    if len(judgement.layers) != len(pair.layers):
         raise ValueError("the judged pair has other layers")
-    judged.status, judged.not_judged_reason = data["status"], data["not_judged_reason"]
-    for layer, saved in zip(judged.layers, data["layers"]):
-        layer.status = saved["status"]
-        layer.findings = [from_dict(Finding, f) for f in saved["findings"]]
-        layer.judgements = {k: from_dict(SeriesPoint, v) for k, v in saved["judgements"].items()}
-    return judged
+    layers = [dataclasses.replace(layer, status=saved.status, findings=saved.findings, judgements=saved.judgements)
+              for layer, saved in zip(pair.layers, judgement.layers)]
+    return dataclasses.replace(pair, layers=layers, status=judgement.status,
+                               not_judged_reason=judgement.not_judged_reason)

@@ -17,6 +17,12 @@ A pair still being computed is kept layer by layer under
 `<cache dir>/layers/<its hash>/`, written as each layer arrives, so an
 interrupted run (a long cluster run, most of all) resumes at the layers it
 had not finished; the files are removed once the whole pair is written.
+A run's pairs are also kept together, in one file under `<cache dir>/packs/`
+named by its first pair (`caches/tables.py`: floats as their bytes): reading
+2,000 pairs from their own files was most of a cached re-run. The pack is
+only a faster copy; a pair past it (the new one of a re-run) is read from its
+own file, and the pack is written again once enough pairs are past it
+(`pack_due`).
 Beside the metrics, `ckptscan.caches.judge_cache.JudgeCache` keeps each judged
 pair and the judge state after the newest (a re-run after one new checkpoint
 computes one pair and judges one pair).
@@ -41,6 +47,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 import ckptscan
+from ckptscan.caches import tables
 from ckptscan.monitors import registry
 from ckptscan.system.output import write_output
 from ckptscan.system.paths import expand_path
@@ -49,6 +56,12 @@ from ckptscan.schema.results import LayerResult, from_dict
 from ckptscan.storage import RemotePath
 
 CACHE_FORMAT = 2
+PACK_FORMAT = 1
+# A pack is written again when more pairs than this, and than this share of
+# those it holds, are past it: a nightly re-run adds one pair, and writing
+# 2,000 pairs again costs ~2 s (bench/long_run.py), so about every 250 runs.
+PACK_AFTER_PAIRS = 16
+PACK_AFTER_SHARE = 1 / 8
 # Modules whose code decides the numbers a pair's metrics hold.
 _METRIC_SOURCES = ("scan", "pipeline/metrics.py", "inputs/probe.py", "schema/results.py", "monitors", "layouts",
                    "readers")
@@ -65,6 +78,8 @@ class PairCache:
         self.hits = 0
         self.misses = 0
         self.write_error: str | None = None  # the cache is an optimisation: a failed write is reported, not fatal
+        self._names: dict[int, tuple[dict[str, Any], str]] = {}  # `_name`'s
+        self._packed: tuple[str, int] | None = None  # the run's first pair and how many of its pairs the pack held
 
     def key(self, older: Checkpoint, newer: Checkpoint, settings: dict[str, str]) -> dict[str, Any]:
         """`settings`: what else decides the pair's numbers (`compute.pair_settings`)."""
@@ -85,10 +100,48 @@ class PairCache:
 
     def identity(self, key: dict[str, Any]) -> str:
         """The name of a pair's entry (its key's digest)."""
-        return digest(key)
+        return self._name(key)
 
     def get(self, key: dict[str, Any]) -> list[LayerResult] | None:
-        path = self._path(key)
+        return self._get(key, self._name(key))
+
+    def get_many(self, keys: list[dict[str, Any]]) -> list[list[LayerResult] | None]:
+        """`get` of each of a run's pairs, in order: those of its pack in one read."""
+        self._names = {}  # a new run's keys: the names of the last one's are not kept
+        names = [self._name(key) for key in keys]
+        packed = self._read_pack(names)
+        self.hits += len(packed)
+        self._packed = (names[0], len(packed)) if names else None
+        return [*packed, *(self._get(key, name) for key, name in zip(keys[len(packed):], names[len(packed):]))]
+
+    def pack(self, keys: list[dict[str, Any]], layers: list[list[LayerResult]]) -> None:
+        """Keep a run's pairs (`keys`, in order, all computed) in its pack when
+        enough of them are past the pack `get_many` read (`pack_due`)."""
+        names = [self._name(key) for key in keys]
+        packed = self._packed[1] if self._packed is not None and names and self._packed[0] == names[0] else 0
+        if not names or not pack_due(packed, len(names)):
+            return
+        data = {"format": PACK_FORMAT, "pairs": names, "layers": tables.encode(list[LayerResult], layers)}
+        try:
+            write_output(self._pack_path(names[0]), json.dumps(data, allow_nan=True))
+        except OSError as e:
+            self.write_error = f"{self.directory}: {e.strerror or e}"
+            return
+        self._packed = (names[0], len(names))
+
+    def _name(self, key: dict[str, Any]) -> str:
+        """`digest(key)`, worked out once per key of the run `get_many` was
+        last given: compute names each of a run's pairs three times (to read
+        it, to pack it, for the judge cache), ~0.1 s at 2,000 pairs."""
+        known = self._names.get(id(key))
+        if known is not None and known[0] is key:  # the very dict (it is kept, so its id is not reused)
+            return known[1]
+        name = digest(key)
+        self._names[id(key)] = (key, name)
+        return name
+
+    def _get(self, key: dict[str, Any], name: str) -> list[LayerResult] | None:
+        path = self.directory / "pairs" / f"{name}.json"
         try:
             entry = json.loads(path.read_text(encoding="utf-8"))
             if entry.get("key") != key:
@@ -99,6 +152,20 @@ class PairCache:
             return None
         self.hits += 1
         return layers
+
+    def _read_pack(self, names: list[str]) -> list[list[LayerResult]]:
+        """The pairs of the pack of `names[0]` as far as its names are `names`'
+        (none when there is no such pack or it cannot be read)."""
+        if not names:
+            return []
+        try:
+            data = json.loads(self._pack_path(names[0]).read_text(encoding="utf-8"))
+            if data["format"] != PACK_FORMAT:
+                raise ValueError("another pack format")
+            count = common_prefix(data["pairs"], names)
+            return tables.decode(list[LayerResult], data["layers"])[:count]
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            return []
 
     def put(self, key: dict[str, Any], layers: list[LayerResult]) -> None:
         # allow_nan: the cache must give back exactly what was computed.
@@ -135,10 +202,27 @@ class PairCache:
             self.write_error = f"{self.directory}: {e.strerror or e}"
 
     def _path(self, key: dict[str, Any]) -> Path:
-        return self.directory / "pairs" / f"{digest(key)}.json"
+        return self.directory / "pairs" / f"{self._name(key)}.json"
 
     def _layer_dir(self, key: dict[str, Any]) -> Path:
-        return self.directory / "layers" / digest(key)
+        return self.directory / "layers" / self._name(key)
+
+    def _pack_path(self, first: str) -> Path:
+        return self.directory / "packs" / f"{first}.json"
+
+
+def pack_due(packed: int, total: int) -> bool:
+    """Whether a pack of `packed` pairs of a run of `total` is written again."""
+    return total - packed > max(PACK_AFTER_PAIRS, packed * PACK_AFTER_SHARE)
+
+
+def common_prefix(a: list[str], b: list[str]) -> int:
+    count = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        count += 1
+    return count
 
 
 @contextlib.contextmanager

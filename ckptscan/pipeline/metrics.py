@@ -33,8 +33,9 @@ class PairStore(Protocol):
 
     def keys(self, checkpoints: Sequence[Checkpoint], pairs: Sequence[tuple[int, int]], settings: dict[str, str]
              ) -> list[dict[str, Any]]: ...
-    def get(self, key: dict[str, Any]) -> list[LayerResult] | None: ...
+    def get_many(self, keys: list[dict[str, Any]]) -> list[list[LayerResult] | None]: ...
     def put(self, key: dict[str, Any], layers: list[LayerResult]) -> None: ...
+    def pack(self, keys: list[dict[str, Any]], layers: list[list[LayerResult]]) -> None: ...
     def identity(self, key: dict[str, Any]) -> str: ...
     def get_layers(self, key: dict[str, Any]) -> dict[int, LayerResult]: ...
     def put_layer(self, key: dict[str, Any], layer: LayerResult) -> None: ...
@@ -58,8 +59,7 @@ def compute(
     settings = pair_settings(options, spec)
     keys = cache.keys(ckpts, pairs, settings) if cache is not None else []
     with collector_paused():  # a long run's thousands of cached pairs
-        layers: list[list[LayerResult] | None] = [cache.get(k) for k in keys] if cache is not None \
-            else [None] * len(pairs)
+        layers: list[list[LayerResult] | None] = cache.get_many(keys) if cache is not None else [None] * len(pairs)
     cached = [found is not None for found in layers]
     missing = [k for k, found in enumerate(layers) if found is None]
     model = None
@@ -75,6 +75,9 @@ def compute(
             layers[k] = pair_layers
             if cache is not None:
                 cache.put(keys[k], pair_layers)
+    complete = [found for found in layers if found is not None]
+    if cache is not None and len(complete) == len(keys):
+        cache.pack(keys, complete)
     if model is None:
         model = resolve_layout(ckpts[0], options.overrides, options.tensor_map).info
 

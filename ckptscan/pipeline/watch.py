@@ -118,22 +118,27 @@ class SeriesCache:
         """The pair's name in the disk cache (where judged pairs are kept beside it), else in this session."""
         return self.disk.identity(self._disk_key(key)) if self.disk is not None else key["id"]
 
-    def get(self, key: dict[str, Any]) -> list[LayerResult] | None:
-        found = self._pairs.get(key["id"])
-        if found is None and self.disk is not None:
-            found = self.disk.get(self._disk_key(key))
-            if found is not None:
-                self._pairs[key["id"]] = found
-        if found is None:
-            self.misses += 1
-        else:
-            self.hits += 1
+    def get_many(self, keys: list[dict[str, Any]]) -> list[list[LayerResult] | None]:
+        """Pairs of this session from memory, the others from the disk cache (its pack in one read)."""
+        found: list[list[LayerResult] | None] = [self._pairs.get(key["id"]) for key in keys]
+        elsewhere = [i for i, layers in enumerate(found) if layers is None]
+        if elsewhere and self.disk is not None:
+            for i, layers in zip(elsewhere, self.disk.get_many([self._disk_key(keys[i]) for i in elsewhere])):
+                if layers is not None:
+                    found[i] = self._pairs[keys[i]["id"]] = layers
+        missed = sum(layers is None for layers in found)
+        self.hits += len(found) - missed
+        self.misses += missed
         return found
 
     def put(self, key: dict[str, Any], layers: list[LayerResult]) -> None:
         self._pairs[key["id"]] = layers
         if self.disk is not None:
             self.disk.put(self._disk_key(key), layers)
+
+    def pack(self, keys: list[dict[str, Any]], layers: list[list[LayerResult]]) -> None:
+        if self.disk is not None:
+            self.disk.pack([self._disk_key(key) for key in keys], layers)
 
     def get_layers(self, key: dict[str, Any]) -> dict[int, LayerResult]:
         """Layers an interrupted run left of an unfinished pair (from the disk cache only)."""

@@ -14,7 +14,9 @@ nested values.
 An encoded column is a dict with one key, its kind:
 
 * `{"f8": BASE64}`: floats and nulls (null as NaN: a report never holds a
-  NaN, `json.plain` writes a non-finite float as null);
+  NaN, `json.plain` writes a non-finite float as null); where the floats
+  hold a NaN (the caches keep what was computed, `caches/tables.py`),
+  `{"f8": BASE64, "none": COLUMN}`, the nulls in a column of booleans;
 * `{"rle": [VALUE, COUNT, VALUE, COUNT, ...]}`: runs of equal scalars;
 * `{"cat": [STRING, ...], "codes": COLUMN}`: strings by their index;
 * `{"obj": [[KEY, COLUMN, HAS], ...], "n": COUNT, "none": COLUMN | null}`:
@@ -55,7 +57,10 @@ def encode(values: list[Any]) -> dict[str, Any]:
             return {"rle": runs}
         if kinds == {float}:
             packed = np.array([math.nan if v is None else v for v in values], dtype="<f8")
-            return {"f8": base64.b64encode(packed.tobytes()).decode("ascii")}
+            column: dict[str, Any] = {"f8": base64.b64encode(packed.tobytes()).decode("ascii")}
+            if any(v != v for v in values):  # a NaN (None != None is False): the nulls said apart
+                column["none"] = encode([v is None for v in values])
+            return column
         if kinds == {str}:
             table = list(dict.fromkeys(v for v in values if v is not None))
             if len(table) <= CATEGORIES and None not in values:
@@ -69,7 +74,8 @@ def decode(column: dict[str, Any]) -> list[Any]:
     if "f8" in column:
         packed = np.frombuffer(base64.b64decode(column["f8"]), dtype="<f8")
         values: list[Any] = packed.tolist()
-        for i in np.flatnonzero(np.isnan(packed)).tolist():
+        nulls = np.flatnonzero(decode(column["none"]) if "none" in column else np.isnan(packed)).tolist()
+        for i in nulls:
             values[i] = None
         return values
     if "rle" in column:

@@ -78,15 +78,17 @@ def write_parts(report: ScanReport, path: Path, per_head: str) -> None:
     parted = report.pairs[:-1]
     if old is not None:
         done = old["count"]
-        if done <= len(parted) and _digest(parted[:done]) == old["digest"]:
-            _commit(report, path, per_head, fingerprint, parted, old)
-            return
+        if done <= len(parted):
+            before, digest = _digests(parted, done)
+            if before == old["digest"]:
+                _commit(report, path, per_head, fingerprint, parted, old, digest)
+                return
     token = secrets.token_hex(4)
-    fresh = {"file": parts_name(path, token), "bytes": 0, "count": 0, "chunks": [], "digest": _digest([])}
+    fresh = {"file": parts_name(path, token), "bytes": 0, "count": 0, "chunks": [], "digest": _digests([], 0)[0]}
     (path.parent / fresh["file"]).parent.mkdir(parents=True, exist_ok=True)
     (path.parent / fresh["file"]).write_bytes(b"")
     try:
-        _commit(report, path, per_head, fingerprint, parted, fresh)
+        _commit(report, path, per_head, fingerprint, parted, fresh, _digests(parted, 0)[1])
     except BaseException:
         (path.parent / fresh["file"]).unlink(missing_ok=True)
         raise
@@ -94,9 +96,9 @@ def write_parts(report: ScanReport, path: Path, per_head: str) -> None:
 
 
 def _commit(report: ScanReport, path: Path, per_head: str, fingerprint: str, parted: list[PairResult],
-            parts: dict[str, Any]) -> None:
+            parts: dict[str, Any], digest: str) -> None:
     """Append parted[parts.count:] to the parts as one chunk (if any), then
-    replace the document, which commits it."""
+    replace the document, which commits it. `digest`: `_digests(parted, …)[1]`."""
     new = parted[parts["count"]:]
     chunks, committed = list(parts["chunks"]), parts["bytes"]
     if new:
@@ -112,7 +114,7 @@ def _commit(report: ScanReport, path: Path, per_head: str, fingerprint: str, par
         "fingerprint": fingerprint,
         "newest": columns.encode([plain_pair(report.pairs[-1], per_head, True)]),
         "parts": {"file": parts["file"], "bytes": committed, "count": len(parted), "chunks": chunks,
-                  "digest": _digest(parted) if new else parts["digest"]},
+                  "digest": digest},
     }
     text = json.dumps(document, separators=(",", ":"), allow_nan=False) + "\n"
     write_atomic(path, gzip.compress(text.encode(), GZIP_LEVEL, mtime=0) if path.name.endswith(".gz") else text)
@@ -143,20 +145,23 @@ def run_fingerprint(report: ScanReport, per_head: str) -> str:
     return hashlib.sha256(json.dumps(same, sort_keys=True, allow_nan=False).encode()).hexdigest()
 
 
-def _digest(pairs: list[PairResult]) -> str:
-    """The pairs as far as a re-run could change them: their steps, loss and
-    learning rate, what judging decided (each layer's status and findings)
-    and each layer's headline Δ2 entropy (a metric computed otherwise).
-    Judgements are left out: they follow from the same points as the
-    statuses, and are most of a pair's repr (a re-run at 2,000 pairs would
-    spend a second on them)."""
+def _digests(pairs: list[PairResult], at: int) -> tuple[str, str]:
+    """The digest of `pairs[:at]` and of `pairs`, in one pass: the pairs as
+    far as a re-run could change them: their steps, loss and learning rate,
+    what judging decided (each layer's status and findings) and each layer's
+    headline Δ2 entropy (a metric computed otherwise). Judgements are left
+    out: they follow from the same points as the statuses, and are most of a
+    pair's repr (a re-run at 2,000 pairs would spend a second on them)."""
     h = hashlib.sha256()
-    for pair in pairs:
+    before = h.hexdigest() if at == 0 else ""
+    for index, pair in enumerate(pairs, 1):
         h.update(repr((pair.from_step, pair.to_step, pair.status, pair.loss, pair.lr,
                        [(layer.layer, layer.status, layer.findings,
                          layer.attention.delta2_entropy if layer.attention is not None else None)
                         for layer in pair.layers])).encode())
-    return h.hexdigest()
+        if index == at:
+            before = h.hexdigest()  # the hash goes on: hexdigest does not end it
+    return before, h.hexdigest()
 
 
 def _previous(path: Path, fingerprint: str) -> dict[str, Any] | None:

@@ -107,3 +107,13 @@ def test_a_report_pairs_come_back_as_report_dict_gave_them(reports):
 def test_an_unknown_column_kind_is_an_error():
     with pytest.raises(ValueError, match="unknown column kind"):
         columns.decode({"zz": []})
+
+
+def test_a_nan_among_nulls_stays_a_nan():
+    """A report never holds a NaN, but the caches keep what was computed."""
+    values = [1.5, None, float("nan"), -0.0, None, float("inf")] * 3
+    encoded = columns.encode(values)
+    assert set(encoded) == {"f8", "none"}
+    back = columns.decode(json.loads(json.dumps(encoded, allow_nan=True)))
+    assert [v is None for v in back] == [v is None for v in values]
+    assert struct.pack("<d", back[2]) == struct.pack("<d", values[2]) and same(back[3], -0.0)
