@@ -105,8 +105,9 @@ def layer_series(by_pair: list[dict[int, LayerResult]], layer: int, read: Callab
 
 
 def layer_family_statuses(by_pair: list[dict[int, LayerResult]], layer: int, family: str) -> list[str]:
-    return [worst([f.severity for f in by_layer[layer].findings if f.family == family] if layer in by_layer else [])
-            for by_layer in by_pair]
+    found = [by_layer[layer].findings if layer in by_layer else [] for by_layer in by_pair]
+    # Most layer-pairs have no finding: "ok" without a call (2,000 pairs × 16 layers × each monitor).
+    return [worst([f.severity for f in findings if f.family == family]) if findings else "ok" for findings in found]
 
 
 def headline_monitors(report: ScanReport) -> list[MonitorSpec]:
