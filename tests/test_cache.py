@@ -294,3 +294,26 @@ def test_a_changed_checkpoint_ends_what_the_pack_gives(run, tmp_path, packing):
     report = report_json(scan_run(run, options, cache=cache))
     assert (cache.hits, cache.misses) == (4, 7)  # the pack's pairs up to 300 -> 400; the rest computed
     assert report == report_json(scan_run(run, options))
+
+
+def test_a_watch_reads_its_run_s_pack_once_and_does_not_write_it_again_at_each_look(run, tmp_path, packing):
+    """The first look reads the run's pairs from the pack; a later look asks
+    the disk only for its new pair, and the pack stays as it was until
+    enough pairs are past it."""
+    from ckptscan.pipeline.metrics import compute
+    from ckptscan.pipeline.run import resolve_run
+    from ckptscan.pipeline.watch import SeriesCache
+
+    shutil.move(run / "checkpoint-1100", tmp_path / "later")
+    scan_run(run, ScanOptions(), cache=PairCache(tmp_path / "cache"))  # an earlier trend: the pack of 10 pairs
+    (pack,) = (tmp_path / "cache" / "packs").iterdir()
+    written = pack.stat().st_mtime_ns, pack.stat().st_ino
+    disk = PairCache(tmp_path / "cache")
+    watching = SeriesCache(disk)
+    first = compute(resolve_run(run), ScanOptions(), cache=watching)
+    assert (disk.hits, disk.misses) == (10, 0)
+    shutil.move(tmp_path / "later", run / "checkpoint-1100")
+    grown = compute(resolve_run(run), ScanOptions(), cache=watching)
+    assert (disk.hits, disk.misses, watching.hits) == (10, 1, 20)
+    assert (pack.stat().st_mtime_ns, pack.stat().st_ino) == written
+    assert grown.pairs[:10] == first.pairs

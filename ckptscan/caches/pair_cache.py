@@ -79,7 +79,9 @@ class PairCache:
         self.misses = 0
         self.write_error: str | None = None  # the cache is an optimisation: a failed write is reported, not fatal
         self._names: dict[int, tuple[dict[str, Any], str]] = {}  # `_name`'s
-        self._packed: tuple[str, int] | None = None  # the run's first pair and how many of its pairs the pack held
+        # How many pairs each pack read or written here holds, by its run's first pair (a watch
+        # reads its run's pack once, then only its new pairs).
+        self._packs: dict[str, int] = {}
 
     def key(self, older: Checkpoint, newer: Checkpoint, settings: dict[str, str]) -> dict[str, Any]:
         """`settings`: what else decides the pair's numbers (`compute.pair_settings`)."""
@@ -111,15 +113,15 @@ class PairCache:
         names = [self._name(key) for key in keys]
         packed = self._read_pack(names)
         self.hits += len(packed)
-        self._packed = (names[0], len(packed)) if names else None
+        if names:
+            self._packs[names[0]] = len(packed)
         return [*packed, *(self._get(key, name) for key, name in zip(keys[len(packed):], names[len(packed):]))]
 
     def pack(self, keys: list[dict[str, Any]], layers: list[list[LayerResult]]) -> None:
         """Keep a run's pairs (`keys`, in order, all computed) in its pack when
         enough of them are past the pack `get_many` read (`pack_due`)."""
         names = [self._name(key) for key in keys]
-        packed = self._packed[1] if self._packed is not None and names and self._packed[0] == names[0] else 0
-        if not names or not pack_due(packed, len(names)):
+        if not names or not pack_due(self._packs.get(names[0], 0), len(names)):
             return
         data = {"format": PACK_FORMAT, "pairs": names, "layers": tables.encode(list[LayerResult], layers)}
         try:
@@ -127,7 +129,7 @@ class PairCache:
         except OSError as e:
             self.write_error = f"{self.directory}: {e.strerror or e}"
             return
-        self._packed = (names[0], len(names))
+        self._packs[names[0]] = len(names)
 
     def _name(self, key: dict[str, Any]) -> str:
         """`digest(key)`, worked out once per key of the run `get_many` was
