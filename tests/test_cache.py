@@ -8,8 +8,9 @@ import shutil
 import pytest
 import torch
 
-from ckptscan.caches import pair_cache
-from ckptscan.caches.pair_cache import PairCache, pack_due
+from ckptscan.caches import packs
+from ckptscan.caches.packs import pack_due
+from ckptscan.caches.pair_cache import PairCache
 from ckptscan.system.paths import default_cache_dir
 from ckptscan.detection.rules import Thresholds
 from ckptscan.detection.state import JudgeState
@@ -220,30 +221,10 @@ def test_references_are_screened_once_and_the_screening_is_cached(run, tmp_path,
     assert judged.count(100) == 3 and judged.count(1100) == 2  # screening only; the faulty one stops early
 
 
-@pytest.mark.parametrize("enabled", [True, False])
-def test_loading_pauses_the_collector_and_leaves_it_as_it_was(enabled):
-    import gc
-
-    from ckptscan.caches.pair_cache import collector_paused
-
-    was = gc.isenabled()
-    try:
-        (gc.enable if enabled else gc.disable)()
-        with collector_paused():
-            assert not gc.isenabled()
-        assert gc.isenabled() == enabled
-        with pytest.raises(KeyError):
-            with collector_paused():
-                raise KeyError("an unreadable entry")
-        assert gc.isenabled() == enabled
-    finally:
-        (gc.enable if was else gc.disable)()
-
-
 @pytest.fixture
 def packing(monkeypatch):
     """Packs from 3 pairs on: this run has 11, and by default a pack waits for 17."""
-    monkeypatch.setattr(pair_cache, "PACK_AFTER_PAIRS", 2)
+    monkeypatch.setattr(packs, "PACK_AFTER_PAIRS", 2)
 
 
 def test_a_pack_is_written_again_only_once_enough_pairs_are_past_it():
@@ -282,7 +263,7 @@ def test_unreadable_packs_are_passed_over_for_the_pairs_own_files(run, tmp_path,
     assert (cache.hits, cache.misses, judged) == (11, 0, [])
 
 
-def test_a_changed_checkpoint_ends_what_the_pack_gives(run, tmp_path, packing):
+def test_a_changed_checkpoint_s_pairs_are_computed_again_and_the_others_come_from_the_pack(run, tmp_path, packing):
     options = ScanOptions()
     scan_run(run, options, cache=PairCache(tmp_path / "cache"))
     for entry in (tmp_path / "cache" / "pairs").iterdir():
@@ -292,7 +273,7 @@ def test_a_changed_checkpoint_ends_what_the_pack_gives(run, tmp_path, packing):
     os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     cache = PairCache(tmp_path / "cache")
     report = report_json(scan_run(run, options, cache=cache))
-    assert (cache.hits, cache.misses) == (4, 7)  # the pack's pairs up to 300 -> 400; the rest computed
+    assert (cache.hits, cache.misses) == (9, 2)  # 400 -> 500 and 500 -> 600 computed, the others packed
     assert report == report_json(scan_run(run, options))
 
 
@@ -317,3 +298,18 @@ def test_a_watch_reads_its_run_s_pack_once_and_does_not_write_it_again_at_each_l
     assert (disk.hits, disk.misses, watching.hits) == (10, 1, 20)
     assert (pack.stat().st_mtime_ns, pack.stat().st_ino) == written
     assert grown.pairs[:10] == first.pairs
+
+
+def test_a_run_whose_oldest_checkpoints_are_deleted_keeps_one_pack(run, tmp_path, packing):
+    """A trainer that keeps its last N checkpoints: the run's first pair
+    changes at every save, and its pack is replaced, not added to."""
+    options = ScanOptions()
+    scan_run(run, options, cache=PairCache(tmp_path / "cache"))
+    shutil.rmtree(run / "checkpoint-0")
+    shutil.rmtree(run / "checkpoint-100")
+    cache = PairCache(tmp_path / "cache")
+    report = report_json(scan_run(run, options, cache=cache))
+    assert (cache.hits, cache.misses) == (9, 0)
+    assert report == report_json(scan_run(run, options))
+    assert len(list((tmp_path / "cache" / "packs").iterdir())) == 1
+    assert len(list((tmp_path / "cache" / "judged-packs").iterdir())) == 1

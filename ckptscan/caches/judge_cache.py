@@ -7,8 +7,8 @@ run, the detection code): a re-run after one new checkpoint computes one
 pair and judges one pair, and changed thresholds judge every pair afresh.
 It lives apart from the pair cache because it needs detection, which the
 metrics' cache must not. Like the pair cache, it keeps a run's judged pairs
-together too, in one file named by the first link of their chain
-(`<dir>/judged-packs/`, written again as `pair_cache.pack_due` says).
+together too, in one file a run and basis (`<dir>/judged-packs/`,
+`caches/packs.py`).
 """
 
 from __future__ import annotations
@@ -22,17 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from ckptscan.caches import tables
-from ckptscan.caches.pair_cache import collector_paused, common_prefix, digest, pack_due, tool_fingerprint
+from ckptscan.caches.packs import PackError, common_prefix, pack_due, read_pack, write_pack
+from ckptscan.caches.pair_cache import digest, tool_fingerprint
 from ckptscan.detection.judge import Metrics, SeriesJudge, effective_thresholds
 from ckptscan.detection.state import JudgeState
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.errors import CkptScanError
 from ckptscan.monitors import registry
+from ckptscan.system.collector import collector_paused
 from ckptscan.system.output import write_output
 from ckptscan.schema.results import Finding, LayerResult, PairResult, ScanReport, SeriesPoint, from_dict
 
 JUDGE_FORMAT = 1
-JUDGE_PACK_FORMAT = 1
 # Modules whose code decides a judgement (the monitor families' declarations
 # among them; one registered at run time is named in the digest instead).
 _JUDGE_SOURCES = ("detection", "schema/results.py", "monitors/spec.py", "monitors/registry.py",
@@ -116,17 +117,20 @@ class JudgeCache:
                 self._state(chain[before - 1]).unlink(missing_ok=True)
         if not before:
             self._packed = 0
-        self._pack(chain, judging.judged)
+        self._pack(self._judged_pack(metrics, basis), chain, judging.judged)
         return report
 
-    def _pack(self, chain: list[str], judged: list[PairResult]) -> None:
+    def _pack(self, path: Path, chain: list[str], judged: list[PairResult]) -> None:
         """The judged pairs in the chain's pack, when enough are past it (`pack_due`)."""
         if not judged or not pack_due(self._packed, len(judged)):
             return
-        data = {"format": JUDGE_PACK_FORMAT, "links": chain[:len(judged)],
-                "pairs": tables.encode(PairJudgement, [_judgement(pair) for pair in judged])}
-        if self._write(self._judged_pack(chain[0]), data):
-            self._packed = len(judged)
+        try:
+            write_pack(path, chain[:len(judged)],
+                       tables.encode(PairJudgement, [_judgement(pair) for pair in judged]))
+        except OSError as e:
+            self.write_error = f"{self.directory}: {e.strerror or e}"
+            return
+        self._packed = len(judged)
 
     def chain(self, basis: dict[str, Any], pair_keys: list[str]) -> list[str]:
         """The chain digests of `pair_keys` under `basis` (`_chain`), extending
@@ -168,7 +172,7 @@ class JudgeCache:
             try:
                 state = JudgeState.from_dict(_read(path), thresholds, judging.expected(thresholds, metrics), basis)
                 with collector_paused():
-                    packed = self._read_pack(chain[:count])
+                    packed = self._read_pack(self._judged_pack(metrics, basis), chain[:count])
                     self._packed = len(packed)
                     saved = [*packed, *(from_dict(PairJudgement, _read(self._judged(link)))
                                         for link in chain[len(packed):count])]
@@ -179,24 +183,19 @@ class JudgeCache:
                 judging.start(state, judged)
             return
 
-    def _read_pack(self, links: list[str]) -> list[PairJudgement]:
+    def _read_pack(self, path: Path, links: list[str]) -> list[PairJudgement]:
         """The judgements of the chain's pack as far as its links are `links`'."""
         try:
-            data = _read(self._judged_pack(links[0]))
-            if data["format"] != JUDGE_PACK_FORMAT:
-                raise ValueError("another pack format")
-            count = common_prefix(data["links"], links)
-            return tables.decode(PairJudgement, data["pairs"])[:count]
-        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            packed, rows = read_pack(path)
+            return tables.decode(PairJudgement, rows)[:common_prefix(packed, links)]
+        except (OSError, PackError, ValueError, KeyError, TypeError, IndexError):
             return []
 
-    def _write(self, path: Path, data: dict[str, Any]) -> bool:
+    def _write(self, path: Path, data: dict[str, Any]) -> None:
         try:
             write_output(path, json.dumps(data, allow_nan=True))
         except OSError as e:
             self.write_error = f"{self.directory}: {e.strerror or e}"
-            return False
-        return True
 
     def _judged(self, link: str) -> Path:
         return self.directory / "judged" / f"{link}.json"
@@ -204,8 +203,12 @@ class JudgeCache:
     def _state(self, link: str) -> Path:
         return self.directory / "judge-state" / f"{link}.json"
 
-    def _judged_pack(self, first: str) -> Path:
-        return self.directory / "judged-packs" / f"{first}.json"
+    def _judged_pack(self, metrics: Metrics, basis: dict[str, Any]) -> Path:
+        """The judged pack of a run under a basis: one a run and basis, replaced
+        as the run grows (a pack of another chain shares no link with it)."""
+        name = digest({"format": JUDGE_FORMAT, "code": _code(), "basis": basis, "run": metrics.settings.get("run"),
+                       "kind": metrics.kind})
+        return self.directory / "judged-packs" / f"{name}.pack"
 
 
 def _chain(basis: dict[str, Any], pair_keys: list[str], link: str | None = None) -> list[str]:

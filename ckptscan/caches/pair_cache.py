@@ -18,11 +18,11 @@ A pair still being computed is kept layer by layer under
 interrupted run (a long cluster run, most of all) resumes at the layers it
 had not finished; the files are removed once the whole pair is written.
 A run's pairs are also kept together, in one file under `<cache dir>/packs/`
-named by its first pair (`caches/tables.py`: floats as their bytes): reading
-2,000 pairs from their own files was most of a cached re-run. The pack is
-only a faster copy; a pair past it (the new one of a re-run) is read from its
-own file, and the pack is written again once enough pairs are past it
-(`pack_due`).
+named by the run's folder and settings (`caches/packs.py`,
+`caches/tables.py`): reading 2,000 pairs from their own files was most of a
+cached re-run. The pack is only a faster copy; a pair not in it (the new one
+of a re-run) is read from its own file, and the pack is written again, in
+place, once enough pairs are not in it (`pack_due`).
 Beside the metrics, `ckptscan.caches.judge_cache.JudgeCache` keeps each judged
 pair and the judge state after the newest (a re-run after one new checkpoint
 computes one pair and judges one pair).
@@ -34,20 +34,19 @@ else `~/.cache/ckptscan`), never a checkpoint directory. Writes are atomic
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import gc
 import hashlib
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import torch
 
 import ckptscan
 from ckptscan.caches import tables
+from ckptscan.caches.packs import PackError, pack_due, read_pack, write_pack
 from ckptscan.monitors import registry
 from ckptscan.system.output import write_output
 from ckptscan.system.paths import expand_path
@@ -56,12 +55,6 @@ from ckptscan.schema.results import LayerResult, from_dict
 from ckptscan.storage import RemotePath
 
 CACHE_FORMAT = 2
-PACK_FORMAT = 1
-# A pack is written again when more pairs than this, and than this share of
-# those it holds, are past it: a nightly re-run adds one pair, and writing
-# 2,000 pairs again costs ~2 s (bench/long_run.py), so about every 250 runs.
-PACK_AFTER_PAIRS = 16
-PACK_AFTER_SHARE = 1 / 8
 # Modules whose code decides the numbers a pair's metrics hold.
 _METRIC_SOURCES = ("scan", "pipeline/metrics.py", "inputs/probe.py", "schema/results.py", "monitors", "layouts",
                    "readers")
@@ -79,9 +72,9 @@ class PairCache:
         self.misses = 0
         self.write_error: str | None = None  # the cache is an optimisation: a failed write is reported, not fatal
         self._names: dict[int, tuple[dict[str, Any], str]] = {}  # `_name`'s
-        # How many pairs each pack read or written here holds, by its run's first pair (a watch
-        # reads its run's pack once, then only its new pairs).
-        self._packs: dict[str, int] = {}
+        # The pairs each pack read or written here holds (a watch reads its run's pack once,
+        # then looks for its new pairs only).
+        self._packs: dict[Path, set[str]] = {}
 
     def key(self, older: Checkpoint, newer: Checkpoint, settings: dict[str, str]) -> dict[str, Any]:
         """`settings`: what else decides the pair's numbers (`compute.pair_settings`)."""
@@ -108,28 +101,28 @@ class PairCache:
         return self._get(key, self._name(key))
 
     def get_many(self, keys: list[dict[str, Any]]) -> list[list[LayerResult] | None]:
-        """`get` of each of a run's pairs, in order: those of its pack in one read."""
+        """`get` of each of a run's pairs, in order: those in the run's pack from one read."""
         self._names = {}  # a new run's keys: the names of the last one's are not kept
         names = [self._name(key) for key in keys]
-        packed = self._read_pack(names)
+        packed = self._read_pack(keys[0], names) if keys else {}
         self.hits += len(packed)
-        if names:
-            self._packs[names[0]] = len(packed)
-        return [*packed, *(self._get(key, name) for key, name in zip(keys[len(packed):], names[len(packed):]))]
+        return [packed[name] if name in packed else self._get(key, name) for key, name in zip(keys, names)]
 
     def pack(self, keys: list[dict[str, Any]], layers: list[list[LayerResult]]) -> None:
-        """Keep a run's pairs (`keys`, in order, all computed) in its pack when
-        enough of them are past the pack `get_many` read (`pack_due`)."""
-        names = [self._name(key) for key in keys]
-        if not names or not pack_due(self._packs.get(names[0], 0), len(names)):
+        """Keep a run's pairs (`keys`, in order, all computed) as its pack when
+        enough of them are not in the pack `get_many` read (`pack_due`)."""
+        if not keys:
             return
-        data = {"format": PACK_FORMAT, "pairs": names, "layers": tables.encode(list[LayerResult], layers)}
+        names, path = [self._name(key) for key in keys], self._pack_path(keys[0])
+        packed = self._packs.get(path, set())
+        if not pack_due(sum(name in packed for name in names), len(names)):
+            return
         try:
-            write_output(self._pack_path(names[0]), json.dumps(data, allow_nan=True))
+            write_pack(path, names, tables.encode(list[LayerResult], layers))
         except OSError as e:
             self.write_error = f"{self.directory}: {e.strerror or e}"
             return
-        self._packs[names[0]] = len(names)
+        self._packs[path] = set(names)
 
     def _name(self, key: dict[str, Any]) -> str:
         """`digest(key)`, worked out once per key of the run `get_many` was
@@ -155,19 +148,19 @@ class PairCache:
         self.hits += 1
         return layers
 
-    def _read_pack(self, names: list[str]) -> list[list[LayerResult]]:
-        """The pairs of the pack of `names[0]` as far as its names are `names`'
-        (none when there is no such pack or it cannot be read)."""
-        if not names:
-            return []
+    def _read_pack(self, first: dict[str, Any], names: list[str]) -> dict[str, list[LayerResult]]:
+        """Those of `names` the pack of `first`'s run holds (none when there is
+        no pack or it cannot be read), by name."""
+        path = self._pack_path(first)
         try:
-            data = json.loads(self._pack_path(names[0]).read_text(encoding="utf-8"))
-            if data["format"] != PACK_FORMAT:
-                raise ValueError("another pack format")
-            count = common_prefix(data["pairs"], names)
-            return tables.decode(list[LayerResult], data["layers"])[:count]
-        except (OSError, ValueError, KeyError, TypeError, IndexError):
-            return []
+            packed, rows = read_pack(path)
+            self._packs[path] = set(packed)
+            wanted = set(names)
+            if not wanted & self._packs[path]:
+                return {}  # a watch's look at its new pairs only: nothing to rebuild
+            return {name: pair for name, pair in zip(packed, tables.decode(list[LayerResult], rows)) if name in wanted}
+        except (OSError, PackError, ValueError, KeyError, TypeError, IndexError):
+            return {}
 
     def put(self, key: dict[str, Any], layers: list[LayerResult]) -> None:
         # allow_nan: the cache must give back exactly what was computed.
@@ -209,37 +202,14 @@ class PairCache:
     def _layer_dir(self, key: dict[str, Any]) -> Path:
         return self.directory / "layers" / self._name(key)
 
-    def _pack_path(self, first: str) -> Path:
-        return self.directory / "packs" / f"{first}.json"
-
-
-def pack_due(packed: int, total: int) -> bool:
-    """Whether a pack of `packed` pairs of a run of `total` is written again."""
-    return total - packed > max(PACK_AFTER_PAIRS, packed * PACK_AFTER_SHARE)
-
-
-def common_prefix(a: list[str], b: list[str]) -> int:
-    count = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        count += 1
-    return count
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector off while many cache entries are rebuilt,
-    then as it was. Rebuilt results hold no reference cycles, and the
-    collector's passes over the growing heap were a third of loading the
-    2,000 cached pairs of a long run (bench/long_run.py)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
+    def _pack_path(self, first: dict[str, Any]) -> Path:
+        """A run's pack, named by where its first pair's older checkpoint lies
+        and what decides its numbers but the checkpoints: one pack a run and
+        settings, replaced as the run grows or its oldest checkpoints are deleted."""
+        older = first["older"]
+        where = older["url"].rsplit("/", 1)[0] if "url" in older else str(Path(older["path"]).parent)
+        name = digest({"run": where, **{k: v for k, v in first.items() if k not in ("older", "newer")}})
+        return self.directory / "packs" / f"{name}.pack"
 
 
 def digest(key: dict[str, Any]) -> str:

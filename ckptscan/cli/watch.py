@@ -50,6 +50,10 @@ def watch(
     """Follow a live run: print each new checkpoint's row as soon as it is complete; exit 1 at the first alert."""
     with user_errors():
         load_library()
+        from ckptscan.system import collector
+
+        # A watch outlives what each look rebuilds: frozen, its garbage cycles would never be freed.
+        collector.freeze_rebuilt = False
         from ckptscan.caches.pair_cache import PairCache
         from ckptscan.system.paths import default_cache_dir
         from ckptscan.errors import CkptScanError

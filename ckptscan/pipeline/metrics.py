@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Protocol, Sequence
 
-from ckptscan.caches.pair_cache import collector_paused, file_identity
+from ckptscan.caches.pair_cache import file_identity
 from ckptscan.detection.judge import Metrics
 from ckptscan.executors import Executor
 from ckptscan.layouts import resolve_layout
@@ -25,6 +25,7 @@ from ckptscan.readers.trainer_state import interval_lr
 from ckptscan.schema.results import CheckpointRef, LayerResult, PairResult
 from ckptscan.pipeline.run import RunSpec
 from ckptscan.scan import ScanOptions, scan_layers
+from ckptscan.system.collector import collector_paused
 
 
 class PairStore(Protocol):

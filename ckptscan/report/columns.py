@@ -72,7 +72,8 @@ def encode(values: list[Any]) -> dict[str, Any]:
 def decode(column: dict[str, Any]) -> list[Any]:
     """The values `encode` was given."""
     if "f8" in column:
-        packed = np.frombuffer(base64.b64decode(column["f8"]), dtype="<f8")
+        payload = column["f8"]  # base64 in a report; the bytes themselves in a cache's pack (caches/packs.py)
+        packed = np.frombuffer(base64.b64decode(payload) if isinstance(payload, str) else payload, dtype="<f8")
         values: list[Any] = packed.tolist()
         nulls = np.flatnonzero(decode(column["none"]) if "none" in column else np.isnan(packed)).tolist()
         for i in nulls:

@@ -1,0 +1,73 @@
+"""A pack gives back the names and columns it was given, floats bit for bit
+from its binary part; anything that is not a whole pack is a PackError."""
+
+import json
+import math
+import struct
+
+import pytest
+
+from ckptscan.caches import tables
+from ckptscan.caches.packs import MAGIC, PackError, common_prefix, read_pack, write_pack
+from ckptscan.schema.results import HeadResult, LayerResult, SeriesPoint
+
+
+def layers():
+    heads = [HeadResult(h, 0, 0.1 * h, math.nan, -0.0, math.inf, None, 2.5e-300) for h in range(4)]
+    return [[LayerResult(0, judgements={"x": SeriesPoint("ok", 1.0 / 3)}, stored_dtype={"f8": "BF16"}),
+             LayerResult(1, nonfinite={"W_q": 2})], [LayerResult(0), LayerResult(1)]] * 3 + \
+        [[LayerResult(2, changed_fraction={"W_q": 0.5, "W_k": math.nan})]] + \
+        [[LayerResult(3, attention=None, families={"output": {"logit_scale": 7.0, "f8": None}})]] + \
+        [[LayerResult(4, router=None)] for _ in range(2)] + [[_with_heads(heads)]]
+
+
+def _with_heads(heads):
+    from ckptscan.schema.results import AttentionResult
+    return LayerResult(5, AttentionResult(*[0.5] * 9, heads=heads))
+
+
+def test_a_pack_gives_back_its_names_and_rows_bit_for_bit(tmp_path):
+    rows = layers()
+    write_pack(tmp_path / "p.pack", ["a", "b"], tables.encode(list[LayerResult], rows))
+    names, column = read_pack(tmp_path / "p.pack")
+    back = tables.decode(list[LayerResult], column)
+    assert names == ["a", "b"]
+    assert json.dumps([[repr(layer) for layer in pair] for pair in back]) == \
+        json.dumps([[repr(layer) for layer in pair] for pair in rows])  # repr shows nan, -0.0, inf as they are
+    heads = back[-1][0].attention.heads
+    assert struct.pack("<d", heads[3].dwq_entropy) == struct.pack("<d", -0.0) and math.isnan(heads[0].delta3_entropy)
+
+
+def test_its_floats_are_bytes_after_the_header_not_base64_in_it(tmp_path):
+    rows = [[_with_heads([HeadResult(h, 0, float(h), 1.0, 2.0, 3.0) for h in range(64)])]]
+    write_pack(tmp_path / "p.pack", ["a"], tables.encode(list[LayerResult], rows))
+    data = (tmp_path / "p.pack").read_bytes()
+    (length,) = struct.unpack_from("<Q", data, len(MAGIC))
+    header = data[len(MAGIC) + 8:len(MAGIC) + 8 + length]
+    assert b'"f8@"' in header and b'"f8":' not in header
+    assert struct.pack("<64d", *map(float, range(64))) in data[len(MAGIC) + 8 + length:]
+
+
+def test_a_raw_value_shaped_like_a_float_column_is_left_as_it_is(tmp_path):
+    column = {"raw": [{"f8": "AAAAAAAA8D8="}, {"f8@": [0, 1]}]}
+    write_pack(tmp_path / "p.pack", [], column)
+    assert read_pack(tmp_path / "p.pack")[1] == column
+
+
+@pytest.mark.parametrize("damage", ["empty", "magic", "cut header", "cut floats", "other format"])
+def test_what_is_not_a_whole_pack_is_a_pack_error(tmp_path, damage):
+    path = tmp_path / "p.pack"
+    write_pack(path, ["a"], tables.encode(list[LayerResult], [[_with_heads([])]]))
+    data = path.read_bytes()
+    (length,) = struct.unpack_from("<Q", data, len(MAGIC))
+    damaged = {"empty": b"", "magic": b"x" + data[1:], "cut header": data[:len(MAGIC) + 8 + length // 2],
+               "cut floats": data[:-8], "other format": data.replace(b'"format": 2', b'"format": 9')}[damage]
+    path.write_bytes(damaged)
+    with pytest.raises(PackError):
+        names, column = read_pack(path)
+        tables.decode(list[LayerResult], column)
+
+
+def test_common_prefix_counts_the_names_shared_from_the_first():
+    assert common_prefix(["a", "b", "c"], ["a", "b", "x", "c"]) == 2
+    assert common_prefix([], ["a"]) == 0 and common_prefix(["a"], ["a"]) == 1
