@@ -279,25 +279,29 @@ def test_a_changed_checkpoint_s_pairs_are_computed_again_and_the_others_come_fro
 
 def test_a_watch_reads_its_run_s_pack_once_and_does_not_write_it_again_at_each_look(run, tmp_path, packing):
     """The first look reads the run's pairs from the pack; a later look asks
-    the disk only for its new pair, and the pack stays as it was until
-    enough pairs are past it."""
-    from ckptscan.pipeline.metrics import compute
+    the disk only for its new pairs, and never packs them alone in place of
+    the run's (three new pairs are past the threshold of this test's packs)."""
+    from ckptscan.caches.packs import read_pack
     from ckptscan.pipeline.run import resolve_run
-    from ckptscan.pipeline.watch import SeriesCache
+    from ckptscan.pipeline.watch import SeriesCache, Watcher
 
-    shutil.move(run / "checkpoint-1100", tmp_path / "later")
-    scan_run(run, ScanOptions(), cache=PairCache(tmp_path / "cache"))  # an earlier trend: the pack of 10 pairs
+    later = ["checkpoint-900", "checkpoint-1000", "checkpoint-1100"]
+    for name in later:
+        shutil.move(run / name, tmp_path / name)
+    scan_run(run, ScanOptions(), cache=PairCache(tmp_path / "cache"))  # an earlier trend: the pack of 8 pairs
     (pack,) = (tmp_path / "cache" / "packs").iterdir()
     written = pack.stat().st_mtime_ns, pack.stat().st_ino
     disk = PairCache(tmp_path / "cache")
-    watching = SeriesCache(disk)
-    first = compute(resolve_run(run), ScanOptions(), cache=watching)
-    assert (disk.hits, disk.misses) == (10, 0)
-    shutil.move(tmp_path / "later", run / "checkpoint-1100")
-    grown = compute(resolve_run(run), ScanOptions(), cache=watching)
-    assert (disk.hits, disk.misses, watching.hits) == (10, 1, 20)
+    watcher = Watcher(run, cache=SeriesCache(disk))
+    first = list(watcher._grow(resolve_run(run)).pairs)  # a look: the metrics of the run as it is now
+    assert (disk.hits, disk.misses) == (8, 0)
+    for name in later:
+        shutil.move(tmp_path / name, run / name)
+    grown = watcher._grow(resolve_run(run))  # the next look computes the three new pairs alone
+    assert (disk.hits, disk.misses) == (8, 3)
     assert (pack.stat().st_mtime_ns, pack.stat().st_ino) == written
-    assert grown.pairs[:10] == first.pairs
+    assert len(read_pack(pack)[0]) == 8
+    assert grown.pairs[:8] == first and len(grown.pairs) == 11
 
 
 def test_a_run_whose_oldest_checkpoints_are_deleted_keeps_one_pack(run, tmp_path, packing):

@@ -43,9 +43,9 @@ def test_its_floats_are_bytes_after_the_header_not_base64_in_it(tmp_path):
     write_pack(tmp_path / "p.pack", ["a"], tables.encode(list[LayerResult], rows))
     data = (tmp_path / "p.pack").read_bytes()
     (length,) = struct.unpack_from("<Q", data, len(MAGIC))
-    header = data[len(MAGIC) + 8:len(MAGIC) + 8 + length]
+    header = data[len(MAGIC) + 12:len(MAGIC) + 12 + length]
     assert b'"f8@"' in header and b'"f8":' not in header
-    assert struct.pack("<64d", *map(float, range(64))) in data[len(MAGIC) + 8 + length:]
+    assert struct.pack("<64d", *map(float, range(64))) in data[len(MAGIC) + 12 + length:]
 
 
 def test_a_raw_value_shaped_like_a_float_column_is_left_as_it_is(tmp_path):
@@ -54,18 +54,34 @@ def test_a_raw_value_shaped_like_a_float_column_is_left_as_it_is(tmp_path):
     assert read_pack(tmp_path / "p.pack")[1] == column
 
 
-@pytest.mark.parametrize("damage", ["empty", "magic", "cut header", "cut floats", "other format"])
+@pytest.mark.parametrize("damage", ["empty", "magic", "cut header", "cut floats", "a bit flipped in a length",
+                                    "a bit flipped in a float"])
 def test_what_is_not_a_whole_pack_is_a_pack_error(tmp_path, damage):
     path = tmp_path / "p.pack"
-    write_pack(path, ["a"], tables.encode(list[LayerResult], [[_with_heads([])]]))
-    data = path.read_bytes()
+    write_pack(path, ["a", "b"], tables.encode(list[LayerResult], [[_with_heads([])], [LayerResult(1)] * 2]))
+    data = bytearray(path.read_bytes())
     (length,) = struct.unpack_from("<Q", data, len(MAGIC))
-    damaged = {"empty": b"", "magic": b"x" + data[1:], "cut header": data[:len(MAGIC) + 8 + length // 2],
-               "cut floats": data[:-8], "other format": data.replace(b'"format": 2', b'"format": 9')}[damage]
+    start = len(MAGIC) + 12
+    if damage == "a bit flipped in a length":  # [1, 2] -> [3, 2]: one layer moved between the pairs
+        at = data.index(b'"lengths": {"raw": [1, 2]}') + len(b'"lengths": {"raw": [')
+        data[at] ^= 0b10
+    if damage == "a bit flipped in a float":
+        data[-3] ^= 1
+    damaged = {"empty": b"", "magic": b"x" + data[1:], "cut header": data[:start + length // 2],
+               "cut floats": data[:-8]}.get(damage, bytes(data))
     path.write_bytes(damaged)
     with pytest.raises(PackError):
-        names, column = read_pack(path)
-        tables.decode(list[LayerResult], column)
+        read_pack(path)
+
+
+def test_a_pack_of_another_format_is_a_pack_error(tmp_path, monkeypatch):
+    from ckptscan.caches import packs
+
+    monkeypatch.setattr(packs, "PACK_FORMAT", 9)
+    write_pack(tmp_path / "p.pack", ["a"], tables.encode(list[LayerResult], [[LayerResult(0)]]))
+    monkeypatch.undo()
+    with pytest.raises(PackError, match="another pack format"):
+        read_pack(tmp_path / "p.pack")
 
 
 def test_common_prefix_counts_the_names_shared_from_the_first():

@@ -100,3 +100,23 @@ def test_a_table_of_other_fields_is_refused():
     column["fields"][0][0] = "status"  # as a version with a renamed field wrote it
     with pytest.raises(ValueError, match="SeriesPoint"):
         tables.decode(SeriesPoint, column)
+
+
+@pytest.mark.parametrize("damage", ["a longer column", "lengths past the items", "nulls past the rows",
+                                    "keys past the items"])
+def test_columns_that_do_not_add_up_are_refused(damage):
+    layers = [LayerResult(0, judgements={"a": SeriesPoint("ok", 1.0)}, findings=[Finding("m", "f", "warn", 1.0, "x")]),
+              LayerResult(1)]
+    column = tables.encode(list[LayerResult], [layers, [None]])
+    rows = column["items"]
+    fields = dict(rows["fields"])
+    if damage == "a longer column":
+        fields["layer"]["raw"].append(7)
+    if damage == "lengths past the items":
+        column["lengths"] = {"raw": [3, 1]}
+    if damage == "nulls past the rows":
+        rows["none"] = {"raw": [False, False, False]}
+    if damage == "keys past the items":
+        fields["judgements"]["keys"] = {"raw": [["a", "b"], []]}
+    with pytest.raises(ValueError):
+        tables.decode(list[LayerResult], column)

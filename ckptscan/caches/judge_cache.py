@@ -187,8 +187,11 @@ class JudgeCache:
         """The judgements of the chain's pack as far as its links are `links`'."""
         try:
             packed, rows = read_pack(path)
-            return tables.decode(PairJudgement, rows)[:common_prefix(packed, links)]
-        except (OSError, PackError, ValueError, KeyError, TypeError, IndexError):
+            judgements = tables.decode(PairJudgement, rows)
+            if len(judgements) != len(packed):
+                raise PackError(f"{path}: {len(judgements)} judged pairs for {len(packed)} links")
+            return judgements[:common_prefix(packed, links)]
+        except (OSError, PackError, ValueError, KeyError, TypeError, IndexError, StopIteration):
             return []
 
     def _write(self, path: Path, data: dict[str, Any]) -> None:

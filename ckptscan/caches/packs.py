@@ -4,14 +4,16 @@ cache) in one file, beside their per-pair entries, and when to write one again.
 A re-run reads its run's pack in one go instead of a file a pair (at 2,000
 pairs that was most of the re-run). The file is
 
-    b"ckptscan-pack\\n" | header length (8 bytes, little-endian) | header (JSON) | floats
+    b"ckptscan-pack\\n" | header length (8 bytes) | CRC-32 (4 bytes) | header (JSON) | floats
 
-The header holds what the cache keeps of the pack (the names of its pairs,
-in order) and its rows as `caches/tables.py` columns, where each column of
-floats, `{"f8": BASE64}` in a report, is `{"f8@": [OFFSET, COUNT]}`: COUNT
+(lengths little-endian). The header holds what the cache keeps of the pack
+(the names of its pairs, in order) and its rows as `caches/tables.py`
+columns, where each column of floats, `{"f8": BASE64}` in a report, is `{"f8@": [OFFSET, COUNT]}`: COUNT
 float64 values at OFFSET bytes into the floats. A float column is most of a
 pack's bytes, and reading it as bytes instead of base64 in a JSON string
-took a quarter of reading the pack.
+took a quarter of reading the pack. The CRC-32 is of the header and the
+floats: a pack has no key to check a pair by, as a per-pair entry has, and
+a flipped bit in a length would shift rows between pairs.
 
 The pack is only a faster copy of the per-pair entries: a missing, stale or
 unreadable pack (`PackError`) is passed over, and its pairs are read from
@@ -23,6 +25,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -71,17 +74,20 @@ def write_pack(path: Path, names: list[str], column: dict[str, Any]) -> None:
 
     header = {"format": PACK_FORMAT, "pairs": names, "rows": _floats_mapped(column, "f8", moved)}
     text = json.dumps(header, allow_nan=True).encode()
-    write_output(path, b"".join([MAGIC, struct.pack("<Q", len(text)), text, *floats]))
+    crc = zlib.crc32(b"".join(floats), zlib.crc32(text))
+    write_output(path, b"".join([MAGIC, struct.pack("<QI", len(text), crc), text, *floats]))
 
 
 def read_pack(path: Path) -> tuple[list[str], dict[str, Any]]:
     """The names and rows `write_pack` was given, each float column's values
     as bytes (`report.columns.decode` takes either). OSError, PackError."""
     data = path.read_bytes()
-    start = len(MAGIC) + 8
+    start = len(MAGIC) + 12
     if not data.startswith(MAGIC) or len(data) < start:
         raise PackError(f"{path}: not a pack")
-    (length,) = struct.unpack_from("<Q", data, len(MAGIC))
+    length, crc = struct.unpack_from("<QI", data, len(MAGIC))
+    if zlib.crc32(memoryview(data)[start:]) != crc:
+        raise PackError(f"{path}: its CRC-32 does not match (cut short or damaged)")
     try:
         header = json.loads(data[start:start + length])
         if header["format"] != PACK_FORMAT:

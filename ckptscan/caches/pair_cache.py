@@ -102,7 +102,7 @@ class PairCache:
 
     def get_many(self, keys: list[dict[str, Any]]) -> list[list[LayerResult] | None]:
         """`get` of each of a run's pairs, in order: those in the run's pack from one read."""
-        self._names = {}  # a new run's keys: the names of the last one's are not kept
+        self._names = {id(key): (key, digest(key)) for key in keys}  # this run's only: see `_name`
         names = [self._name(key) for key in keys]
         packed = self._read_pack(keys[0], names) if keys else {}
         self.hits += len(packed)
@@ -125,15 +125,14 @@ class PairCache:
         self._packs[path] = set(names)
 
     def _name(self, key: dict[str, Any]) -> str:
-        """`digest(key)`, worked out once per key of the run `get_many` was
+        """`digest(key)`, worked out once for each key of the run `get_many` was
         last given: compute names each of a run's pairs three times (to read
-        it, to pack it, for the judge cache), ~0.1 s at 2,000 pairs."""
+        it, to pack it, for the judge cache), ~0.1 s at 2,000 pairs. A key
+        is not changed once made (`key`, `keys`), so its name holds."""
         known = self._names.get(id(key))
         if known is not None and known[0] is key:  # the very dict (it is kept, so its id is not reused)
             return known[1]
-        name = digest(key)
-        self._names[id(key)] = (key, name)
-        return name
+        return digest(key)
 
     def _get(self, key: dict[str, Any], name: str) -> list[LayerResult] | None:
         path = self.directory / "pairs" / f"{name}.json"
@@ -151,15 +150,19 @@ class PairCache:
     def _read_pack(self, first: dict[str, Any], names: list[str]) -> dict[str, list[LayerResult]]:
         """Those of `names` the pack of `first`'s run holds (none when there is
         no pack or it cannot be read), by name."""
-        path = self._pack_path(first)
+        path, wanted = self._pack_path(first), set(names)
+        if path in self._packs and not wanted & self._packs[path]:
+            return {}  # a watch's look at its new pairs only: not in the pack it read
         try:
             packed, rows = read_pack(path)
             self._packs[path] = set(packed)
-            wanted = set(names)
             if not wanted & self._packs[path]:
-                return {}  # a watch's look at its new pairs only: nothing to rebuild
-            return {name: pair for name, pair in zip(packed, tables.decode(list[LayerResult], rows)) if name in wanted}
-        except (OSError, PackError, ValueError, KeyError, TypeError, IndexError):
+                return {}
+            pairs = tables.decode(list[LayerResult], rows)
+            if len(pairs) != len(packed):
+                raise PackError(f"{path}: {len(pairs)} pairs for {len(packed)} names")
+            return {name: pair for name, pair in zip(packed, pairs) if name in wanted}
+        except (OSError, PackError, ValueError, KeyError, TypeError, IndexError, StopIteration):
             return {}
 
     def put(self, key: dict[str, Any], layers: list[LayerResult]) -> None:

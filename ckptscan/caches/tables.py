@@ -19,8 +19,9 @@ What a column of `hint`'s values looks like:
   "items": COLUMN}` / `{"keys": COLUMN, "items": COLUMN}`, the items of all
   rows in one column (a null list or dict: a null length or key list);
 * anything else: a `report.columns` column.
-A table whose names are not the class's fields (written by another version)
-is a ValueError: the caches' callers take it as a miss.
+A table whose names are not the class's fields (written by another version),
+or whose columns, nulls, lengths or keys do not add up, is a ValueError:
+the caches' callers take it as a miss.
 """
 
 from __future__ import annotations
@@ -60,22 +61,29 @@ def decode(hint: Any, column: dict[str, Any]) -> list[Any]:
         if [name for name, _ in column["fields"]] != [name for name, _ in fields]:
             raise ValueError(f"the table's fields are not {item.__name__}'s")
         values = [decode(field_hint, encoded) for (_, field_hint), (_, encoded) in zip(fields, column["fields"])]
+        if any(len(field) != column["rows"] for field in values):
+            raise ValueError(f"a column of {item.__name__} holds other than {column['rows']} rows")
         rows = list(map(item, *values)) if fields else [item() for _ in range(column["rows"])]
-        if len(rows) != column["rows"]:
-            raise ValueError(f"the table holds {len(rows)} rows of {item.__name__}, not {column['rows']}")
         if column["none"] is None:
             return rows
+        nones = columns.decode(column["none"])
+        if nones.count(False) != len(rows):
+            raise ValueError(f"the nulls among {item.__name__}'s rows do not leave {len(rows)}")
         it = iter(rows)
-        return [None if none else next(it) for none in columns.decode(column["none"])]
+        return [None if none else next(it) for none in nones]
     if kind == "list":
-        items, start, lists = decode(item, column["items"]), 0, []
-        for length in columns.decode(column["lengths"]):
+        items, lengths, start, lists = decode(item, column["items"]), columns.decode(column["lengths"]), 0, []
+        if sum(length or 0 for length in lengths) != len(items):
+            raise ValueError("the lists' lengths do not add up to their items")
+        for length in lengths:
             lists.append(None if length is None else items[start:start + length])
             start += length or 0
         return lists
     if kind == "dict":
-        items, start, dicts = decode(item, column["items"]), 0, []
-        for keys in columns.decode(column["keys"]):
+        items, key_lists, start, dicts = decode(item, column["items"]), columns.decode(column["keys"]), 0, []
+        if sum(len(keys or []) for keys in key_lists) != len(items):
+            raise ValueError("the dicts' keys do not add up to their items")
+        for keys in key_lists:
             dicts.append(None if keys is None else dict(zip(keys, items[start:start + len(keys)])))
             start += len(keys or [])
         return dicts

@@ -137,7 +137,9 @@ class SeriesCache:
             self.disk.put(self._disk_key(key), layers)
 
     def pack(self, keys: list[dict[str, Any]], layers: list[list[LayerResult]]) -> None:
-        if self.disk is not None:
+        """Only a whole run is packed: a later look computes its new pairs
+        alone, and their pack would replace the run's."""
+        if self.disk is not None and len(keys) >= len(self._pairs):
             self.disk.pack([self._disk_key(key) for key in keys], layers)
 
     def get_layers(self, key: dict[str, Any]) -> dict[int, LayerResult]:
