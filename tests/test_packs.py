@@ -9,7 +9,7 @@ import pytest
 
 from ckptscan.caches import tables
 from ckptscan.caches.packs import MAGIC, PackError, common_prefix, read_pack, write_pack
-from ckptscan.schema.results import HeadResult, LayerResult, SeriesPoint
+from ckptscan.schema.results import AttentionResult, HeadResult, LayerResult, SeriesPoint
 
 
 def layers():
@@ -22,7 +22,6 @@ def layers():
 
 
 def _with_heads(heads):
-    from ckptscan.schema.results import AttentionResult
     return LayerResult(5, AttentionResult(*[0.5] * 9, heads=heads))
 
 

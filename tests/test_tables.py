@@ -6,11 +6,11 @@ import dataclasses
 import json
 import math
 import random
-import struct
 import types
 import typing
 
 import pytest
+from exact import same
 
 from ckptscan.caches import tables
 from ckptscan.caches.judge_cache import PairJudgement
@@ -42,21 +42,6 @@ def random_value(hint, rng):
     if hint is str:
         return rng.choice(["ok", "warn", "alert", "", "é"])
     raise TypeError(hint)
-
-
-def same(a, b):
-    """Equal, of the same types throughout (classes included), floats bit for bit."""
-    if type(a) is not type(b):
-        return False
-    if dataclasses.is_dataclass(a):
-        return all(same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
-    if isinstance(a, float):
-        return struct.pack("<d", a) == struct.pack("<d", b)
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    return a == b
 
 
 def round_trip(hint, values):

@@ -27,7 +27,7 @@ import json
 import struct
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ckptscan.system.output import write_output
 
@@ -106,7 +106,7 @@ def read_pack(path: Path) -> tuple[list[str], dict[str, Any]]:
     return names, _floats_mapped(rows, "f8@", restored)
 
 
-def _floats_mapped(column: Any, kind: str, f: Any) -> Any:
+def _floats_mapped(column: Any, kind: str, f: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
     """`column` (a `tables` or `report.columns` column) with `f` applied to
     each column of floats (a dict with key `kind`). Only the columns'
     structure is walked, never a value: a raw value that looks like a column is left as it is."""

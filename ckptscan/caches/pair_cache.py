@@ -102,8 +102,8 @@ class PairCache:
 
     def get_many(self, keys: list[dict[str, Any]]) -> list[list[LayerResult] | None]:
         """`get` of each of a run's pairs, in order: those in the run's pack from one read."""
-        self._names = {id(key): (key, digest(key)) for key in keys}  # this run's only: see `_name`
-        names = [self._name(key) for key in keys]
+        names = [digest(key) for key in keys]
+        self._names = {id(key): (key, name) for key, name in zip(keys, names)}  # this run's only: see `_name`
         packed = self._read_pack(keys[0], names) if keys else {}
         self.hits += len(packed)
         return [packed[name] if name in packed else self._get(key, name) for key, name in zip(keys, names)]

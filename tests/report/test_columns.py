@@ -8,6 +8,7 @@ import struct
 
 import numpy as np
 import pytest
+from exact import same
 
 from ckptscan.report import columns
 from ckptscan.report.plain import plain_pair
@@ -40,19 +41,6 @@ def random_value(rng, depth=0):
 def round_trip(values):
     """Through the JSON text, as the report's parts file holds it."""
     return columns.decode(json.loads(json.dumps(columns.encode(values), allow_nan=False)))
-
-
-def same(a, b):
-    """Equal, and of the same types throughout (1 is not 1.0 nor True), floats bit for bit."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, float):
-        return struct.pack("<d", a) == struct.pack("<d", b)
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    return a == b
 
 
 @pytest.mark.parametrize("seed", range(40))
