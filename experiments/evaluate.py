@@ -423,7 +423,7 @@ def main(argv: list[str] | None = None) -> None:
     for title, members in generations(outcomes):
         print_summary(summarize(members), title)
     options = pin_options(args)
-    held = {o.run["name"]: held_result(o) for o in outcomes}
+    held = pinned.with_training({o.run["name"]: held_result(o) for o in outcomes}, args.corpus, manifest["runs"])
     if args.pin is not None:
         pinned.save(args.pin, held, options)
         print(f"\npinned {len(held)} run(s) in {args.pin}")

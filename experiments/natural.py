@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> None:
     wrong = sum(bool(r["problems"]) for r in rows)
     print(f"{len(rows)} runs, {wrong} with a problem")
     options = {"split": args.split, "references": args.references or "none"}
-    held = {r["run"]: held_result(r) for r in rows}
+    held = pinned.with_training({r["run"]: held_result(r) for r in rows}, args.corpus, load_manifest()["runs"])
     if args.pin is not None:
         pinned.save(args.pin, held, options)
         print(f"pinned {len(held)} run(s) in {args.pin}")

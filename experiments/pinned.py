@@ -13,14 +13,22 @@ changed away from the right one. Summaries hide such moves — a median can
 stay put while one run alerts 500 steps later — so each run is compared.
 
 A move for the worse needs a stated reason in the commit that causes it.
+
+A pin also records a digest of each run's training log: the corpus is
+regenerated, not stored, and training is bit-reproducible only on one
+machine (another CPU's floating point takes a high-LR run elsewhere). A run
+trained differently from the pinned one moved with its data, not with the
+rules, so its moves are listed apart and never counted as worse.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import subprocess
 from pathlib import Path
+from typing import Iterable
 
 PINNED = Path(__file__).resolve().parent / "pinned"
 
@@ -33,6 +41,7 @@ class Held:
     family: str | None  # the family named first (primary, else first alerting)
     lead: float | None  # fraction of the onset→divergence window; None when the run did not diverge
     right_family: bool = True  # the family named is the right one (or nothing is named)
+    trained: str | None = None  # digest of the training log judged (training_digest); None: not recorded
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,10 +51,30 @@ class Move:
     was: object
     now: object
     worse: bool
+    retrained: bool = False  # the run was trained differently from the pinned one: the data moved
 
     def __str__(self) -> str:
-        mark = "worse" if self.worse else "better" if self.what != "family" else "changed"
+        if self.retrained:
+            mark = "trained differently: the data moved, not the rules"
+        else:
+            mark = "worse" if self.worse else "better" if self.what != "family" else "changed"
         return f"{self.run}: {self.what} ({self.was} → {self.now}) [{mark}]"
+
+
+def training_digest(corpus: Path, run: dict) -> str | None:
+    """The digest of the training log behind `run`'s verdict (a view's is its source run's);
+    None when the log is missing."""
+    log = corpus / (run.get("view_of") or run["name"]) / "train_log.jsonl"
+    try:
+        return hashlib.sha256(log.read_bytes()).hexdigest()[:16]
+    except OSError:
+        return None
+
+
+def with_training(held: dict[str, Held], corpus: Path, runs: Iterable[dict]) -> dict[str, Held]:
+    """`held` with each run's training digest recorded."""
+    by_name = {r["name"]: r for r in runs}
+    return {name: dataclasses.replace(h, trained=training_digest(corpus, by_name[name])) for name, h in held.items()}
 
 
 def moves(pinned: dict[str, Held], current: dict[str, Held]) -> list[Move]:
@@ -53,6 +82,7 @@ def moves(pinned: dict[str, Held], current: dict[str, Held]) -> list[Move]:
     out: list[Move] = []
     for run in sorted(pinned.keys() & current.keys()):
         was, now = pinned[run], current[run]
+        start = len(out)
         if was.alarm is None and now.alarm is not None:
             out.append(Move(run, "gained alarm", None, now.alarm, False))
         elif was.alarm is not None and now.alarm is None:
@@ -66,6 +96,8 @@ def moves(pinned: dict[str, Held], current: dict[str, Held]) -> list[Move]:
             out.append(Move(run, "lost false alarm", was.false, None, False))
         if was.family != now.family:
             out.append(Move(run, "family", was.family, now.family, was.right_family and not now.right_family))
+        if was.trained is not None and now.trained is not None and was.trained != now.trained:
+            out[start:] = [dataclasses.replace(m, worse=False, retrained=True) for m in out[start:]]
     return out
 
 
@@ -90,9 +122,15 @@ def report(path: Path, current: dict[str, Held], options: dict) -> int:
         return 0
     found = moves(pinned, current)
     missing = sorted(pinned.keys() - current.keys())
+    common = pinned.keys() & current.keys()
+    retrained = sorted(run for run in common if None not in (pinned[run].trained, current[run].trained)
+                       and pinned[run].trained != current[run].trained)
     print(f"\nagainst the results pinned at {body['commit'][:10]} ({path.name}): "
-          f"{len(found)} move(s) over {len(pinned.keys() & current.keys())} run(s)"
+          f"{len(found)} move(s) over {len(common)} run(s)"
           + (f"; {len(missing)} pinned run(s) not evaluated now" if missing else ""))
+    if retrained:
+        print(f"  {len(retrained)} of them trained differently from the pinned corpus (their training logs "
+              "differ): their moves are the data's, not the rules'")
     for move in found:
         print(f"  {move}")
     worse = sum(m.worse for m in found)

@@ -1,6 +1,8 @@
 """Pinned held-out results: every run whose verdict moved is listed, and the
 moves for the worse are the ones a commit must explain."""
 
+import hashlib
+
 from experiments import pinned
 from experiments.pinned import Held, Move
 
@@ -41,3 +43,35 @@ def test_a_pin_round_trips_and_is_compared_only_under_its_own_options(tmp_path, 
     assert "a: later (700 → 800) [worse]" in capsys.readouterr().out
     assert pinned.report(path, {}, {"split": "heldout", "references": "healthy-seeds", "legacy": False}) == 0
     assert "not compared" in capsys.readouterr().out
+
+
+def test_a_run_trained_differently_moves_with_its_data_and_is_never_worse(tmp_path, capsys):
+    was = {"same": Held(700, None, "attention", 0.5, trained="aaaa"),
+           "retrained": Held(700, None, "attention", 0.5, trained="bbbb"),
+           "unrecorded": Held(700, None, "attention", 0.5)}
+    now = {"same": Held(900, None, "attention", 0.3, trained="aaaa"),
+           "retrained": Held(900, 100, "attention", 0.3, trained="cccc"),
+           "unrecorded": Held(900, None, "attention", 0.3, trained="dddd")}
+    found = {(m.run, m.what): m for m in pinned.moves(was, now)}
+    assert found[("same", "later")].worse and not found[("same", "later")].retrained
+    assert found[("unrecorded", "later")].worse  # a pin without digests cannot excuse a move
+    assert found[("retrained", "later")] == Move("retrained", "later", 700, 900, False, retrained=True)
+    assert found[("retrained", "gained false alarm")].retrained
+    path = tmp_path / "pin.json"
+    options = {"split": "heldout", "references": "none"}
+    pinned.save(path, was, options)
+    assert pinned.report(path, now, options) == 2
+    out = capsys.readouterr().out
+    assert "1 of them trained differently" in out
+    assert "retrained: later (700 → 900) [trained differently: the data moved, not the rules]" in out
+
+
+def test_the_training_digest_is_the_logs_and_a_view_has_its_sources(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "train_log.jsonl").write_text('{"step": 0, "loss": 5.5}\n')
+    digest = pinned.training_digest(tmp_path, {"name": "run"})
+    assert digest == hashlib.sha256(b'{"step": 0, "loss": 5.5}\n').hexdigest()[:16]
+    assert pinned.training_digest(tmp_path, {"name": "view", "view_of": "run"}) == digest
+    assert pinned.training_digest(tmp_path, {"name": "missing"}) is None
+    held = pinned.with_training({"run": Held(None, None, None, None)}, tmp_path, [{"name": "run"}])
+    assert held["run"].trained == digest
