@@ -77,6 +77,11 @@ def with_training(held: dict[str, Held], corpus: Path, runs: Iterable[dict]) -> 
     return {name: dataclasses.replace(h, trained=training_digest(corpus, by_name[name])) for name, h in held.items()}
 
 
+def trained_differently(was: Held, now: Held) -> bool:
+    """Both verdicts record their training log, and the logs differ."""
+    return was.trained is not None and now.trained is not None and was.trained != now.trained
+
+
 def moves(pinned: dict[str, Held], current: dict[str, Held]) -> list[Move]:
     """Every change from `pinned` to `current`, for the runs both hold."""
     out: list[Move] = []
@@ -96,7 +101,7 @@ def moves(pinned: dict[str, Held], current: dict[str, Held]) -> list[Move]:
             out.append(Move(run, "lost false alarm", was.false, None, False))
         if was.family != now.family:
             out.append(Move(run, "family", was.family, now.family, was.right_family and not now.right_family))
-        if was.trained is not None and now.trained is not None and was.trained != now.trained:
+        if trained_differently(was, now):
             out[start:] = [dataclasses.replace(m, worse=False, retrained=True) for m in out[start:]]
     return out
 
@@ -123,8 +128,7 @@ def report(path: Path, current: dict[str, Held], options: dict) -> int:
     found = moves(pinned, current)
     missing = sorted(pinned.keys() - current.keys())
     common = pinned.keys() & current.keys()
-    retrained = sorted(run for run in common if None not in (pinned[run].trained, current[run].trained)
-                       and pinned[run].trained != current[run].trained)
+    retrained = [run for run in common if trained_differently(pinned[run], current[run])]
     print(f"\nagainst the results pinned at {body['commit'][:10]} ({path.name}): "
           f"{len(found)} move(s) over {len(common)} run(s)"
           + (f"; {len(missing)} pinned run(s) not evaluated now" if missing else ""))
