@@ -35,7 +35,9 @@ def load_report(run_dir: Path) -> ScanReport:
 
 
 def effective_thresholds(report: ScanReport, thresholds: Thresholds) -> Thresholds:
-    """As scan_run does: judging starts after the learning-rate warm-up at the earliest."""
+    """As scan_run does: the logit-scale ceiling for the model's width, and judging
+    starts after the learning-rate warm-up at the earliest."""
+    thresholds = thresholds.at_width(report.model.hidden_size)
     warmup = report.settings.get("lr_warmup_end_step")
     if warmup is not None and warmup > thresholds.warmup_steps:
         return dataclasses.replace(thresholds, warmup_steps=warmup)

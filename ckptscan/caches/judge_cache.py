@@ -98,7 +98,7 @@ class JudgeCache:
         when `judging` holds no state of its own yet, and filing what it adds."""
         if len(metrics.pair_keys) != len(metrics.pairs):
             return judging.report(metrics)
-        thresholds, _ = effective_thresholds(metrics.loss_log, judging.thresholds)
+        thresholds, _ = effective_thresholds(metrics, judging.thresholds)
         basis = judging.basis(thresholds)
         self._screen(judging, thresholds, basis)
         chain = self.chain(basis, metrics.pair_keys)

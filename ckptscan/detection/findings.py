@@ -50,8 +50,9 @@ def ceiling_findings(layer: LayerResult, t: Thresholds) -> list[Finding]:
     if scale is not None and scale > t.logit_scale_ceiling:
         findings.append(Finding(
             "logit_scale", "attention", "alert", scale,
-            f"attention logit scale {scale:.3g} above the ceiling {t.logit_scale_ceiling:g} (healthy runs: about 1): "
-            "the logits grow toward a one-hot softmax (attention logit growth)",
+            f"attention logit scale {scale:.3g} above the ceiling {t.logit_scale_ceiling:.3g} for d_model "
+            f"{t.logit_scale_width} or less (healthy runs stay under it): the logits grow toward a one-hot "
+            "softmax (attention logit growth)",
             threshold=t.logit_scale_ceiling, rule="ceiling",
         ))
     if bound is not None and bound > t.qk_norm_logit_ceiling:

@@ -102,7 +102,7 @@ class SeriesJudge:
         self._reference_id: str | None = None
 
     def report(self, metrics: Metrics) -> ScanReport:
-        thresholds, divergence = effective_thresholds(metrics.loss_log, self.thresholds)
+        thresholds, divergence = effective_thresholds(metrics, self.thresholds)
         basis = self.basis(thresholds)
         if self.state is None or self.state.basis != basis or len(metrics.pairs) < len(self.judged):
             self.start(JudgeState(thresholds, self.expected(thresholds, metrics), basis))
@@ -187,10 +187,12 @@ class SeriesJudge:
         return self._screening[1]
 
 
-def effective_thresholds(log: LossLog | None, thresholds: Thresholds) -> tuple[Thresholds, int | None]:
+def effective_thresholds(metrics: Metrics, thresholds: Thresholds) -> tuple[Thresholds, int | None]:
     """The thresholds a run is judged under, and its loss divergence step:
+    the logit-scale ceiling for the model's width (`Thresholds.at_width`);
     with a loss log, judging starts after the LR warm-up at the earliest.
     Both read the whole log, so they may change as a live run's log grows."""
+    thresholds, log = thresholds.at_width(metrics.model.hidden_size), metrics.loss_log
     if log is None:
         return thresholds, None
     divergence = divergence_step(log, thresholds.loss_window, thresholds.loss_margin)

@@ -78,7 +78,7 @@ def assess_report(
     `loss_divergence_step`: when the loss log says the run diverged, for the
     lead time in the summary.
     """
-    state = JudgeState(thresholds, reference)
+    state = JudgeState(thresholds.at_width(report.model.hidden_size), reference)
     for pair in report.pairs:
         state.add(pair)
     finish_report(report, state, loss_divergence_step)

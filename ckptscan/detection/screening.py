@@ -93,6 +93,7 @@ def first_alert(report: ScanReport, others: Sequence[ScanReport], paths: Sequenc
                 thresholds: Thresholds) -> tuple[int | None, str] | None:
     """The step and family of `report`'s first alert judged against `others`
     (none: its own history alone); None if it never alerts. `report` is not changed."""
+    thresholds = thresholds.at_width(report.model.hidden_size)
     warmup = report.settings.get("lr_warmup_end_step")
     if isinstance(warmup, int) and warmup > thresholds.warmup_steps:
         thresholds = dataclasses.replace(thresholds, warmup_steps=warmup)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from ckptscan.detection.catalog import judged_by_name
 from ckptscan.detection.series import SeriesSettings
@@ -59,14 +60,20 @@ class Thresholds:
     # 8.6 band sigmas (logit bound; 9.26 / 6 → 1.55) on two pairs in a row.
     band_scale_factor: float = 0.7
     # Attention logit scale (monitors.attention.logit_scale, the logits'
-    # standard deviation for unit-RMS inputs): healthy runs of generation 4
-    # and the sample runs stay at or under 1.2 at d 64 and 128 alike (13
-    # runs), runs whose logged attention logits pass 100 are at 2.7 or more
-    # at the first checkpoint after (experiments/natural.py --calibrate,
-    # docs/calibration.md). The ceiling sits between. With a per-head
-    # QK-norm the gains bound every logit (qk_norm_logit_bound): above
-    # qk_norm_logit_ceiling softmax can be one-hot (e^100 between two keys).
+    # standard deviation for unit-RMS inputs): its healthy level grows with
+    # the model, so the ceiling does, as √(d_model / logit_scale_width)
+    # above logit_scale_width (`at_width`: 2 at d_model 64, 2.83 at 128, 4 at
+    # 256). Healthy calibration runs reach at most 0.65 of it at every width
+    # (1.19 at d_model 64, 1.08 at 128, 2.60 at 256: generation 3's seeds);
+    # at one recipe the width controls double from d_model 128 to 256 (0.63 →
+    # 1.22), at generation 4's the healthy level grows ×1.15 from 64 to 128:
+    # √d lies between. Runs whose logged attention logits pass 100 are at
+    # 1.29 times it or more (median 2.9) by their first checkpoint after (experiments/natural.py
+    # --calibrate, docs/calibration.md). With a per-head QK-norm the gains
+    # bound every logit (qk_norm_logit_bound): above qk_norm_logit_ceiling
+    # softmax can be one-hot (e^100 between two keys).
     logit_scale_ceiling: float = 2.0
+    logit_scale_width: int = 64
     qk_norm_logit_ceiling: float = 100.0
     band_state_scale_factor: float = 1.6
     # ---- Output family (detection/output.py) ----
@@ -141,6 +148,9 @@ class Thresholds:
         if not 0 < self.run_band_warn <= self.run_band_alert:
             problems.append(f"need 0 < run_band_warn ≤ run_band_alert (got {self.run_band_warn}, "
                             f"{self.run_band_alert})")
+        if self.logit_scale_ceiling <= 0 or self.logit_scale_width < 1:
+            problems.append(f"need logit_scale_ceiling > 0 and logit_scale_width ≥ 1 (got {self.logit_scale_ceiling}, "
+                            f"{self.logit_scale_width})")
         if min(self.output_logit_scale_ceiling, self.output_shift_ceiling) <= 0:
             problems.append("need output_logit_scale_ceiling > 0 and output_shift_ceiling > 0")
         known = judged_by_name()
@@ -149,6 +159,15 @@ class Thresholds:
             problems.append(f"disabled_monitors: unknown monitor(s) {unknown}; known: {sorted(known)}")
         if problems:
             raise CkptScanError("invalid thresholds: " + "; ".join(problems))
+
+    def at_width(self, hidden_size: int | None) -> Thresholds:
+        """These thresholds for a model of d_model `hidden_size`: the logit-scale
+        ceiling × √(hidden_size / logit_scale_width) when wider, with the
+        width it is now for (so applying it again changes nothing)."""
+        if hidden_size is None or hidden_size <= self.logit_scale_width:
+            return self
+        scaled = self.logit_scale_ceiling * math.sqrt(hidden_size / self.logit_scale_width)
+        return replace(self, logit_scale_ceiling=scaled, logit_scale_width=hidden_size)
 
     def as_dict(self) -> dict[str, object]:
         values = asdict(self)

@@ -330,9 +330,10 @@ def logit_scale(
     x = γ ⊙ x̂ after an RMSNorm of gain γ; for x̂_i, x̂_j independent with
     E[x̂x̂ᵀ] = I its second moment is ‖D_γ Q_hᵀ K_g D_γ‖_F² / r (D_γ = diag(γ);
     `q`, `k` [H|G, r, d] the projections' head blocks), from the r × r Grams:
-    tr((Q_h D_γ² Q_hᵀ)(K_g D_γ² K_gᵀ)). It is in logits for any model size:
-    healthy runs of the corpus sit near 1 at d = 64 and d = 128 alike, while
-    the worst-case bound (σ_max · d / √r) grows with d. Attention logit growth
+    tr((Q_h D_γ² Q_hᵀ)(K_g D_γ² K_gᵀ)). It is in logits; healthy runs of the
+    corpus sit near 1 at d = 64 and 128 and reach 2.6 at 256 (the ceiling
+    grows as √d: detection/thresholds.py), while the worst-case bound
+    (σ_max · d / √r) grew ×1.8 from 64 to 128. Attention logit growth
     (Dehghani et al. 2023; Wortsman et al. 2023) is this scale rising until
     softmax is one-hot. The content form: RoPE is not applied, as for every
     monitor here. A QK-norm removes the projections' scale from the logits:

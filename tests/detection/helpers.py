@@ -11,12 +11,12 @@ MODEL = ModelInfo(family="mixtral", num_layers=2, hidden_size=64, num_heads=4, n
 
 
 def layer_result(layer, d2n=0.55, d2n_min=None, dwq=0.8, dwk=0.8, logit=3.0, routing=0.8, cos=-0.3, eps=5.0,
-                 dwr=0.78, nonfinite=None, router=True):
+                 dwr=0.78, nonfinite=None, router=True, scale=None):
     attention = AttentionResult(
         delta2_entropy=None, delta2_entropy_min=None, delta2_entropy_norm=d2n, delta3_entropy=None,
         dwq_entropy=None, dwk_entropy=None, dwq_rel_norm=0.1, dwk_rel_norm=0.1, qk_logit_bound=logit,
         delta2_entropy_norm_min=d2n - 0.05 if d2n_min is None and d2n is not None else d2n_min,
-        dwq_entropy_norm=dwq, dwk_entropy_norm=dwk,
+        dwq_entropy_norm=dwq, dwk_entropy_norm=dwk, logit_scale=scale,
     )
     router_result = RouterResult(epsilon=eps, cosine_similarity=cos, dwr_entropy=None, dwr_entropy_norm=dwr,
                                  routing_entropy_norm=routing) if router else None
@@ -59,6 +59,9 @@ def random_metrics(seed, max_pairs=24):
     from ckptscan.pipeline.metrics import Metrics
 
     rng = random.Random(seed)
+    # The attention logit scale from a stream of its own (the seeds pinned as examples keep their runs):
+    # a walk that crosses logit_scale_warn and logit_scale_ceiling, and falls back under them.
+    scales = random.Random(seed ^ 0x5CA1E)
     num_layers = rng.choice([1, 2, 3, 9])
     thresholds = Thresholds(
         warn_sigma=rng.choice([2.0, 3.0, 4.0]), alert_sigma=rng.choice([4.0, 6.0]), consecutive=rng.randint(1, 3),
@@ -73,6 +76,7 @@ def random_metrics(seed, max_pairs=24):
     def run(num_pairs, restart):
         levels = {k: rng.uniform(0.3, 0.9) for k in ("d2n", "dwq", "dwk", "routing", "dwr")}
         levels.update(logit=rng.uniform(1, 5), eps=rng.uniform(0.05, 6), cos=rng.uniform(-0.9, 0.9))
+        scale = scales.uniform(0.5, 2.5)
         pairs, step = [], rng.choice([0, 100])
         for i in range(num_pairs):
             if restart is not None and i == restart:
@@ -80,13 +84,17 @@ def random_metrics(seed, max_pairs=24):
             if rng.random() < 0.15:  # a shift: a fault starting, or healthy drift
                 key = rng.choice(sorted(levels))
                 levels[key] *= rng.choice([0.5, 0.8, 1.2, 2.0])
+            scale *= scales.choice([0.7, 1.0, 1.0, 1.5])
             results = []
             for n in range(num_layers + (rng.random() < 0.1)):
                 values = {k: v * (1 + rng.gauss(0, 0.03)) for k, v in levels.items()}
+                layer_scale = scale * (1 + scales.gauss(0, 0.1))
+                if scales.random() < 0.04:
+                    layer_scale = scales.choice([math.nan, math.inf, None])
                 draw = rng.random()
                 if draw < 0.04:
                     values[rng.choice(sorted(values))] = rng.choice([math.nan, math.inf, None])
-                result = layer_result(n, router=rng.random() > 0.05, **values,
+                result = layer_result(n, router=rng.random() > 0.05, scale=layer_scale, **values,
                                       nonfinite={"W_q": 3} if draw > 0.98 else None)
                 if rng.random() < 0.04:
                     result.attention = None
