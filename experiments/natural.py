@@ -29,8 +29,10 @@ mean log Z (its lowest value after the warm-up, and its last).
 `--without-output` judges with the output family's ceilings off (the table
 before the family), to show what it changes.
 `--calibrate` prints, per recipe, the largest logit scale of the healthy
-calibration runs and, per saturating calibration run, the logit scale at
-its first checkpoint after saturation: what `logit_scale_ceiling` is set from;
+calibration runs (generation 3's healthy seeds, d_model 256, among them) and,
+per saturating calibration run, the logit scale at its first checkpoint
+after saturation, each beside the ceiling at its model's width
+(`Thresholds.at_width`): what `logit_scale_ceiling` and its √d growth are set from;
 and the output family's largest logit scale and log Z shift scale per run,
 healthy and not, beside the logged mean log Z: what the output ceilings are
 set from.
@@ -190,21 +192,29 @@ def evaluate(corpus: Path, split: str, references: bool, partial: bool, output: 
 def calibrate(corpus: Path) -> None:
     manifest = load_manifest()
     healthy: dict[str, list[float]] = {}
+    shares: list[tuple[float, str]] = []  # healthy runs' largest logit scale / the ceiling at their width
     saturating = []
     for run in manifest["runs"]:
         run_dir = corpus / run["name"]
-        if run.get("generation") != 4 or run["split"] != "calibration" or not (run_dir / "metrics.json").exists():
+        calibration = run["split"] == "calibration" and (run_dir / "metrics.json").exists()
+        # Generation 3's healthy seeds too: the widest healthy runs the ceiling must hold on.
+        if not calibration or run.get("generation") != 4 and not (run.get("generation") == 3 and run["fault"] == "none"):
             continue
-        scales = logit_scales(load_report(run_dir))
+        report = load_report(run_dir)
+        scales = logit_scales(report)
         steps, logits, _ = inside_view(run_dir)
         if not scales:  # a QK-norm model: its gains' bound (qk_norm_logit_bound) is judged instead
             print(f"{run['name']}: QK-norm, no logit scale; largest logged logit "
                   f"{max((v for v in logits if v is not None), default=None)}")
             continue
+        width = report.model.hidden_size
+        ceiling = Thresholds().at_width(width).logit_scale_ceiling
         observed = max((v for v in logits if v is not None), default=None)
         if run["fault"] == "none":
             healthy.setdefault(run["recipe"], []).append(max(scales.values()))
-            print(f"healthy {run['name']}: largest logit scale {max(scales.values()):.4g}, "
+            shares.append((max(scales.values()) / ceiling, run["name"]))
+            print(f"healthy {run['name']} (d_model {width}, ceiling {ceiling:.3g}): largest logit scale "
+                  f"{max(scales.values()):.4g} ({max(scales.values()) / ceiling:.2f} of the ceiling), "
                   f"largest logged logit {observed}")
             continue
         saturation = saturation_step(steps, logits)
@@ -213,15 +223,19 @@ def calibrate(corpus: Path) -> None:
                   f"largest logit scale {max(scales.values()):.4g}")
             continue
         after = min((s for s in scales if s >= saturation), default=None)
-        saturating.append(scales.get(after) if after is not None else None)
-        print(f"{run['name']}: saturates at step {saturation}; logit scale at checkpoint {after}: "
-              f"{scales.get(after)}; before it: {[round(scales[s]) for s in sorted(scales) if s < saturation]}")
+        saturating.append(scales[after] / ceiling if after is not None else None)
+        print(f"{run['name']} (d_model {width}, ceiling {ceiling:.3g}): saturates at step {saturation}; logit scale "
+              f"at checkpoint {after}: {scales.get(after)}; before it: "
+              f"{[round(scales[s]) for s in sorted(scales) if s < saturation]}")
     for recipe, values in healthy.items():
         print(f"{recipe}: healthy largest logit scale {max(values):.4g} over {len(values)} runs")
+    if shares:
+        share, name = max(shares)
+        print(f"healthy runs: at most {share:.2f} of the ceiling at their width ({name})")
     known = [v for v in saturating if v is not None]
     if known:
-        print(f"saturating runs at their first checkpoint after saturation: min {min(known):.4g}, "
-              f"median {statistics.median(known):.4g}")
+        print(f"saturating runs at their first checkpoint after saturation: min {min(known):.2f}, "
+              f"median {statistics.median(known):.2f} of the ceiling at their width")
     calibrate_output(corpus, manifest)
 
 
