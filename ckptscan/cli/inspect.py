@@ -3,7 +3,8 @@
 Prints the format, the model family, layers, heads / KV heads / head_dim,
 experts and top-k with where each number came from, and the exact tensors
 each layer reads (role, shape, stored dtype); for a run directory also the
-checkpoints in step order and what was skipped. When no layout fits, it
+checkpoints in step order, what was skipped, and its side files (the probe,
+the loss log) named as what they are. When no layout fits, it
 prints the tensor-name patterns and exits 2.
 """
 
@@ -97,6 +98,8 @@ def _print_run(console: Console, description: dict[str, Any]) -> None:
         console.print(Text.assemble(("skipped ", "yellow"), where + reason))
     for note in run.get("notes", []):
         console.print(Text.assemble(("note ", "cyan"), note))
+    for side in run.get("side_files", []):
+        console.print(Text.assemble(("side file ", "cyan"), f"{side['path']}: {side['role']}"), highlight=False)
 
 
 def _print_checkpoint(console: Console, c: dict[str, Any], newest: bool) -> None:

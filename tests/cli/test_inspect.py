@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pytest
 import torch
 from factories import llama_config, llama_tensors, random_weights, write_hf_checkpoint
 from typer.testing import CliRunner
@@ -89,3 +91,36 @@ def test_missing_path_and_missing_heads_exit_2(tmp_path):
     result = runner.invoke(app, ["inspect", str(path)])
     assert result.exit_code == 2
     assert "pass --num-heads" in result.output
+
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_checkpoints"
+
+
+@pytest.mark.skipif(not SAMPLES.is_dir(), reason="sample_checkpoints/ not present")
+@pytest.mark.parametrize("run", sorted(p.name for p in SAMPLES.iterdir() if p.is_dir()) if SAMPLES.is_dir() else [])
+def test_a_sample_run_is_inspected_as_a_run_and_its_probe_is_named_a_side_file(run):
+    """The run folder holds probe.safetensors, which opens alone as a (tiny) safetensors checkpoint: the folder
+    is still a run of checkpoint-N folders, and the probe and the loss log are named as what they are."""
+    result = runner.invoke(app, ["inspect", str(SAMPLES / run), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    description = json.loads(result.output)
+    assert description["kind"] == "run"
+    assert [c["step"] for c in description["run"]["checkpoints"]] == list(range(0, 3001, 100))
+    assert description["checkpoint"]["path"].endswith("checkpoint-3000")
+    assert description["checkpoint"]["model"]["family"] == "mixtral"
+    roles = {Path(s["path"]).name: s["role"] for s in description["run"]["side_files"]}
+    assert roles["probe.safetensors"].startswith("the probe:") and roles["train_log.jsonl"].startswith("the loss log:")
+    table = runner.invoke(app, ["inspect", str(SAMPLES / run)])
+    assert table.exit_code == 0, table.output
+    assert "side file" in table.output and "layers.N.router_input" not in table.output
+
+
+def test_a_lone_safetensors_file_beside_step_named_folders_stays_the_checkpoint_when_it_is_not_a_side_file(tmp_path):
+    """Only the known side files give way to the run: a checkpoint folder holding its weights and a step-named
+    subfolder (DeepSpeed's global_stepN under HF Trainer's checkpoint-N) is still that one checkpoint."""
+    config = llama_config(layers=1, hidden=32, heads=4, kv_heads=2)
+    path = write_hf_checkpoint(tmp_path / "checkpoint-100", llama_tensors(config, 1), config)
+    (path / "global_step100").mkdir()
+    result = runner.invoke(app, ["inspect", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["kind"] == "checkpoint"
