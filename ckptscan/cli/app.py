@@ -3,8 +3,13 @@ and the flags read as the library's arguments (the options themselves are
 declared in `cli.options`, the groups of outputs in `cli.outputs`, what they
 write in `cli.destinations`, the gate in `cli.gate`).
 
-Exit codes (a public interface): 0 healthy, 1 the gate failed (the verdict
-reached --fail-on), 2 usage or input error, 130 interrupted.
+Exit codes (a public interface, the same for every command): 0 healthy; 1
+the gate failed (the verdict reached --fail-on), its reason on stderr; 2 a
+usage, input or internal error, in one line on stderr (an unexpected
+exception too: `ckptscan.cli.crash`; `--debug` shows its traceback); 130
+interrupted (Ctrl-C, SIGTERM). A reader of stdout that goes away (`| head`)
+changes none of them: the command finishes quietly with its own
+(`ckptscan.cli.streams`).
 
 This module and the command modules import neither torch nor the library at
 import time: `ckptscan --help`, `--version` and shell completion answer in a
@@ -20,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Iterator
 import typer
 # typer parses with its own copy of click: its usage errors and contexts are these, not the click package's.
 from typer._click.core import Context as ClickContext
-from typer._click.exceptions import UsageError
+from typer._click.exceptions import ClickException, UsageError
 from typer.core import TyperCommand, TyperGroup
 
 from ckptscan import __version__
@@ -156,7 +161,7 @@ def report_console(stderr: bool = False) -> Console:
     is not wrapped at all. markup=False: printed names come from files."""
     import os
 
-    from rich.console import Console
+    from ckptscan.cli.streams import Console  # quiet, not exit 1, when the reader leaves (`| head`)
 
     console = Console(stderr=stderr, markup=False)
     if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
@@ -167,7 +172,7 @@ def report_console(stderr: bool = False) -> Console:
 def err() -> Console:
     """stderr; soft_wrap: an error is one line however long its path."""
     if "err" not in _consoles:
-        from rich.console import Console
+        from ckptscan.cli.streams import Console
 
         _consoles["err"] = Console(stderr=True, soft_wrap=True, markup=False)
     return _consoles["err"]
@@ -190,13 +195,16 @@ def wrote(path: object) -> None:
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn input problems and Ctrl-C into one clear line and an exit code.
+    """Turn input problems, Ctrl-C and unexpected exceptions (a bug, here or
+    in a worker thread) into one clear line and an exit code: 2, 130, 2.
     Entered once per command: its consoles are made afresh (COLUMNS and
     whether stdout is a terminal are read for each command run in-process)."""
     _written.clear()
     _consoles.clear()
     try:
         yield
+    except (typer.Exit, typer.Abort, ClickException):  # the command's own exit code, click's usage errors
+        raise
     except CkptScanError as e:
         from rich.text import Text
 
@@ -211,6 +219,18 @@ def user_errors() -> Iterator[None]:
         done = f"only {', '.join(_written)} written" if _written else "no report was written"
         err().print(f"{how}: {done}", highlight=False)
         raise typer.Exit(EXIT_INTERRUPT) from None
+    except Exception as e:  # noqa: BLE001  a bug is one line and exit 2, never the gate's 1 with a traceback
+        from ckptscan.cli import crash
+
+        raise typer.Exit(crash.report(e, _command_name())) from None
+
+
+def _command_name() -> str:
+    """"ckptscan diff", for the command running now."""
+    from typer._click.globals import get_current_context
+
+    context = get_current_context(silent=True)
+    return context.command_path if context is not None else "ckptscan"
 
 
 def parse_indices(spec: str | None, flag: str = "--layers") -> list[int] | None:
@@ -279,9 +299,20 @@ def _version(value: bool) -> None:
         raise typer.Exit(EXIT_OK)
 
 
-@app.callback()
+EXIT_CODES = ("Exit codes, for every command: 0 healthy; 1 the gate failed (the verdict reached --fail-on), "
+              "its reason on stderr; 2 a usage, input or internal error, in one line on stderr; 130 interrupted. "
+              "A reader of stdout that stops early (| head) changes none of them.")
+
+
+@app.callback(epilog=EXIT_CODES)
 def _root(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
+    debug: Annotated[bool, typer.Option(
+        "--debug", help="On an internal error, print its traceback before the one line (also: CKPTSCAN_DEBUG=1).")
+    ] = False,
 ) -> None:
     """Catch LLM training instability in saved checkpoints before the loss curve shows it."""
+    from ckptscan.cli import crash
+
+    crash.debug = debug  # set for every command run, in-process runs too

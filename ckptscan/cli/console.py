@@ -11,6 +11,11 @@ with torch loaded that teardown took 4-7 s on a loaded 2-core machine
 to finish by then: every write is atomic and already whole or removed, and
 the layer threads only read.
 
+An exception no command caught (one of start-up or option parsing; the
+commands catch their own, `ckptscan.cli.app.user_errors`) is one line and
+exit 2 as well (`ckptscan.cli.crash`): never a traceback with Python's exit
+code 1, the gate's.
+
 A normal exit keeps Python's teardown but first freezes the heap
 (`gc.freeze`): the teardown collects the whole heap, and a long run's
 report is ~5·10⁵ objects, still alive there (the exit's traceback holds the
@@ -44,8 +49,27 @@ def main() -> None:
     except SystemExit as e:
         if e.code == EXIT_INTERRUPT:
             _exit_now(EXIT_INTERRUPT)
+        _flush_stdout()
         gc.freeze()
         raise
+    except Exception as e:  # noqa: BLE001  a crash outside any command: one line and exit 2
+        from ckptscan.cli import crash
+
+        raise SystemExit(crash.report(e, "ckptscan")) from None
+
+
+def _flush_stdout() -> None:
+    """What is still buffered for stdout, written now: a reader that went away
+    (`| head`) then costs nothing, where Python's own last flush would print
+    "Exception ignored ... BrokenPipeError" and change the exit code to 120."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        from ckptscan.system.output import reader_gone
+
+        reader_gone(1)
+    except (OSError, ValueError):  # a closed stream: nothing more can be said
+        pass
 
 
 def _exit_now(code: int) -> None:

@@ -18,8 +18,15 @@ What a destination is decides how it is written:
 
 Every failure is an OSError naming the path (`e.filename`), raised to the
 caller, which turns it into one line and exit code 2 (or, for the cache, a
-note): ENOSPC, EROFS, EACCES, a vanished directory, a reader that went away
-(EPIPE) are never swallowed.
+note): ENOSPC, EROFS, EACCES, a vanished directory, a reader of a named file
+or FIFO that went away (EPIPE) are never swallowed.
+
+The one exception is stdout whose reader went away (`ckptscan trend RUN |
+head -1`): by the convention of command-line tools the reader has what it
+wanted, so that is no error. The rest of stdout is discarded
+(`reader_gone`), the command finishes, and it exits with its own outcome: 0
+healthy, or the gate's 1 with its reason on stderr. A pipeline under `set -o
+pipefail` then fails a run for the run's verdict, never for `head`.
 """
 
 from __future__ import annotations
@@ -95,13 +102,29 @@ def _write_descriptor(fd: int, payload: bytes) -> None:
     if stream is None:
         _write_all(fd, payload)
         return
-    stream.flush()
-    binary = getattr(stream, "buffer", None)  # absent where a caller put a StringIO
-    if binary is not None:
-        binary.write(payload)
-    else:
-        stream.write(payload.decode("utf-8", "replace"))
-    stream.flush()
+    try:
+        stream.flush()
+        binary = getattr(stream, "buffer", None)  # absent where a caller put a StringIO
+        if binary is not None:
+            binary.write(payload)
+        else:
+            stream.write(payload.decode("utf-8", "replace"))
+        stream.flush()
+    except BrokenPipeError:
+        if fd != 1:
+            raise
+        reader_gone(fd)
+
+
+def reader_gone(fd: int) -> None:
+    """The reader of this process's `fd` (stdout) went away: point the
+    descriptor at /dev/null, so that whatever is still written to it, and
+    the interpreter's last flush at exit, go nowhere without an error."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def _write_through(name: str, payload: bytes, append: bool) -> None:
