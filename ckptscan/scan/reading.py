@@ -12,6 +12,7 @@ from ckptscan.errors import CkptScanError
 from ckptscan.layouts import LayerPlan
 from ckptscan.readers import Checkpoint
 from ckptscan.scan.selection import HeadSelection
+from ckptscan.system.linalg_warmup import warm_linalg
 
 
 def read_layer(ckpt: Checkpoint, plan: LayerPlan, selection: HeadSelection | None,
@@ -59,9 +60,12 @@ def read_tensor(ckpt: Checkpoint, plan: LayerPlan, name: str, selection: HeadSel
 
 def resolve_device(device: str) -> str:
     """The torch device the math runs on: "auto" is "cuda" when torch can use
-    a CUDA device and "cpu" otherwise; an explicit "cuda[:N]" must exist."""
+    a CUDA device and "cpu" otherwise; an explicit "cuda[:N]" must exist. A
+    CUDA device comes back with its solvers loaded by this thread
+    (`warm_linalg`): the layer workers that use it next must not be the
+    first to load them, two at once."""
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
         return device
     kind, colon, index = device.partition(":")
@@ -72,4 +76,5 @@ def resolve_device(device: str) -> str:
                             "use --device cpu (or auto, which falls back to the CPU)")
     if index and int(index) >= torch.cuda.device_count():
         raise CkptScanError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
+    warm_linalg(device)
     return device

@@ -17,10 +17,13 @@ from typer.testing import CliRunner
 
 from ckptscan.cli import app
 from ckptscan.errors import CkptScanError
+from ckptscan.executors.local import LocalExecutor
+from ckptscan.system import linalg_warmup
+from ckptscan.system.linalg_warmup import warm_linalg
 from ckptscan.system.parallel import ordered_map, plan_threads, torch_threads
 from ckptscan.report.json import report_dict
 from ckptscan import scan_pair
-from ckptscan.scan import ScanOptions, resolve_device, tasks
+from ckptscan.scan import ScanOptions, reading, resolve_device, tasks
 from factories import llama_config, llama_tensors, updated, write_hf_checkpoint
 
 CONFIG = llama_config(layers=4, hidden=64, heads=4, kv_heads=2, experts=4)
@@ -81,9 +84,98 @@ def test_plan_threads_shares_the_cpus_and_never_exceeds_the_tasks(monkeypatch):
     assert plan_threads(1) == (1, 2)  # one layer: its math gets both cores
     assert plan_threads(32, workers=1) == (1, 2)
     monkeypatch.setattr("ckptscan.system.parallel.usable_cpus", lambda: 16)
-    assert plan_threads(32) == (2, 8)
+    assert plan_threads(32) == (16, 1)  # the CPUs come from usable_cpus unless given
     with pytest.raises(ValueError):
         plan_threads(4, workers=0)
+
+
+# (CPUs, tasks) -> (workers, intra-op threads each): a 1B model's 16 layers, a
+# 70B model's 80, and a single layer, on the CI machine's 2 cores and on nodes.
+PLANS = {
+    (2, 16): (2, 1), (2, 80): (2, 1), (2, 1): (1, 2),  # the measured 2-core plan, as it was
+    (8, 16): (8, 1), (8, 80): (8, 1), (8, 1): (1, 4), (8, 3): (3, 2),
+    (16, 16): (16, 1), (16, 80): (16, 1), (16, 1): (1, 4), (16, 4): (4, 4),
+    (64, 16): (16, 4), (64, 80): (16, 4), (64, 1): (1, 4), (64, 32): (16, 4),
+}
+
+
+@pytest.mark.parametrize("cpus, tasks", list(PLANS))
+def test_plan_threads_gives_small_solves_one_thread_each_and_spare_cores_to_the_gemms(cpus, tasks):
+    """One worker per core (each per-head eigensolve batch wants one intra-op
+    thread), up to one per task and 16; cores no task needs become at most
+    four intra-op threads a worker (the Gram GEMMs use them); never more
+    threads than cores."""
+    workers, threads = plan_threads(tasks, cpus=cpus)
+    assert (workers, threads) == PLANS[cpus, tasks]
+    assert workers <= tasks and workers * threads <= max(cpus, 2)
+
+
+@pytest.mark.parametrize("cpus", [2, 8, 16, 64])
+def test_plan_threads_keeps_the_running_layers_within_the_memory_budget(cpus):
+    gib = 2**30
+    # A 70B layer's tensors of two checkpoints and their Grams, ~2 GiB a task, under a 10 GiB budget.
+    workers, threads = plan_threads(80, cpus=cpus, layer_bytes=2 * gib, memory_budget=10 * gib)
+    assert workers * 2 * gib <= 10 * gib
+    assert workers == min(5, {2: 2}.get(cpus, 16))
+    assert threads == (1 if cpus == 2 else min(4, cpus // workers))
+    # A task larger than the budget still runs, alone.
+    assert plan_threads(80, cpus=cpus, layer_bytes=20 * gib, memory_budget=10 * gib)[0] == 1
+    # Without the task's bytes, or with a budget that fits them all, the plan is the CPUs' alone.
+    assert plan_threads(80, cpus=cpus) == plan_threads(80, cpus=cpus, layer_bytes=1, memory_budget=10 * gib)
+
+
+def test_plan_threads_with_workers_given_shares_the_cpus_among_them():
+    assert plan_threads(32, workers=4, cpus=2) == (4, 1)
+    assert plan_threads(32, workers=2, cpus=16) == (2, 4)  # not 8: the eigensolves lose to their barriers
+    assert plan_threads(3, workers=8, cpus=64) == (3, 4)  # never more workers than tasks
+
+
+def test_warm_linalg_makes_the_solver_calls_once_per_device_on_the_calling_thread(monkeypatch):
+    """The warm-up is real torch calls (here on the CPU and torch's meta
+    device; on a GPU, CUDA's lazily loaded solvers): once per device."""
+    monkeypatch.setattr(linalg_warmup, "warmed", {})
+    assert warm_linalg("cpu") is True
+    assert warm_linalg("cpu") is False
+    assert warm_linalg("meta") is True
+    assert linalg_warmup.warmed == {"cpu": threading.get_ident(), "meta": threading.get_ident()}
+
+
+class DeviceTask:
+    """A task on `device` as the executor sees a LayerTask: `options.device`,
+    called with (item, stop) on worker threads. Records, at each call, which
+    devices were warm and by which thread."""
+
+    def __init__(self, device: str) -> None:
+        self.options = ScanOptions(device=device)
+        self.seen: list[tuple[int, dict[str, int]]] = []
+
+    def __call__(self, item: int, stop: threading.Event) -> int:
+        self.seen.append((threading.get_ident(), dict(linalg_warmup.warmed)))
+        return item
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_executor_warms_a_devices_solvers_on_its_own_thread_before_the_pool(monkeypatch, workers):
+    """A device other than the CPU (torch's meta device stands in for CUDA
+    here) is warmed by the thread calling `map` before any worker runs a
+    task, when there are several workers; one worker on the calling thread
+    needs no warming (the crash is two threads loading the solvers at once)."""
+    monkeypatch.setattr(linalg_warmup, "warmed", {})
+    task = DeviceTask("meta")
+    assert [r for _, r in LocalExecutor(workers=workers).map(task, list(range(6)))] == list(range(6))
+    caller = threading.get_ident()
+    if workers == 1:
+        assert all(warm == {} for _, warm in task.seen)
+        return
+    assert {thread for thread, _ in task.seen} - {caller}  # the tasks ran on worker threads
+    assert all(warm == {"meta": caller} for _, warm in task.seen)  # ... each after the caller warmed the device
+
+
+def test_the_executor_leaves_the_cpu_alone(monkeypatch):
+    monkeypatch.setattr(linalg_warmup, "warmed", {})
+    task = DeviceTask("cpu")
+    list(LocalExecutor(workers=2).map(task, [0, 1, 2]))
+    assert linalg_warmup.warmed == {}
 
 
 def test_torch_threads_restores_the_previous_count():
@@ -125,17 +217,23 @@ def test_one_or_two_workers_give_the_same_report(pair, precision):
 
 
 def test_auto_device_is_cuda_only_when_torch_sees_one(monkeypatch):
+    """...and a CUDA device comes back with its solvers warmed on this thread
+    (the warm-up itself is recorded here: this torch may have no CUDA)."""
+    warmed = []
+    monkeypatch.setattr(reading, "warm_linalg", warmed.append)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_device("auto") == "cpu"
     assert resolve_device("cpu") == "cpu"
     with pytest.raises(CkptScanError, match="no CUDA device"):
         resolve_device("cuda")
+    assert warmed == []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert resolve_device("auto") == "cuda"
     assert resolve_device("cuda:0") == "cuda:0"
     with pytest.raises(CkptScanError, match="only 1 CUDA"):
         resolve_device("cuda:1")
+    assert warmed == ["cuda", "cuda:0"]
 
 
 @pytest.mark.parametrize("device", ["tpu", "cuda:x", "cuda:", "CPU"])
