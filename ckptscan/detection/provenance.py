@@ -22,6 +22,17 @@ without this rule a verdict. Two cases show in the weights themselves:
   run differs in every layer; an unstable layer is the monitors' to judge).
   Pairs whose layers carry no cosine (reports from before it was computed)
   are judged on the update's size alone, as they were then.
+- different runs that share their initialisation (one seed, a common
+  checkpoint-0): their weights stay related (cos 0.31 between the sample
+  runs healthy/ and attention_fault/ at steps 1700 and 1800), so the two
+  pieces of evidence above read such a pair as one run's update, too large.
+  Where the weights cannot tell, the folders can (`inputs/lineage.py`): the
+  checkpoints sit in two run folders and the newer run holds its own
+  checkpoint at the older step with other weights (or its loss log parts
+  from the older run's before that step). That is the same finding, with
+  the folders as its evidence; a run's checkpoint is then never proposed as
+  the rollback of another. Checked only after the weights, so a pair the
+  weights already call two runs keeps their evidence.
 - the same checkpoint twice (a copy): every monitored weight is bit-identical,
   and there is no update to judge (nor is there when the weights did not
   train: frozen, or every update lost to bf16 rounding, which
@@ -67,14 +78,15 @@ def relatedness(pair: PairResult) -> float | None:
 
 def unrelated_findings(pair: PairResult) -> bool:
     """An alert on each layer of a pair whose update is as large as the
-    weights and whose weights are unrelated (appended to the layers'
-    findings); whether the pair is two runs."""
+    weights and whose weights are unrelated, or whose folders show two runs
+    (`inputs/lineage.py`) (appended to the layers' findings); whether the
+    pair is two runs."""
     change = relative_change(pair)
     if change is None or change < UNRELATED_CHANGE:
-        return False
+        return folder_findings(pair, change)
     related = relatedness(pair)
     if related is not None and related >= RELATED_COSINE:
-        return False
+        return folder_findings(pair, change)
     evidence = f" and the weights are unrelated (cos(W_a, W_b) {related:.2f}, median over layers, < " \
         f"{RELATED_COSINE:g})" if related is not None else ""
     message = (f"the update is as large as the weights (‖ΔW‖/‖W‖ {change:.2f}, median over layers, ≥ "
@@ -83,6 +95,27 @@ def unrelated_findings(pair: PairResult) -> bool:
     for layer in pair.layers:
         layer.findings.append(Finding(RULE_UNRELATED, "numeric", "alert", change, message,
                                       threshold=UNRELATED_CHANGE, rule=RULE_UNRELATED))
+    return True
+
+
+def folder_findings(pair: PairResult, change: float | None) -> bool:
+    """The not_one_run alert where the pair's folders show two runs: the
+    weights of runs that share their initialisation stay related, so they
+    alone would read such a pair as one run's (too large) update."""
+    from ckptscan.inputs.lineage import other_run_evidence
+
+    if not pair.from_path or not pair.to_path:
+        return False
+    evidence = other_run_evidence(pair.from_path, pair.from_step, pair.to_path)
+    if evidence is None:
+        return False
+    related = relatedness(pair)
+    weights = "" if change is None else f"; the pair's weights alone (‖ΔW‖/‖W‖ {change:.2f}" + (
+        f", cos(W_a, W_b) {related:.2f}" if related is not None else "") + \
+        ", median over layers) cannot tell, as runs from one initialisation stay related"
+    message = f"{evidence}: two runs, not two steps of one{weights}"
+    for layer in pair.layers:  # no threshold: the evidence is the folders', not a number's
+        layer.findings.append(Finding(RULE_UNRELATED, "numeric", "alert", change, message, rule=RULE_UNRELATED))
     return True
 
 
