@@ -67,3 +67,24 @@ def test_a_scanned_run_whose_head_grows_names_the_output_family(tmp_path):
     first = next(p.to_step for p, scale in zip(report.pairs, scales) if scale > T.output_logit_scale_ceiling)
     assert report.summary.first_alert_step["output"] == first and report.summary.first_family == "output"
     assert report.summary.first_alert_step["attention"] is None
+
+
+def test_verdicts_are_the_same_with_or_without_the_heads_update_spectrum():
+    """dw_head_entropy_norm is null unless asked for (it costs V·d²); nothing
+    judges it, so its absence changes no finding, status or first alert."""
+    reports = []
+    for entropy in (None, lambda k: 0.9 - 0.05 * k):  # absent, or falling steadily as a collapse would
+        report = run_report(12)
+        for k, pair in enumerate(report.pairs):
+            pair.layers[-1] = dataclasses.replace(pair.layers[-1], families={"output": {
+                "output_logit_rms": 3.0 * (1.2 ** k), "output_shift": 1.0, "dw_head_rel_norm": 1e-3,
+                "dw_head_mean_coherence": 1.0, "dw_head_entropy_norm": entropy(k) if entropy else None}})
+        assess_report(report, T)
+        reports.append(report)
+    without, with_spectrum = reports
+    assert [p.status for p in without.pairs] == [p.status for p in with_spectrum.pairs]
+    assert [[f.monitor for layer in p.layers for f in layer.findings] for p in without.pairs] == \
+        [[f.monitor for layer in p.layers for f in layer.findings] for p in with_spectrum.pairs]
+    assert without.summary.first_alert_step == with_spectrum.summary.first_alert_step
+    assert not any(f.monitor == "dw_head_entropy_norm" for p in with_spectrum.pairs for layer in p.layers
+                   for f in layer.findings)
