@@ -59,7 +59,8 @@ def test_a_scanned_run_whose_head_grows_names_the_output_family(tmp_path):
     gen = torch.Generator().manual_seed(2)
     for k in range(8):
         if k:
-            tensors = {n: t + torch.randn(t.shape, generator=gen, dtype=torch.float64) * 1e-4 for n, t in tensors.items()}
+            tensors = {n: t + torch.randn(t.shape, generator=gen, dtype=torch.float64) * 1e-4
+                       for n, t in tensors.items()}
             tensors["model.norm.weight"] = tensors["model.norm.weight"] * 1.6  # the final norm's gain grows
         write_hf_checkpoint(tmp_path / f"checkpoint-{100 * k}", tensors, config)
     report = scan_run(tmp_path)
