@@ -33,7 +33,14 @@ alert together, where each departure began. `first_family` is the primary
 family. When the first alert says a pair is not an update of one run there
 is no primary family (no mechanism: the input is wrong). The rollback
 candidate is the last checkpoint before the primary evidence's departure
-began: the older checkpoint of the pair where that run of departures started.
+began: the older checkpoint of the pair where that run of departures started
+— proposed only once it holds on its own (detection/resume.py): its absolute
+signals under the report's ceilings and the update into it within the run's
+healthy history; else the newest checkpoint before it that holds, or none,
+said plainly. `resume` is the plan built on it (`summary.resume`).
+
+The verdict line lists the first alert of every registered family
+(`registry.finding_families()`), "–" for those that did not alert.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from typing import Any, Callable
 
 from ckptscan.detection.catalog import judged_by_name
 from ckptscan.detection.provenance import RULE_IDENTICAL, RULE_UNRELATED
+from ckptscan.detection.resume import CheckpointCheck, check_checkpoint, first_checkpoint, resume_plan
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.detection.update import FAMILY as LR_FAMILY
 from ckptscan.detection.update import RULE_LR_RISE
@@ -56,6 +64,7 @@ from ckptscan.schema.results import (
     LayerResult,
     LayerSummary,
     PairResult,
+    Resume,
     ScanReport,
     Summary,
     counted,
@@ -65,8 +74,13 @@ from ckptscan.schema.results import (
 
 # Findings about the input rather than the run's dynamics (detection/provenance.py).
 MISUSE_RULES = (RULE_UNRELATED, RULE_IDENTICAL)
-# The families the verdict line lists even when they did not alert; the others only when they did.
-ALWAYS_LISTED = ("attention", "router", "numeric")
+# The checkpoints judged on their own that the state keeps (bounded, whatever the run's length): the first, the
+# newest CHECKS_KEPT, and the newest one before those that holds. A rollback candidate further back than
+# that is resumed from the newest kept checkpoint before it that holds (still verified; maybe older than need be).
+CHECKS_KEPT = 32
+# Where the learning rate a resume plan goes back to comes from (PairResult.lr).
+LR_SOURCE = ("the run's stated learning rate: the loss log's lr where one was given, else the checkpoints' logged "
+             "LR history or saved scheduler state")
 # A rise of the learning rate is the first alert's cause when it came at most this many pairs
 # before the pair where that alert's departure began (or after it, up to the alert).
 LR_CAUSE_PAIRS = 1
@@ -132,6 +146,11 @@ class SummaryState:
         self.unjudged: dict[str, int] = {}
         self.judged_layers: set[int] = set()
         self.routing_unjudged = False
+        # The checkpoints up to the first alert judged on their own (detection/resume.py), those kept
+        # (CHECKS_KEPT) with their position: 0 the first pair's older checkpoint, i + 1 pair i's newer one;
+        # and the LR before and after the rise in lr_rise, with the newer step of its pair.
+        self.checks: list[tuple[int, CheckpointCheck]] = []
+        self.lr_change: tuple[float, float, int | None] | None = None
 
     def add(self, index: int, pair: PairResult, locate: Callable[[int | None], Onset]) -> None:
         """Count a judged pair. `locate(step)`: the newest pair so far whose
@@ -156,8 +175,15 @@ class SummaryState:
         self.unchanged = self.unchanged and all(layer.status == "unchanged" for layer in pair.layers)
         alerts = [(layer.layer, f) for layer in pair.layers for f in layer.findings if f.severity == "alert"]
         rise = next((f for layer in pair.layers for f in layer.findings if f.rule == RULE_LR_RISE), None)
+        if self.first is None:
+            # A rollback is never after the first alert's pair: the checkpoints after it need no check.
+            if not self.checks:
+                self.checks.append((0, first_checkpoint(pair)))
+            self._keep(index + 1, check_checkpoint(pair, self.thresholds))
         if self.first is None and rise is not None:
             self.lr_rise = (index, pair.from_path, pair.from_step, rise)
+            if pair.lr is not None and rise.value:
+                self.lr_change = (pair.lr / rise.value, pair.lr, pair.to_step)
         if self.first is None and alerts:
             current = (index, pair.to_step, pair.from_path, pair.from_step)
             onsets = {f.onset_step: locate(f.onset_step) if f.onset_step is not None else current
@@ -226,11 +252,13 @@ class SummaryState:
             unjudged.append("routing entropy and expert load: no probe (--probe FILE, or RUN/probe.safetensors)")
         unjudged += not_judged or []
         rollback, onset_step, first_family, first_step, reason, secondary = None, None, None, None, None, []
+        candidate: tuple[int, str, int | None] | None = None  # the rollback candidate: its position, path and step
         if self.first is not None and self.onset is not None and self.misuse_pair is None:
             _, _, finding = self.first
             first_family, first_step = finding.family, self.first_alert[finding.family]
             _, onset_step, from_path, from_step = self.onset
             rollback = CheckpointRef(from_path, from_step)
+            candidate = (self.onset[0], from_path, from_step)
             reason = self._reason(finding, self.onset)
             secondary = [family for family in self.alerted if family != first_family]
             if self.lr_cause is not None:
@@ -246,6 +274,7 @@ class SummaryState:
                 first_family = LR_FAMILY
                 if rise_step is None or from_step is None or rise_step < from_step:
                     rollback = CheckpointRef(rise_path, rise_step)
+                    candidate = (self.lr_cause[0], rise_path, rise_step)
         lead = None
         if loss_divergence_step is not None and first_step is not None:
             lead = loss_divergence_step - first_step
@@ -277,7 +306,38 @@ class SummaryState:
             summary.message = f"ALERT: {self.misuse_pair} is not an update of one run: {self.first[2].message}"
         else:
             summary.interventions = interventions_for(summary)
+            if candidate is not None:
+                summary.resume = self._resume(summary, *candidate)
+                summary.rollback_candidate = summary.resume.checkpoint
         return summary
+
+    def _keep(self, position: int, check: CheckpointCheck) -> None:
+        """Keep `check`, and of the older ones the first, the newest CHECKS_KEPT and the newest holding before."""
+        self.checks.append((position, check))
+        if len(self.checks) <= CHECKS_KEPT + 2:
+            return
+        recent = position - CHECKS_KEPT
+        older = [kept for kept in self.checks[1:] if kept[0] <= recent and kept[1].holds][-1:]
+        self.checks = [self.checks[0], *older, *(kept for kept in self.checks if kept[0] > recent)]
+
+    def _resume(self, summary: Summary, index: int, path: str, step: int | None) -> Resume:
+        """The resume plan from the rollback candidate, the older checkpoint (at `path`) of pair `index`
+        (detection/resume.py): position `index` when pairs are consecutive, else the newest earlier one at
+        that path (every pair from one base)."""
+        kept = [check for position, check in self.checks if position <= index]
+        start = next((i for i in range(len(kept) - 1, -1, -1) if kept[i].path == path), None)
+        if start is None:  # its check was not kept (CHECKS_KEPT): it is not proposed unchecked
+            kept.append(CheckpointCheck(path, step, [f"its own check was not kept: it is more than {CHECKS_KEPT} "
+                                                     "checkpoints before the first alert"]))
+            start = len(kept) - 1
+        lr = None
+        if self.lr_cause is not None and self.lr_change is not None:
+            before, after, rise_to = self.lr_change
+            lr = {"current": after, "resume_with": before, "rise_from_step": self.lr_cause[2],
+                  "rise_to_step": rise_to, "source": LR_SOURCE}
+        first = self.first[2] if self.first is not None else None
+        return resume_plan(kept, start, self.first_alert[first.family] if first is not None else None, lr,
+                           summary.interventions, first.message.split(":")[0] if first is not None else None)
 
     def _reason(self, finding: Finding, onset: Onset) -> str:
         """Why the family of the first alert's `finding` is primary, in one sentence (the module docstring's order)."""
@@ -326,7 +386,9 @@ class SummaryState:
                 "together": [[layer, dataclasses.asdict(f), list(onset)] for layer, f, onset in self.together],
                 "misuse_pair": self.misuse_pair, "judged_pairs": self.judged_pairs, "unjudged": self.unjudged,
                 "judged_layers": sorted(self.judged_layers), "routing_unjudged": self.routing_unjudged,
-                "lr_rise": _rise_dict(self.lr_rise), "lr_cause": _rise_dict(self.lr_cause)}
+                "lr_rise": _rise_dict(self.lr_rise), "lr_cause": _rise_dict(self.lr_cause),
+                "checks": [[position, dataclasses.asdict(check)] for position, check in self.checks],
+                "lr_change": list(self.lr_change) if self.lr_change is not None else None}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], thresholds: Thresholds | None = None) -> SummaryState:
@@ -344,6 +406,9 @@ class SummaryState:
         state.lr_rise, state.lr_cause = _rise(data["lr_rise"]), _rise(data["lr_cause"])
         state.judged_pairs, state.unjudged = data["judged_pairs"], dict(data["unjudged"])
         state.judged_layers, state.routing_unjudged = set(data["judged_layers"]), data["routing_unjudged"]
+        # A state saved before the checks (a KeyError): the caller judges the run again from its first pair.
+        state.checks = [(position, CheckpointCheck(**check)) for position, check in data["checks"]]
+        state.lr_change = tuple(data["lr_change"]) if data["lr_change"] is not None else None
         return state
 
 
@@ -393,9 +458,10 @@ def _verdict(s: Summary, first: tuple[int, int, Finding] | None, num_pairs: int,
     flagged = f"flagged layers {s.flagged_layers}"
     if s.status == "alert" and first is not None:
         _, layer, finding = first
-        families = ", ".join(f"{family} {step if step is not None else '–'}"
-                             for family, step in s.first_alert_step.items()
-                             if step is not None or family in ALWAYS_LISTED)
+        registered = registry.finding_families()
+        listed = [*registered, *(family for family in s.first_alert_step if family not in registered)]
+        families = ", ".join(f"{family} {step if (step := s.first_alert_step.get(family)) is not None else '–'}"
+                             for family in listed)
         step = s.first_alert_step[finding.family]
         primary = f"; primary: {s.primary_family} ({s.primary_family_reason})" if s.primary_family else ""
         also = f"; also: {', '.join(s.secondary_families)}" if s.secondary_families else ""

@@ -1,7 +1,7 @@
 """One self-contained HTML page of a report, for people deciding on a rollback.
 
-Sections, in order: the verdict (primary family and why, rollback candidate, first alert per family,
-loss divergence and lead time), the timeline figure, a heatmap per monitor,
+Sections, in order: the verdict (primary family and why, rollback candidate and the resume plan
+(report/resume.py), first alert per family, loss divergence and lead time), the timeline figure, a heatmap per monitor,
 the layers table, the flagged layers' first findings, the effective
 thresholds, and the model and run facts.
 
@@ -20,6 +20,7 @@ from typing import Any, Iterable
 
 from ckptscan.errors import CkptScanError
 from ckptscan.interventions import intervention_lines
+from ckptscan.report.resume import resume_lines
 from ckptscan.system.output import own_descriptor, write_output
 from ckptscan.report.figures import Figure, run_figures
 from ckptscan.schema.load import as_json_values, report_from_dict
@@ -163,7 +164,7 @@ def _per_family(steps: dict[str, int | None]) -> str:
 def _verdict(report: ScanReport) -> str:
     s = report.summary
     rollback = (f"{s.rollback_candidate.path} (step {s.rollback_candidate.step})" if s.rollback_candidate is not None
-                else "none: no alert")
+                else "none: no alert" if s.resume is None else "none holds (the resume plan says why)")
     if s.loss_divergence_step is not None:
         loss = f"diverged at step {s.loss_divergence_step}"
     elif "loss_log" in report.settings:
@@ -180,6 +181,7 @@ def _verdict(report: ScanReport) -> str:
         ("first warning per family", _per_family(s.first_warn_step)),
         ("departure began at step", s.first_alert_onset_step if s.first_alert_onset_step is not None else "–"),
         ("rollback candidate", rollback),
+        *[("resume plan", line.strip()) for line in resume_lines(s)],
         *[("what to do", line) for line in intervention_lines(s)],
         ("loss", loss),
     ]

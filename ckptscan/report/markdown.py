@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ckptscan.system.output import write_output
 from ckptscan.report.sparkline import sparkline
+from ckptscan.report.resume import resume_lines
 from ckptscan.report.table import fmt
 from ckptscan.report.trend_table import SPARK_WIDTH, first_alert_text, first_findings, headline_monitors, series
 from ckptscan.schema.results import ScanReport
@@ -31,6 +32,7 @@ def markdown_report(report: ScanReport) -> str:
     lines.append("")
     if s.rollback_candidate is not None:
         lines.append(f"- rollback candidate: `{escape(s.rollback_candidate.path)}` (step {s.rollback_candidate.step})")
+    lines += [f"{'  ' if line.startswith('  ') else ''}- {escape(line.strip())}" for line in resume_lines(s, True)]
     if s.loss_divergence_step is not None:
         lines.append(f"- loss diverged at step {s.loss_divergence_step}"
                      + (f"; lead {s.lead_steps} steps" if s.lead_steps is not None else ""))

@@ -253,6 +253,33 @@ class CheckpointRef:
 
 
 @dataclass
+class Resume:
+    """Where to resume training after an alert, and how (`summary.resume`;
+    detection/resume.py, docs/guides/resume.md). Every checkpoint proposed was
+    judged on its own: its absolute signals under the ceilings the report
+    applies, and the update into it within the run's healthy history."""
+
+    # The checkpoint to resume from; None when no saved checkpoint before the departure holds.
+    checkpoint: CheckpointRef | None
+    # Why it holds (its signals against their ceilings), or why none does, in one sentence.
+    reason: str
+    # The newer candidates passed over, newest first: [{"path", "step", "why"}] (why each fails its own check).
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    # The updates in which the departure grew, from the resume point to the first alert: a trainer
+    # may skip their batches. First and last update, both included; None when the steps are not named.
+    skip_first_step: int | None = None
+    skip_last_step: int | None = None
+    # When a rise of the learning rate caused the first alert: {"current", "resume_with", "rise_from_step",
+    # "rise_to_step", "source"}, back to the rate before the rise.
+    lr: dict[str, Any] | None = None
+    # The interventions already listed (summary.interventions), by their short names.
+    interventions: list[str] = field(default_factory=list)
+    # In the trainer's own words, where the run's folder naming names it: {"framework", "evidence",
+    # "arguments": [str], "skip", "source"} (ckptscan/trainers.py); None elsewhere (the plan stays generic).
+    trainer: dict[str, Any] | None = None
+
+
+@dataclass
 class LayerSummary:
     """One layer over a whole run: its worst status and its first alarm."""
 
@@ -297,6 +324,10 @@ class Summary:
     judged_pairs: int | None = None
     not_judged: list[str] = field(default_factory=list)
     not_judged_reason: str | None = None
+    # After an alert: the checkpoint to resume from (verified on its own, or none), the steps to skip, the
+    # learning rate to go back to and the trainer's arguments (`Resume`). None without an alert, and when
+    # the input is not an update of one run.
+    resume: Resume | None = None
 
 
 @dataclass

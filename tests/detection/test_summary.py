@@ -5,9 +5,12 @@ attention; the reason says which criterion decided."""
 
 import json
 
+import pytest
+
 from ckptscan.detection.provenance import RULE_UNRELATED
 from ckptscan.detection.rules import Thresholds, assess_report
-from ckptscan.detection.summary import SummaryState, summarize
+from ckptscan.detection.summary import CHECKS_KEPT, SummaryState, summarize
+from ckptscan.monitors import registry
 from ckptscan.report.json import report_json
 from ckptscan.schema.load import report_from_dict
 from ckptscan.schema.results import Finding, LayerResult, PairResult, ScanReport, Summary
@@ -52,7 +55,8 @@ def test_two_families_on_one_pair_the_earlier_onset_is_primary_however_far_the_o
                                        "began earlier, at step 300 (router's at step 400)")
     assert s.first_alert_onset_step == 300 and s.rollback_candidate.step == 200
     assert "primary: attention (attention and router alerted together at step 600: " in s.message
-    assert "; also: router; first alert per family: attention 600, router 600, numeric –" in s.message
+    assert ("; also: router; first alert per family: attention 600, router 600, update –, output –, optimizer –, "
+            "numeric –" in s.message)
 
 
 def test_the_earlier_onset_wins_whichever_family_it_is():
@@ -200,3 +204,97 @@ def test_the_primary_family_goes_through_the_json_report_and_the_saved_state():
 def _onset(pairs, index, step):
     found = next((i for i in range(index, -1, -1) if pairs[i].to_step == step), index)
     return found, pairs[found].to_step, pairs[found].from_path, pairs[found].from_step
+
+
+def test_the_verdict_line_lists_the_first_alert_of_every_registered_family():
+    s = summarize(run({600: {0: [alert("qk_logit_bound", "attention", "cusum", 5.0, 600)]}}))
+    listed = s.message.split("first alert per family: ")[1].split(";")[0]
+    assert [item.split(" ")[0] for item in listed.split(", ")] == list(registry.finding_families())
+    assert listed == "attention 600, " + ", ".join(f"{f} –" for f in registry.finding_families() if f != "attention")
+
+
+def shifted(report, by):
+    """The same run with every step later by `by`: a run whose first save is not the initialisation."""
+    for pair in report.pairs:
+        pair.from_step, pair.to_step = pair.from_step + by, pair.to_step + by
+        pair.from_path, pair.to_path = f"run/checkpoint-{pair.from_step}", f"run/checkpoint-{pair.to_step}"
+    return report
+
+
+def test_a_run_saturated_from_its_first_save_proposes_no_checkpoint_and_says_why():
+    """As an LR too high from the first step: the logit scale is past the ceiling at the second save, and
+    the first save, whose own values no pair measures, is not proposed unchecked."""
+    report = shifted(run_report(10, scale=lambda i, n: 5.0), 100)
+    assess_report(report, Thresholds())
+    s = report.summary
+    assert s.first_alert_step["attention"] == 200 and s.rollback_candidate is None
+    assert s.resume.checkpoint is None and s.resume.trainer is None
+    assert s.resume.reason.startswith("no saved checkpoint before the departure holds: the first save, step 100, "
+                                      "its own signals were not measured")
+    assert ("at the first alert, step 200, attention logit scale 5 above the ceiling 2 for d_model 64 or less "
+            "(healthy runs stay under it); restart from initialisation with the interventions below") \
+        in s.resume.reason
+    assert (s.resume.skip_first_step, s.resume.skip_last_step) == (1, 200)
+    assert "QK-norm" in s.resume.interventions
+
+
+def test_a_run_saturated_from_its_first_steps_resumes_from_the_initialisation_when_it_was_saved():
+    report = run_report(10, scale=lambda i, n: 5.0)
+    assess_report(report, Thresholds())
+    s = report.summary
+    assert s.rollback_candidate.step == 0 and s.resume.checkpoint.path == "run/checkpoint-0"
+    assert s.resume.reason == "step 0 holds: the initialisation: no update before it"
+
+
+def test_the_candidate_holds_on_its_own_when_the_departure_began_after_it():
+    report = run_report(12, scale=lambda i, n: 1.0 if i < 8 else 2.5)
+    assess_report(report, Thresholds())
+    s = report.summary
+    assert s.first_alert_step["attention"] == 900 and s.rollback_candidate.step == 800
+    assert s.resume.reason == ("step 800 holds: attention logit scale 1 under the ceiling 2 for d_model 64, the "
+                               "update into it (step 700 → 800) within the run's healthy history")
+    assert s.resume.trainer["framework"] == "Hugging Face Trainer"
+
+
+def test_a_candidate_whose_update_departed_is_passed_over_for_the_newest_that_holds():
+    warned = alert("delta2_entropy_norm", "attention", "cusum", 4.9, 500, severity="warn")
+    s = summarize(run({500: {0: [warned]}, 600: {1: [alert("qk_logit_bound", "attention", "cusum", 5.0, 600)]}}))
+    assert s.first_alert_onset_step == 600 and s.rollback_candidate.step == 400
+    assert s.resume.rejected == [{"path": "run/checkpoint-500", "step": 500, "why": (
+        "the update into it (step 400 → 500) departed from the run's healthy history: delta2_entropy_norm cusum "
+        "(layer 0)")}]
+    assert s.resume.reason.startswith("step 400 holds: ")
+    assert (s.resume.skip_first_step, s.resume.skip_last_step) == (401, 600)
+
+
+def test_a_rise_of_the_learning_rate_resumes_before_it_at_the_rate_before_it():
+    report = run({700: {1: [alert("qk_logit_bound", "attention", "cusum", 5.0, 700)]}})
+    rise = report.pairs[6]
+    rise.lr = 0.03
+    rise.layers[0].findings.append(Finding("lr", "update", "info", 10.0, "the learning rate rose ×10 into the updates "
+                                           "from step 600 to 700 (0.003 → 0.03): a resume", rule="lr_rise"))
+    s = summarize(report)
+    assert s.primary_family == "update" and s.rollback_candidate.step == 600
+    lr = s.resume.lr
+    assert (lr["current"], lr["rise_from_step"], lr["rise_to_step"]) == (0.03, 600, 700)
+    assert abs(lr["resume_with"] - 0.003) < 1e-15
+
+
+def test_a_state_saved_before_the_checks_is_refused_so_the_run_is_judged_again():
+    state = SummaryState()
+    report = run({})
+    state.add(0, report.pairs[0], lambda step: _onset(report.pairs, 0, step))
+    saved = state.to_dict()
+    del saved["checks"]
+    with pytest.raises(KeyError):
+        SummaryState.from_dict(saved)
+
+
+def test_a_candidate_further_back_than_the_checks_kept_is_never_proposed_unchecked():
+    """The state keeps the first checkpoint's check, the newest CHECKS_KEPT and the newest holding before
+    them: a departure that began 80 pairs before its alert resumes from a kept checkpoint that holds."""
+    s = summarize(run({9000: {0: [alert("delta2_entropy_norm", "attention", "cusum", 5.0, 1000)]}}, num_pairs=95))
+    assert s.first_alert_onset_step == 1000 and CHECKS_KEPT < 80
+    assert s.resume.rejected == [{"path": "run/checkpoint-900", "step": 900, "why": (
+        f"its own check was not kept: it is more than {CHECKS_KEPT} checkpoints before the first alert")}]
+    assert s.rollback_candidate.step == 0 and s.resume.reason.startswith("step 0 holds: the initialisation")
