@@ -43,6 +43,9 @@ from ckptscan.trainers import trainer_plan
 NOT_DEPARTURES = ("ceiling", "nonfinite", RULE_DECAYED, "precision")
 # How many passed-over checkpoints the reason names (the JSON's `rejected` lists them all).
 NAMED = 3
+# Why a first checkpoint other than the initialisation is not proposed.
+UNMEASURED = ("its own signals were not measured: it is the older checkpoint of the first pair, and ckptscan "
+              "measures a checkpoint as the newer one of a pair")
 
 
 @dataclass
@@ -64,9 +67,7 @@ def first_checkpoint(pair: PairResult) -> CheckpointCheck:
     """The older checkpoint of a run's first pair: its own values are not measured."""
     if pair.from_step == 0:
         return CheckpointCheck(pair.from_path, 0, [], ["the initialisation: no update before it"])
-    return CheckpointCheck(pair.from_path, pair.from_step, [
-        "its own signals were not measured: it is the older checkpoint of the first pair, and ckptscan measures a "
-        "checkpoint as the newer one of a pair"])
+    return CheckpointCheck(pair.from_path, pair.from_step, [UNMEASURED])
 
 
 def check_checkpoint(pair: PairResult, t: Thresholds) -> CheckpointCheck:
@@ -145,7 +146,7 @@ def resume_plan(checks: list[CheckpointCheck], start: int, first_alert_step: int
         checkpoint = None
         reason = ("no saved checkpoint before the departure holds: " + _passed_over(passed, checks[0])
                   + (f"; at the first alert, step {_step(first_alert_step)}, {evidence}" if evidence else "")
-                  + "; restart from initialisation with the interventions below")
+                  + "; restart from initialisation with the interventions below" + _or_earlier(checks[0]))
     else:
         chosen = checks[found]
         resume_step, checkpoint = chosen.step, CheckpointRef(chosen.path, chosen.step)
@@ -165,6 +166,14 @@ def _passed_over(checks: list[CheckpointCheck], first: CheckpointCheck) -> str:
             if c.step is not None else f"{c.path}, {'; '.join(c.problems)}" for c in checks[:NAMED]]
     more = len(checks) - NAMED
     return "; ".join(told) + (f"; and {more} earlier" if more > 0 else "")
+
+
+def _or_earlier(first: CheckpointCheck) -> str:
+    """When the first checkpoint was only unmeasured, saves before it (not in this report) may hold."""
+    if first.problems != [UNMEASURED]:
+        return ""
+    before = f"step {first.step}" if first.step is not None else first.path
+    return f", or from an earlier save once ckptscan finds one that holds (a trend over the saves up to {before})"
 
 
 def _first_clause(finding: Finding) -> str:

@@ -107,6 +107,13 @@ def test_the_first_checkpoint_is_not_measured_unless_it_is_the_initialisation():
     assert not first.holds and "its own signals were not measured" in first.problems[0]
 
 
+def test_when_the_initialisation_itself_fails_no_earlier_save_is_offered():
+    checks = [CheckpointCheck("run/checkpoint-0", 0, ["non-finite values in W_q (layer 0)"])]
+    assert resume_plan(checks, 0, 100, None, [], None).reason == (
+        "no saved checkpoint before the departure holds: the first save, step 0, non-finite values in W_q (layer 0); "
+        "restart from initialisation with the interventions below")
+
+
 def test_the_walk_back_lands_on_the_newest_checkpoint_at_or_before_the_candidate_that_holds():
     rng = random.Random(7)
     for _ in range(300):
@@ -125,7 +132,8 @@ def test_the_walk_back_lands_on_the_newest_checkpoint_at_or_before_the_candidate
         assert [r["step"] for r in plan.rejected] == sorted((r["step"] for r in plan.rejected), reverse=True)
 
 
-def test_when_none_holds_the_plan_says_why_and_restarts_from_initialisation():
+def test_when_none_holds_the_plan_says_why_and_restarts_from_initialisation_or_an_earlier_save_that_holds():
+    """The first checkpoint of the report, unmeasured, may have saves before it that this report does not hold."""
     checks = [first_checkpoint(checkpoint_pair([], 100, 200))]
     plan = resume_plan(checks, 0, 200, None, [{"short": "lower LR", "action": "lower it"}],
                        "attention logit scale 9.1 above the ceiling 2 for d_model 64 or less")
@@ -134,7 +142,8 @@ def test_when_none_holds_the_plan_says_why_and_restarts_from_initialisation():
         "no saved checkpoint before the departure holds: the first save, step 100, its own signals were not "
         "measured: it is the older checkpoint of the first pair, and ckptscan measures a checkpoint as the newer "
         "one of a pair; at the first alert, step 200, attention logit scale 9.1 above the ceiling 2 for d_model 64 "
-        "or less; restart from initialisation with the interventions below")
+        "or less; restart from initialisation with the interventions below, or from an earlier save once ckptscan "
+        "finds one that holds (a trend over the saves up to step 100)")
 
 
 def test_a_layer_without_attention_or_output_values_is_judged_on_what_it_has():
