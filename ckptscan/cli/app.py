@@ -229,8 +229,8 @@ def _command_name() -> str:
     """"ckptscan diff", for the command running now."""
     from typer._click.globals import get_current_context
 
-    context = get_current_context(silent=True)
-    return context.command_path if context is not None else "ckptscan"
+    context = get_current_context(silent=True)  # the command's (click's command_path starts with how Python ran)
+    return f"ckptscan {context.info_name}" if context is not None and context.parent is not None else "ckptscan"
 
 
 def parse_indices(spec: str | None, flag: str = "--layers") -> list[int] | None:
