@@ -34,12 +34,20 @@ Markdown table with a PASS/FAIL per row that has a target:
     steps (the state_dict's monitored tensors and config.json, the bytes
     `trend` reads) and each live report is compared with `trend` on them.
 (d) the device, torch and CUDA versions.
+(e) the CPU proxies of what a diff costs a GPU (issue 50): bench/op_budget.py
+    --json, run as a process of its own, counts kernel-launching ops, scalar
+    reads (host synchronisations) and linalg solver calls a layer of one
+    1B-shaped diff; targets ≤ 100, ≤ 2 and ≤ 2. They need no GPU.
+
+A `ckptscan` process that crashes (an exit code other than 0 and 1, or no
+JSON report) is a FAIL row naming its exit code and its last stderr line,
+never an error about the report it did not write.
 
 Targets (on the GPU): results equal within 1e-5; diff and trend within
 1.1x the I/O floor (cold page cache); live overhead <= 0.5% at every=200 and
 <= 2% at every=50; extra GPU memory <= 2x the monitored tensors. With
 --device cpu the same rows are printed as a dry run of the script (the
-targets are GPU targets). Parts run in the order c, a, b, so that a
+targets are GPU targets). Parts run in the order c, a, b, e, so that a
 --timeout cuts the slowest to generate first; a part that fails is an
 ERROR row and the others still run. Exit status: 0 all rows pass, 1 some
 row fails or did not run, 2 no CUDA device for --device cuda.
@@ -51,9 +59,11 @@ import argparse
 import gc
 import json
 import math
+import os
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -72,7 +82,7 @@ sys.path[:0] = [str(HERE), str(ROOT), str(ROOT / "tests")]
 
 from live.helpers import comparable  # noqa: E402  (what differs between a live and an offline report by construction)
 from live_overhead import llama_1b  # noqa: E402
-from measure import evict, machine, monitored_entries, read_ranges, run_child, symlink_run  # noqa: E402
+from measure import evict, machine, monitored_entries, read_ranges, symlink_run  # noqa: E402
 from synthetic import LLAMA_1B, ModelSpec, ensure_run  # noqa: E402
 
 from ckptscan.pipeline.api import scan, scan_pair, scan_run  # noqa: E402
@@ -86,6 +96,12 @@ FLOOR_RATIO = 1.1
 OVERHEAD_TARGETS = {200: 0.005, 50: 0.02}  # every -> largest share of training time
 MEMORY_RATIO = 2.0  # extra GPU memory / monitored tensors' bytes
 ROUNDS = 2  # in-process timings, interleaved with the I/O floor; the minimum counts
+OP_BUDGET = HERE / "op_budget.py"  # the CPU proxies (part e)
+PROXY_TARGETS = {  # op_budget.py's JSON key -> (what it counts, the most a layer may take)
+    "kernel_ops_per_layer": ("kernel-launching ops a layer", 100.0),
+    "scalar_reads_per_layer": ("scalar reads (host synchronisations) a layer", 2.0),
+    "solver_calls_per_layer": ("linalg solver calls a layer", 2.0),
+}
 HEAD_ENTROPIES = ("delta1_entropy", "delta2_entropy", "delta3_entropy", "dwq_entropy", "dwk_entropy",
                   "delta2_entropy_norm")
 
@@ -132,7 +148,7 @@ def verdict(value: float, limit: float) -> str:
 
 def table(rows: list[Row], title: str) -> str:
     lines = [title, "", "| part | check | figure | target | result |", "|---|---|---|---|---|"]
-    order = {part: i for i, part in enumerate("abcd")}
+    order = {part: i for i, part in enumerate("abcde")}
     for row in sorted(rows, key=lambda r: order.get(r.part, len(order))):  # stable: a part's rows keep their order
         cells = (row.part, row.check, row.figure, row.target, row.result)
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
@@ -208,6 +224,66 @@ def equality_row(part: str, check: str, difference: tuple[float, int, list[str]]
                "PASS" if worst <= EQUAL_WITHIN and not mismatches else "FAIL")
 
 
+@dataclass
+class CliRun:
+    """A whole `ckptscan` process: its wall time, exit code and stderr (stdout is not kept)."""
+
+    wall_s: float
+    returncode: int
+    stderr: str
+
+    def crashed(self, report: Path) -> bool:
+        """Neither a verdict (0, 1) nor its JSON report: the process did not do its work."""
+        return self.returncode not in (0, 1) or not report.exists()
+
+    def last_line(self) -> str:
+        lines = [line for line in self.stderr.splitlines() if line.strip()]
+        return lines[-1].strip() if lines else "(nothing on stderr)"
+
+
+def crash_row(part: str, what: str, run: CliRun) -> Row:
+    """The row of a `ckptscan` process that crashed: its exit code and the last line it printed on stderr."""
+    return Row(part, f"{what}: runs and writes its report", f"crashed: exit {run.returncode}, {run.last_line()}",
+               "runs (exit 0 or 1, a JSON report)", "FAIL")
+
+
+def run_ckptscan(*args: str) -> CliRun:
+    """A whole `ckptscan` process, on this checkout's package."""
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "ckptscan", *args], cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, errors="replace")
+    return CliRun(time.perf_counter() - started, done.returncode, done.stderr)
+
+
+def proxy_rows(script: Path = OP_BUDGET, timeout: float = 600) -> list[Row]:
+    """(e) The CPU proxies: `python SCRIPT --json` from the repository root,
+    its last line a JSON object of PROXY_TARGETS' keys, one row each with its
+    target. A script that is missing, fails or prints no such line is a row
+    that says so."""
+    what = f"`python {script.relative_to(ROOT) if script.is_relative_to(ROOT) else script} --json`"
+    if not script.exists():
+        return [Row("e", f"CPU proxies, {what}", f"{script.name} is missing", "runs", "NOT RUN")]
+    try:
+        done = subprocess.run([sys.executable, str(script), "--json"], cwd=ROOT, capture_output=True, text=True,
+                              errors="replace", timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return [Row("e", f"CPU proxies, {what}", f"still running after {timeout:g} s", "runs", "ERROR")]
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    if done.returncode != 0:
+        last = [line for line in done.stderr.splitlines() if line.strip()][-1:] or lines[-1:] or ["(no output)"]
+        return [Row("e", f"CPU proxies, {what}", f"exit {done.returncode}, {last[0].strip()}", "runs", "ERROR")]
+    try:
+        figures: Any = json.loads(lines[-1]) if lines else None
+        values = {key: float(figures[key]) for key in PROXY_TARGETS}
+        layers = int(figures["layers"])
+    except (ValueError, TypeError, KeyError) as e:
+        return [Row("e", f"CPU proxies, {what}", f"no figures in its last line ({type(e).__name__}: {e})", "runs",
+                    "ERROR")]
+    return [Row("e", f"{label}, one diff of {layers} layers of the 1B shape (CPU count, {what})", f"{values[key]:.1f}",
+                f"≤ {target:g}", verdict(values[key], target)) for key, (label, target) in PROXY_TARGETS.items()]
+
+
 class OutOfTime(BaseException):
     """--timeout was reached (a BaseException: library code catching Exception must not swallow it)."""
 
@@ -228,14 +304,6 @@ class Check:
     def sync(self) -> None:
         if self.cuda:
             torch.cuda.synchronize()
-
-    def ckptscan(self, *args: str):
-        """A whole `ckptscan` process, on this checkout's package."""
-        run = run_child(["env", f"PYTHONPATH={ROOT}", sys.executable, "-m", "ckptscan", *args], cwd=ROOT)
-        if run.returncode not in (0, 1):
-            last = run.output.strip().splitlines()[-1:] or ["(no output)"]
-            raise RuntimeError(f"ckptscan {args[0]} exited {run.returncode}: {last[0]}")
-        return run
 
     def timed(self, work: Callable[[], Any], cold_files: list[Path] | None = None) -> tuple[float, int | None, Any]:
         """Seconds of `work` here, and the peak GPU memory it allocated above
@@ -307,15 +375,20 @@ def diff_part(check: Check) -> None:
     reports, walls = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for label, device in (("device", check.device), ("cpu", "cpu")):
-            run = check.ckptscan("diff", str(a), str(b), "--device", device, "--json", f"{tmp}/{label}.json")
-            reports[label] = json.loads(Path(f"{tmp}/{label}.json").read_text())
+            path = Path(f"{tmp}/{label}.json")
+            run = run_ckptscan("diff", str(a), str(b), "--device", device, "--json", str(path))
+            print(f"ckptscan diff --device {device}: {run.wall_s:.1f} s, exit {run.returncode}", flush=True)
+            if run.crashed(path):
+                rows.append(crash_row(part, f"`ckptscan diff --device {device}`", run))
+                continue
+            reports[label] = json.loads(path.read_text())
             walls[label] = run.wall_s
-            print(f"ckptscan diff --device {device}: {run.wall_s:.1f} s", flush=True)
-    worst, count = head_entropy_difference(reports["device"], reports["cpu"])
-    same = reports["device"]["summary"]["status"] == reports["cpu"]["summary"]["status"]
-    rows.append(Row(part, f"per-head entropies, `diff --device {check.device}` vs `--device cpu` (JSON reports)",
-                    f"max |Δ| {worst:.1e} over {count} values; verdicts {'equal' if same else 'DIFFER'}",
-                    f"≤ {EQUAL_WITHIN:g}", verdict(worst, EQUAL_WITHIN) if same else "FAIL"))
+    if len(reports) == 2:
+        worst, count = head_entropy_difference(reports["device"], reports["cpu"])
+        same = reports["device"]["summary"]["status"] == reports["cpu"]["summary"]["status"]
+        rows.append(Row(part, f"per-head entropies, `diff --device {check.device}` vs `--device cpu` (JSON reports)",
+                        f"max |Δ| {worst:.1e} over {count} values; verdicts {'equal' if same else 'DIFFER'}",
+                        f"≤ {EQUAL_WITHIN:g}", verdict(worst, EQUAL_WITHIN) if same else "FAIL"))
 
     options = ScanOptions(device=check.device)
 
@@ -325,13 +398,14 @@ def diff_part(check: Check) -> None:
     pair()  # warm-up: CUDA context, cuBLAS/cuSOLVER handles
     figures = check.floor_and_scan([a, b], pair)
     rows.extend(check.floor_rows(part, f"`diff --device {check.device}`", figures))
-    rows.append(Row(part, f"whole `ckptscan diff` processes, warm: --device {check.device} / --device cpu",
-                    f"{walls['device']:.1f} s / {walls['cpu']:.1f} s (in process, warm: {figures['scan_warm']:.2f} s;"
-                    " the rest is start-up: interpreter, imports, CUDA context)"))
+    if len(walls) == 2:
+        rows.append(Row(part, f"whole `ckptscan diff` processes, warm: --device {check.device} / --device cpu",
+                        f"{walls['device']:.1f} s / {walls['cpu']:.1f} s (in process, warm: "
+                        f"{figures['scan_warm']:.2f} s; the rest is start-up: interpreter, imports, CUDA context)"))
 
     if check.cuda:
         count, sites = sync_sites(pair)
-        layers = len(reports["cpu"]["pairs"][0]["layers"])
+        layers = check.shape.spec.layers
         rows.append(Row(part, "host synchronisations in one in-process `diff` (torch.cuda.set_sync_debug_mode)",
                         f"{count} in {layers} layers ({count / layers:.0f} per layer); most: "
                         + ", ".join(f"{site} x{n}" for site, n in sites)))
@@ -346,7 +420,8 @@ def diff_part(check: Check) -> None:
         high = report_dict(pair())
     finally:
         torch.set_float32_matmul_precision(previous)
-    worst, count = head_entropy_difference(high, reports["cpu"])
+    worst, count = head_entropy_difference(high, reports.get("cpu") or report_dict(scan_pair(
+        a, b, ScanOptions(device="cpu"), thresholds=Thresholds())))
     rows.append(Row(part, f"per-head entropies, --device {check.device} under "
                     "torch.set_float32_matmul_precision('high') vs cpu",
                     f"max |Δ| {worst:.1e} over {count} values", f"≤ {EQUAL_WITHIN:g}", verdict(worst, EQUAL_WITHIN)))
@@ -384,7 +459,11 @@ def trend_part(check: Check) -> None:
     check.rows.extend(check.floor_rows("b", what, check.floor_and_scan(paths, work)))
     evict([f for p in paths for f in p.glob("*.safetensors")])
     with tempfile.TemporaryDirectory() as tmp:
-        whole = check.ckptscan("trend", str(run), "--device", check.device, "--no-cache", "--json", f"{tmp}/r.json")
+        whole = run_ckptscan("trend", str(run), "--device", check.device, "--no-cache", "--json", f"{tmp}/r.json")
+        crashed = whole.crashed(Path(f"{tmp}/r.json"))
+    if crashed:
+        check.rows.append(crash_row("b", f"`ckptscan trend --device {check.device} --no-cache`", whole))
+        return
     check.rows.append(Row("b", "whole `ckptscan trend --no-cache` process, cold", f"{whole.wall_s:.1f} s "
                           "(start-up included)"))
 
@@ -541,7 +620,13 @@ def _mib(nbytes: float) -> str:
     return f"{nbytes / 2**20:,.0f} MiB"
 
 
-PARTS = {"c": live_part, "a": diff_part, "b": trend_part}  # run order: live first, trend's 20 checkpoints last
+def proxy_part(check: Check) -> None:
+    """(e) The CPU proxies (bench/op_budget.py), whatever the device."""
+    check.rows.extend(proxy_rows())
+
+
+# Run order: live first, trend's 20 checkpoints after the diff, the CPU proxies (no GPU time) last.
+PARTS = {"c": live_part, "a": diff_part, "b": trend_part, "e": proxy_part}
 
 
 def main(argv: list[str] | None = None) -> int:

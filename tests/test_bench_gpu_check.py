@@ -1,14 +1,16 @@
 """bench/gpu_check.py, the GPU check of issue 30, kept from rotting on CPU-only CI.
 
 The script itself runs on a GPU machine (its dry run: `--device cpu --shape
-tiny`, a minute); here, in a second: its comparisons on real reports of the
-sample run, its table and exit status, and its refusal of --device cuda
-where there is no CUDA device."""
+tiny`, a minute); here, in seconds: its comparisons on real reports of the
+sample run, its table and exit status, its refusal of --device cuda where
+there is no CUDA device, the row of a crashed `ckptscan` process, and the
+rows of the CPU proxies (bench/op_budget.py's JSON line)."""
 
 from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 import math
 import sys
 from pathlib import Path
@@ -103,3 +105,63 @@ def test_device_cuda_without_a_cuda_device_says_so_in_one_line_and_exits_2(gpu_c
     out, err = capsys.readouterr()
     assert out == ""
     assert err.count("\n") == 1 and "no CUDA device" in err
+
+
+def test_a_crashed_ckptscan_is_named_by_its_exit_code_and_last_stderr_line(gpu_check, tmp_path):
+    """A real `ckptscan diff` that cannot run (exit 2, one line) and the crash
+    issue 50 measured (a traceback, exit 1, no report): each is a FAIL row with
+    the exit code and what the process said last, not an error about the JSON
+    report it never wrote."""
+    report = tmp_path / "device.json"
+    run = gpu_check.run_ckptscan("diff", str(HEALTHY / "checkpoint-1000"), str(tmp_path / "missing"),
+                                 "--json", str(report))
+    assert run.returncode == 2 and run.crashed(report)
+    row = gpu_check.crash_row("a", "`ckptscan diff --device cuda`", run)
+    assert row.result == "FAIL" and row.figure.startswith("crashed: exit 2, error: ")
+    assert str(tmp_path / "missing") in row.figure
+    assert gpu_check.exit_status([row]) == 1
+
+    traceback = ("Traceback (most recent call last):\n  File \"monitors/attention.py\", line 296\n"
+                 "RuntimeError: lazy wrapper should be called at most once\n")
+    old_crash = gpu_check.CliRun(wall_s=3.0, returncode=1, stderr=traceback)
+    assert old_crash.crashed(report)  # exit 1, the gate's code, but no report: not a verdict
+    assert gpu_check.crash_row("a", "diff", old_crash).figure == \
+        "crashed: exit 1, RuntimeError: lazy wrapper should be called at most once"
+
+    report.write_text("{}")
+    assert not gpu_check.CliRun(wall_s=3.0, returncode=1, stderr="gate failed ...").crashed(report)
+
+
+def write_script(path, body: str):
+    path.write_text("import sys\n" + body)
+    return path
+
+
+@pytest.mark.parametrize("figures, results", [
+    ({"kernel_ops_per_layer": 559.0, "scalar_reads_per_layer": 96.0, "solver_calls_per_layer": 11.0, "layers": 4},
+     ["FAIL", "FAIL", "FAIL"]),
+    ({"kernel_ops_per_layer": 100.0, "scalar_reads_per_layer": 1.5, "solver_calls_per_layer": 3.0, "layers": 4},
+     ["PASS", "PASS", "FAIL"]),
+])
+def test_the_cpu_proxies_are_a_row_each_against_its_target(gpu_check, tmp_path, figures, results):
+    script = write_script(tmp_path / "op_budget.py", f"print('counting ...')\nprint({json.dumps(figures)!r})\n")
+    rows = gpu_check.proxy_rows(script)
+    assert [row.part for row in rows] == ["e"] * 3
+    assert [row.target for row in rows] == ["≤ 100", "≤ 2", "≤ 2"]
+    assert [row.result for row in rows] == results
+    assert rows[0].figure == f"{figures['kernel_ops_per_layer']:.1f}" and "4 layers" in rows[0].check
+    assert gpu_check.exit_status(rows) == 1
+
+
+def test_a_missing_or_failing_proxy_script_is_a_row_that_says_so(gpu_check, tmp_path):
+    [missing] = gpu_check.proxy_rows(tmp_path / "op_budget.py")
+    assert missing.result == "NOT RUN" and "missing" in missing.figure
+
+    failing = write_script(tmp_path / "failing.py", "print('a line')\nsys.exit('no checkpoints: disk full')\n")
+    [failed] = gpu_check.proxy_rows(failing)
+    assert failed.result == "ERROR" and failed.figure == "exit 1, no checkpoints: disk full"
+
+    silent = write_script(tmp_path / "silent.py", "print('figures: none')\n")
+    [unreadable] = gpu_check.proxy_rows(silent)
+    assert unreadable.result == "ERROR" and unreadable.figure.startswith("no figures in its last line")
+    assert gpu_check.exit_status([missing]) == gpu_check.exit_status([failed]) == 1
