@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
@@ -23,7 +24,7 @@ def diff(
                                           "gs://, ...).")],
     ckpt_b: Annotated[str, typer.Argument(metavar="CKPT_B", help="Newer checkpoint.")],
     *,  # the options, in --help order; a bare name is a shared option (cli.options)
-    outputs: ReportOutputs, fail_on, config, set_, quiet, num_heads, num_kv_heads, head_dim, model_config, layers,
+    outputs: ReportOutputs, fail_on, config, set_, quiet, wide, num_heads, num_kv_heads, head_dim, model_config, layers,
     precision,
     probe: Annotated[Optional[str], typer.Option(  # str: a URL keeps its "//"
         "--probe", metavar="FILE", help="Router inputs (safetensors, keys layers.{i}.router_input [T, d]): adds "
@@ -58,14 +59,14 @@ def diff(
         # gets its one error line alone.
         for message in spec.notes:
             note(message, "yellow" if message.startswith(("ignoring", "note:")) else "dim", quiet)
-        code = outputs.write(report, fail_on or spec.config.fail_on, _print_table, quiet)
+        code = outputs.write(report, fail_on or spec.config.fail_on, partial(_print_table, wide=wide), quiet)
     raise typer.Exit(code)
 
 
-def _print_table(console: Console, report: ScanReport) -> None:
+def _print_table(console: Console, report: ScanReport, wide: bool = False) -> None:
     from ckptscan.report.table import print_model, print_pair, print_reference_notes, print_summary
 
     print_model(console, report)
-    print_pair(console, report, report.pairs[0])
+    print_pair(console, report, report.pairs[0], wide)
     print_reference_notes(console, report)
     print_summary(console, report)

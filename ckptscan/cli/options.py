@@ -113,6 +113,10 @@ TensorBoardDir = Annotated[Optional[Path], typer.Option(
 MarkdownSummary = Annotated[Optional[Path], typer.Option(
     "--markdown-summary", metavar="FILE", help="Append a Markdown summary here (default: $GITHUB_STEP_SUMMARY when "
     "set).")]
+Wide = Annotated[bool, typer.Option(
+    "--wide", help="Every column of the terminal table (each monitor's newest value and baseline in trend, every "
+    "monitor of the pair in diff); by default it fits 80-120 columns, and the JSON and HTML reports have every "
+    "value.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no notes on stderr.")]
 Device = Annotated[str, typer.Option("--device", metavar="[cpu|cuda|cuda:N|auto]",
                                      help="Where the math runs (auto: cuda when present).")]
@@ -195,7 +199,7 @@ SHARED: dict[str, tuple[Any, Any]] = {
     "tensorboard": (TensorBoardDir, None),
     "format": (FormatOpt, Format.table), "markdown_summary": (MarkdownSummary, None), "html": (HtmlOut, None),
     "png": (PngDir, None), "fail_on": (FailOnOpt, None), "config": (ConfigFile, None), "set_": (SetThreshold, None),
-    "quiet": (Quiet, False), "num_heads": (NumHeads, None), "num_kv_heads": (NumKvHeads, None),
+    "quiet": (Quiet, False), "wide": (Wide, False), "num_heads": (NumHeads, None), "num_kv_heads": (NumKvHeads, None),
     "head_dim": (HeadDim, None), "model_config": (ModelConfigFile, None), "layers": (Layers, None),
     "precision": (PrecisionOpt, Precision.float32), "device": (Device, "cpu"), "heads": (Heads, None),
     "full_spectrum": (FullSpectrum, False), "tensor_map": (TensorMapFile, None), "reference": (Reference, None),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -25,7 +26,7 @@ def trend(
     stride, base, reference,
     baseline: Annotated[Optional[Path], typer.Option("--baseline", hidden=True, metavar="FILE",
                                                      help="Deprecated alias of --reference.")] = None,
-    loss_log, no_loss_log, outputs: TrendOutputs, fail_on, config, set_, cache_dir, no_cache, quiet, num_heads,
+    loss_log, no_loss_log, outputs: TrendOutputs, fail_on, config, set_, cache_dir, no_cache, quiet, wide, num_heads,
     num_kv_heads, head_dim, model_config, layers, precision, probe, no_probe, device, heads, full_spectrum, tensor_map,
     allow_corrupt: Annotated[bool, typer.Option(
         "--allow-corrupt", help="Judge the run without its corrupt checkpoints (they fail the gate otherwise); "
@@ -89,7 +90,8 @@ def trend(
             note(f"cache: {cache.hits} pair(s) reused, {cache.misses} computed ({cache.directory})", quiet=quiet)
             if cache.write_error:  # not fatal (the cache only saves time), but never silent, even with --quiet
                 note(f"warning: cache not written: {cache.write_error}", "yellow")
-        code = outputs.write(report, fail_on or spec.config.fail_on, print_trend, quiet, allow_corrupt)
+        code = outputs.write(report, fail_on or spec.config.fail_on, partial(print_trend, wide=wide), quiet,
+                             allow_corrupt)
     raise typer.Exit(code)
 
 

@@ -3,8 +3,13 @@
 Each row: a sparkline of each family's headline monitor (the normalised Δ2
 entropy; the router's routing entropy with a probe, else ε) over the run, each
 cell coloured by the worst finding of that monitor's family in its pairs;
-the newest value against its baseline; the layer's first alert (step and
-family); its worst status. Below: the loss, the skipped checkpoints, the verdict, rollback candidate
+the layer's first alert (step and family); what fired (the monitor and its
+value against its limit, `report/fired.py`); its worst status. The table is
+made for a terminal of 80 to 120 columns (wider consoles, and a pipe, get
+120): the cells a reader acts on (first alert, what fired, status) are never
+cut, what fired wraps rather than lose its limit, and the sparklines take
+the room left. `--wide` adds each monitor's newest value and its baseline
+(the JSON and HTML reports have every value). Below: the loss, the skipped checkpoints, the verdict, rollback candidate
 and lead time, then each flagged layer's first findings.
 
 It stays one screen however long the run and however many layers: a run of
@@ -29,6 +34,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ckptscan.interventions import family_lines
+from ckptscan.report.fired import fired_text, first_fired
 from ckptscan.report.sparkline import cell_statuses, sparkline
 from ckptscan.report.table import STATUS_STYLE, fmt, print_model, print_reference_notes
 from ckptscan.monitors import registry
@@ -37,6 +43,16 @@ from ckptscan.schema.results import CORRUPT, Finding, LayerResult, LayerSummary,
 
 SPARK_WIDTH = 30  # at most this many cells per sparkline
 MIN_SPARK_WIDTH = 6
+# The widest table printed by default: a wider console (or a pipe, whose
+# width is unbounded) still gets a table a reader can take in at once.
+TABLE_WIDTH = 120
+# What a column costs besides its cells in the SIMPLE_HEAD box without edge
+# padding: a space of padding on each side of the separator, and the separator.
+COLUMN_GAP = 3
+# The first alert (what fired, against its limit) never gets less than this, and wraps within it.
+FIRED_MIN_WIDTH = 24
+# Sparkline headers of a narrow table: the family, shortened where it is wider than a sparkline need be.
+SHORT_FAMILIES = {"attention": "attn", "optimizer": "optim"}
 # Terminal columns taken by everything but the sparklines: layer, first
 # alert and status (with padding), and per sparkline its two numbers.
 OTHER_COLUMNS_WIDTH = 29
@@ -149,39 +165,112 @@ def first_alert_text(summary: LayerSummary) -> str:
     return f"{summary.first_alert_step} {summary.first_alert_family}"
 
 
-def trend_table(report: ScanReport, width: int = 160) -> Table:
-    """The per-layer table; sparklines take what `width` columns leave."""
+def trend_table(report: ScanReport, width: int = 160, wide: bool = False) -> Table:
+    """The per-layer table at most `width` columns wide (and TABLE_WIDTH
+    unless `wide`); sparklines take what the other columns leave."""
+    if not wide:
+        width = min(width, TABLE_WIDTH)
     monitors = headline_monitors(report)
-    sparks = max(1, len(monitors))
-    room = width - OTHER_COLUMNS_WIDTH - NUMBER_COLUMNS_WIDTH * sparks
-    spark_width = max(MIN_SPARK_WIDTH, min(SPARK_WIDTH, room // sparks - 2))
-    table = Table(title=_title(report), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
-                  pad_edge=False)
-    table.add_column("layer", justify="right", no_wrap=True)
-    for monitor in monitors:
-        table.add_column(monitor.label, no_wrap=True, min_width=spark_width)
-        table.add_column("now", justify="right", no_wrap=True, min_width=5)
-        table.add_column("base", justify="right", no_wrap=True, min_width=5)
-    table.add_column("first alert", no_wrap=True, min_width=11)
-    table.add_column("status", no_wrap=True, min_width=6)
     by_pair = pair_layers(report)
-    for summary in shown_layers(report.summary.layers):
+    shown = shown_layers(report.summary.layers)
+    fired = {summary.layer: _fired_cell(report, by_pair, summary) for summary in shown
+             if isinstance(summary, LayerSummary)}
+    layer_width = max([5] + [len(_layer_label(summary)) for summary in shown])
+    status_width = max([6] + [len(summary.status) for summary in shown if isinstance(summary, LayerSummary)])
+    longest = max([11] + [len(text) for text in fired.values()])
+    # The sparklines give way from the right before the first alert gets less than FIRED_MIN_WIDTH.
+    while True:
+        headers = [monitor.label if wide else short_family(monitor.family) for monitor in monitors]
+        narrowest = max([MIN_SPARK_WIDTH] + [len(header) for header in headers])
+        columns = 3 + len(monitors) * (3 if wide else 1)
+        room = (width - layer_width - status_width - COLUMN_GAP * (columns - 1)
+                - (NUMBER_COLUMNS_WIDTH * len(monitors) if wide else 0))
+        if wide or not monitors or room - narrowest * len(monitors) >= min(longest, FIRED_MIN_WIDTH):
+            break
+        monitors = monitors[:-1]
+    # The first alert takes what it needs when the narrowest sparklines leave it that, else what they leave
+    # (and wraps at a space: never cut); the sparklines take the rest.
+    fired_width = min(longest, max(FIRED_MIN_WIDTH, room - narrowest * len(monitors)))
+    spark_width = max(narrowest, min(SPARK_WIDTH, (room - fired_width) // max(1, len(monitors))))
+    table = Table(title=_title(report), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
+                  pad_edge=False, show_edge=False)
+    table.add_column("layer", justify="right", no_wrap=True, min_width=layer_width)
+    for header in headers:
+        table.add_column(header, no_wrap=True, min_width=spark_width, max_width=spark_width, overflow="crop")
+        if wide:
+            table.add_column("now", justify="right", no_wrap=True, min_width=5)
+            table.add_column("base", justify="right", no_wrap=True, min_width=5)
+    table.add_column("first alert", overflow="fold", min_width=fired_width, max_width=fired_width)
+    table.add_column("status", no_wrap=True, min_width=status_width)
+    for summary in shown:
         if isinstance(summary, FoldedLayers):
             folded = Text(f"… {summary.count} ok layers …", style="dim")
-            table.add_row(f"{summary.first}–{summary.last}", folded, *[""] * (3 * len(monitors) - 1), "",
+            table.add_row(_layer_label(summary), folded, *[""] * ((3 if wide else 1) * len(monitors) - 1), "",
                           Text("ok", style=STATUS_STYLE.get("ok", "")))
             continue
         row: list[Text | str] = [str(summary.layer)]
         for monitor in monitors:
-            row += _spark_cells(by_pair, summary.layer, monitor, summary.current, summary.baseline, spark_width)
-        row += [first_alert_text(summary), Text(summary.status, style=STATUS_STYLE.get(summary.status, ""))]
+            cells = _spark_cells(by_pair, summary.layer, monitor, summary.current, summary.baseline, spark_width)
+            row += cells if wide else cells[:1]
+        row += [fired[summary.layer], Text(summary.status, style=STATUS_STYLE.get(summary.status, ""))]
         table.add_row(*row)
     return table
 
 
-def print_trend(console: Console, report: ScanReport) -> None:
+def short_family(family: str) -> str:
+    """A family's name as a narrow table's sparkline header."""
+    return SHORT_FAMILIES.get(family, family)
+
+
+def _layer_label(row: LayerSummary | FoldedLayers) -> str:
+    return f"{row.first}–{row.last}" if isinstance(row, FoldedLayers) else str(row.layer)
+
+
+def layer_fired(report: ScanReport, by_pair: list[dict[int, LayerResult]], summary: LayerSummary
+                ) -> tuple[int | None, Finding] | None:
+    """The finding behind a layer's row: its first alert (the one the summary
+    names, at its step), else its first warning (`report.fired.first_fired`)."""
+    steps = [(pair.to_step, by_layer.get(summary.layer)) for pair, by_layer in zip(report.pairs, by_pair)]
+    if summary.first_alert_step is not None and summary.first_alert_monitor:
+        for step, result in steps:
+            if step != summary.first_alert_step or result is None:
+                continue
+            named = next((f for f in result.findings
+                          if f.severity == "alert" and f.monitor == summary.first_alert_monitor), None)
+            if named is not None:
+                return step, named
+    return first_fired(steps)
+
+
+def _fired_cell(report: ScanReport, by_pair: list[dict[int, LayerResult]], summary: LayerSummary) -> str:
+    """'1400 attention logit scale 2.15 > 2': the first alert's step and what fired; a layer that only warned,
+    'warn 1900: …'; else '–'."""
+    found = layer_fired(report, by_pair, summary)
+    if found is None:
+        return first_alert_text(summary)
+    step, finding = found
+    if finding.severity == "alert":
+        return f"{summary.first_alert_step if summary.first_alert_step is not None else step} {fired_text(finding)}"
+    return f"– (warn {step}: {fired_text(finding)})"
+
+
+def spark_legend(report: ScanReport) -> str:
+    """Under a narrow table: which monitor each family's sparkline draws."""
+    return "sparklines over the run: " + ", ".join(f"{short_family(m.family)} {m.label}"
+                                                    for m in headline_monitors(report)) + \
+        " (--wide: their newest values and baselines)"
+
+
+def print_trend(console: Console, report: ScanReport, wide: bool = False) -> None:
     print_model(console, report)
-    console.print(trend_table(report, console.width))
+    table = trend_table(report, console.width, wide)
+    # The title on a line of its own: a run's path may be longer than the table is wide, and is never wrapped
+    # where the console is not (a pipe).
+    console.print(Text(str(table.title)), highlight=False)
+    table.title = None
+    console.print(table)
+    if not wide and headline_monitors(report):
+        console.print(spark_legend(report), highlight=False, style="dim")
     _print_loss(console, report)
     print_reference_notes(console, report)
     _print_summary(console, report)
