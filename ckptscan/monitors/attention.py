@@ -55,11 +55,11 @@ RoPE is not applied: the monitors use the content form M_h, as the paper does.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from ckptscan.monitors.spectral import gram_singular_values
+from ckptscan.monitors.spectral import eigvalsh_two_sizes, gram_singular_values
 
 _F64 = torch.float64
 
@@ -74,10 +74,11 @@ class QKGrams:
 
 @dataclass
 class QKSpectra:
-    """Singular values per query head (float64), largest first, and norms.
+    """Singular values per query head (float64, on the CPU), largest first, and norms.
 
     A head whose inputs hold non-finite values gets NaN everywhere (never a
-    finite-looking spectrum computed from garbage).
+    finite-looking spectrum computed from garbage). The layer-wide values are
+    0-d tensors, so a caller reads the whole layer back at once.
     """
 
     delta1: torch.Tensor  # [H, min(2r, d)]
@@ -85,16 +86,16 @@ class QKSpectra:
     delta3: torch.Tensor  # [H, min(r, d)]
     dwq: torch.Tensor  # [H, min(r, d)]  σ(ΔQ_h)
     dwk: torch.Tensor  # [G, min(r, d)]  σ(ΔK_g)
-    dwq_rel_norm: float  # ‖ΔW_q‖_F / ‖W_q(a)‖_F over the layer
-    dwk_rel_norm: float
+    dwq_rel_norm: torch.Tensor  # 0-d: ‖ΔW_q‖_F / ‖W_q(a)‖_F over the layer
+    dwk_rel_norm: torch.Tensor
     q_spectral_norm: torch.Tensor  # [H] ‖Q_h‖₂ at b
     q_spectral_norm_base: torch.Tensor  # [H] ‖Q_h‖₂ at a
     qk_logit_bound: torch.Tensor  # [H] σ_max(Q_hᵀK_g) at b
-    # cos(W(a), W(b)) of the layer's whole W_q (W_k): ⟨W_a, W_b⟩ / (‖W_a‖‖W_b‖).
+    # cos(W(a), W(b)) of the layer's whole W_q (W_k): ⟨W_a, W_b⟩ / (‖W_a‖‖W_b‖), 0-d.
     # Two checkpoints of one run stay related however large the update;
     # unrelated weights give ≈ 0 (detection/provenance.py).
-    q_cosine: float = float("nan")
-    k_cosine: float = float("nan")
+    q_cosine: torch.Tensor = field(default_factory=lambda: torch.tensor(float("nan"), dtype=_F64))
+    k_cosine: torch.Tensor = field(default_factory=lambda: torch.tensor(float("nan"), dtype=_F64))
 
     @property
     def delta2_rank(self) -> int:
@@ -129,12 +130,12 @@ def qk_spectra(
     """Every QK spectrum of one layer between checkpoints a and b.
 
     q_*: [H, r, d] query head blocks, k_*: [G, r, d] key head blocks, in any
-    dtype (norm gains already folded). Differences are taken without rounding
-    (see the module docstring), never in the stored low precision.
-    `grams_a`/`grams_b` are the checkpoints' own `qk_grams`, passed in when a
-    run reuses them; without `grams_b` its blocks are assembled from the
-    difference blocks (Q_bQ_bᵀ = QQᵀ + ΔQQᵀ + QΔQᵀ + ΔQΔQᵀ), which saves two
-    Gram products. `kv_index` [H] maps each query head to its row in k_*
+    dtype (norm gains already folded), on any device. Differences are taken
+    without rounding (see the module docstring), never in the stored low
+    precision. `grams_a`/`grams_b` are the checkpoints' own `qk_grams`, passed
+    in when a run reuses them; without `grams_b` its blocks are assembled from
+    the difference blocks (Q_bQ_bᵀ = QQᵀ + ΔQQᵀ + QΔQᵀ + ΔQΔQᵀ), which saves
+    two Gram products. `kv_index` [H] maps each query head to its row in k_*
     when the heads are a selection (`--heads`) rather than all of them.
     """
     num_heads, r, d = q_a.shape
@@ -142,87 +143,153 @@ def qk_spectra(
     if q_b.shape != q_a.shape or k_b.shape != k_a.shape or tuple(k_a.shape[1:]) != (r, d):
         raise ValueError(f"inconsistent head blocks: q {tuple(q_a.shape)}/{tuple(q_b.shape)}, "
                          f"k {tuple(k_a.shape)}/{tuple(k_b.shape)}")
-    kv = kv_head_index(num_heads, num_kv) if kv_index is None else kv_index
-    dq = _difference(q_b, q_a, compute_dtype)
-    dk = _difference(k_b, k_a, compute_dtype)
-    qa, ka = q_a.to(compute_dtype), k_a.to(compute_dtype)
-    if grams_a is None:
-        grams_a = qk_grams(qa, ka, compute_dtype)
-    qq_a, kk_a = grams_a.qq.to(_F64), grams_a.kk.to(_F64)
+    kv = kv_head_index(num_heads, num_kv) if kv_index is None else kv_index.cpu()
+    blocks = _gram_blocks(q_a, k_a, q_b, k_b, compute_dtype, grams_a, grams_b)
+    return _solve(blocks, num_heads, num_kv, kv, d)
 
-    dqdq, dq_q = _gram(dq, dq), _gram(dq, qa)  # ΔQΔQᵀ, ΔQ Q_aᵀ
-    dkdk, dk_k = _gram(dk, dk), _gram(dk, ka)  # ΔKΔKᵀ, ΔK K_aᵀ
-    if grams_b is None:
-        qq_b = qq_a + dq_q + dq_q.transpose(-1, -2) + dqdq
-        kk_b = kk_a + dk_k + dk_k.transpose(-1, -2) + dkdk
-    else:
-        qq_b, kk_b = grams_b.qq.to(_F64), grams_b.kk.to(_F64)
 
+def _gram_blocks(q_a: torch.Tensor, k_a: torch.Tensor, q_b: torch.Tensor, k_b: torch.Tensor,
+                 compute_dtype: torch.dtype, grams_a: QKGrams | None, grams_b: QKGrams | None) -> torch.Tensor:
+    """The layer's O(d) work, on the weights' device: every r × r Gram block the
+    spectra need, stacked [ΔQΔQᵀ, ΔQQ_aᵀ, Q_aQ_aᵀ, (Q_bQ_bᵀ)] ([H] each) then
+    [ΔKΔKᵀ, ΔKK_aᵀ, K_aK_aᵀ, (K_bK_bᵀ)] ([G] each), and brought to the CPU in
+    float64 in one transfer: everything after them is small, and is solved there."""
+    dq, qa = _difference(q_b, q_a, compute_dtype)
+    dk, ka = _difference(k_b, k_a, compute_dtype)
+    qq_a = (qa @ qa.mT) if grams_a is None else grams_a.qq.to(compute_dtype)
+    kk_a = (ka @ ka.mT) if grams_a is None else grams_a.kk.to(compute_dtype)
+    query = [dq @ dq.mT, dq @ qa.mT, qq_a]
+    key = [dk @ dk.mT, dk @ ka.mT, kk_a]
+    if grams_b is not None:
+        query.append(grams_b.qq.to(compute_dtype))
+        key.append(grams_b.kk.to(compute_dtype))
+    return torch.cat(query + key).to("cpu", _F64)
+
+
+def _solve(blocks: torch.Tensor, num_heads: int, num_kv: int, kv: torch.Tensor, d: int) -> QKSpectra:
+    """Every spectrum from the Gram blocks (float64, CPU): one batched Cholesky
+    and one batched symmetric eigensolve for the whole layer."""
+    r = blocks.shape[-1]
+    per_side = blocks.shape[0] // (num_heads + num_kv)
+    query, key = blocks[:per_side * num_heads], blocks[per_side * num_heads:]
+    query, key = query.unflatten(0, (per_side, num_heads)), key.unflatten(0, (per_side, num_kv))
+    if per_side == 3:  # the newer checkpoint's Grams from the difference blocks
+        query = torch.cat([query, _newer_gram(query)[None]])
+        key = torch.cat([key, _newer_gram(key)[None]])
     # Heads with non-finite inputs: solve on zeros, report NaN (LAPACK returns
     # finite garbage for NaN input rather than failing). A non-finite entry of
     # a factor shows on the diagonal of its Gram, and finite diagonals bound
     # every other entry (Cauchy–Schwarz), so the traces are a complete check.
-    bad_q = ~torch.isfinite(_trace(dqdq) + _trace(qq_a) + _trace(qq_b))
-    bad_k = ~torch.isfinite(_trace(dkdk) + _trace(kk_a) + _trace(kk_b))
-    dqdq, dq_q, qq_a, qq_b = (_zero_where(bad_q, x) for x in (dqdq, dq_q, qq_a, qq_b))
-    dkdk, dk_k, kk_a, kk_b = (_zero_where(bad_k, x) for x in (dkdk, dk_k, kk_a, kk_b))
+    traces_q, traces_k = _trace(query), _trace(key)  # [4, H], [4, G]
+    bad_q = ~torch.isfinite(traces_q.sum(0))
+    bad_k = ~torch.isfinite(traces_k.sum(0))
+    query = torch.where(bad_q[:, None, None], 0.0, query)
+    key = torch.where(bad_k[:, None, None], 0.0, key)
     bad_h = bad_q | bad_k[kv]
-
-    # Expand key-side blocks to query heads once: [G, …] -> [H, …].
-    if kv_index is None and num_kv == num_heads:  # MHA: g = h
-        dkdk_h, dk_k_h, kk_a_h, kk_b_h = dkdk, dk_k, kk_a, kk_b
-    else:
-        dkdk_h, dk_k_h, kk_a_h, kk_b_h = dkdk[kv], dk_k[kv], kk_a[kv], kk_b[kv]
+    dqdq, dq_q, qq_a, qq_b = query
+    dkdk, dk_k, kk_a, kk_b = key
+    dkdk_h, dk_k_h, kk_a_h, kk_b_h = key[:, kv]  # key-side blocks of each query head
 
     # Balance the two blocks of each factor (monitors.md, "numerical trap"):
     # ‖ΔQ‖ can be 1e-6 of ‖Q‖, and an unbalanced Gram would bury the small
     # block in rounding error. A = [αΔQ; βQ_a], B = [K/α; ΔK/β] keeps AᵀB and
     # gives each term's two factors equal norms: α = √(‖K‖/‖ΔQ‖),
     # β = √(‖ΔK‖/‖Q‖). A term whose update is exactly zero is dropped exactly
-    # (its partner block set to 0) instead of being kept at an arbitrary scale.
-    norm_dq, norm_q = _block_norm(dqdq), _block_norm(qq_a)
-    norm_dk, norm_k = _block_norm(dkdk_h), _block_norm(kk_a_h)
-    alpha = _balance(norm_k, norm_dq)
-    beta = _balance(norm_dk, norm_q)
-    s_dq = alpha  # A block αΔQ (zero anyway when ΔQ = 0)
-    s_q = torch.where(norm_dk > 0, beta, torch.zeros_like(beta))  # A block βQ_a
-    s_k = torch.where(norm_dq > 0, 1 / alpha, torch.zeros_like(alpha))  # B block K/α
-    s_dk = 1 / beta  # B block ΔK/β
+    # by scaling its B block to 0; its A block is kept (balanced against the
+    # other) so that G_A stays positive definite for the Cholesky factor, and
+    # an A block that is itself zero stands in as an identity block in
+    # coordinates of its own (B has nothing there, so AᵀB is unchanged).
+    norm_dq, norm_q, norm_dk, norm_k = (x.clamp_min(0).sqrt() for x in
+                                        (traces_q[0], traces_q[2], _trace(dkdk_h), _trace(kk_a_h)))
+    norm_dq, norm_q = torch.where(bad_q, 0.0, norm_dq), torch.where(bad_q, 0.0, norm_q)
+    alpha, beta = _balance(norm_k, norm_dq), _balance(norm_dk, norm_q)
+    zero_dq, zero_q = norm_dq == 0, norm_q == 0
+    s_dq = alpha
+    s_q = torch.where(norm_dk > 0, beta, _balance(alpha * alpha * norm_dq * norm_dq, norm_q * norm_q))
+    s_k = torch.where(zero_dq, 0.0, 1 / alpha)
+    s_dk = torch.where(zero_q, 0.0, 1 / beta)
 
-    gram_a = _blocks(dqdq, dq_q, qq_a, s_dq, s_q)  # A = [αΔQ; βQ_a]
-    # Δ2: B = [K_a/α; ΔK/β]. Δ1 = ΔQᵀK_b + Q_aᵀΔK: B = [K_b/α; ΔK/β], with
-    # K_bΔKᵀ = K_aΔKᵀ + ΔKΔKᵀ from the same blocks.
-    k_dk = dk_k_h.transpose(-1, -2)
-    gram_b2 = _blocks(kk_a_h, k_dk, dkdk_h, s_k, s_dk)
-    gram_b1 = _blocks(kk_b_h, k_dk + dkdk_h, dkdk_h, s_k, s_dk)
+    # Four 2r × 2r matrices per head, [[s_t² X, s_t s_b Z], [·ᵀ, s_b² Y]]:
+    # G_A = Gram of [αΔQ; βQ_a]; the Grams of Δ2's B = [K_a/α; ΔK/β] and of
+    # Δ1's B = [K_b/α; ΔK/β] (Δ1 = ΔQᵀK_b + Q_aᵀΔK, with K_bΔKᵀ = K_aΔKᵀ +
+    # ΔKΔKᵀ); and diag(ΔQΔQᵀ, Q_bQ_bᵀ), whose Cholesky blocks factor the Δ3
+    # and logit-bound cores.
+    identity = torch.eye(r, dtype=_F64)
+    k_dk = dk_k_h.mT
+    top = torch.stack([torch.where(zero_dq[:, None, None], identity, dqdq), kk_a_h, kk_b_h,
+                       torch.where(zero_dq[:, None, None], identity, dqdq)])
+    corner = torch.stack([dq_q, k_dk, k_dk + dkdk_h, torch.zeros_like(dq_q)])
+    zero_qb = _trace(qq_b) <= 0
+    bottom = torch.stack([torch.where(zero_q[:, None, None], identity, qq_a), dkdk_h, dkdk_h,
+                          torch.where(zero_qb[:, None, None], identity, qq_b)])
+    ones = torch.ones_like(alpha)
+    scale_top = torch.stack([torch.where(zero_dq, 1.0, s_dq), s_k, s_k, ones])[..., None, None]
+    scale_bottom = torch.stack([torch.where(zero_q, 1.0, s_q), s_dk, s_dk, ones])[..., None, None]
+    corner = corner * (scale_top * scale_bottom)
+    grams = torch.cat([torch.cat([top * scale_top.square(), corner], -1),
+                       torch.cat([corner.mT, bottom * scale_bottom.square()], -1)], -2)  # [4, H, 2r, 2r]
 
-    core_rank = min(2 * r, d)
-    head_rank = min(r, d)
-    factor_a = _gram_factor(gram_a)
-    delta1 = _factored_product_sv(factor_a, gram_b1, core_rank)
-    delta2 = _factored_product_sv(factor_a, gram_b2, core_rank)
-    delta3 = product_singular_values(dqdq, dkdk_h, head_rank)
-    dwq = gram_singular_values(dqdq, head_rank)
-    dwk = gram_singular_values(dkdk, head_rank)
-    q_norm_b = gram_singular_values(qq_b, 1)[:, 0]
-    q_norm_a = gram_singular_values(qq_a, 1)[:, 0]
-    logit_bound = product_singular_values(qq_b, kk_b_h, 1)[:, 0]
+    factors = _cholesky(grams[[0, 3]], r)  # [2, H, 2r, 2r]: L_A, diag(L_ΔQ, L_Qb)
+    factor_a, factor_dq, factor_qb = factors[0], factors[1, :, :r, :r], factors[1, :, r:, r:]
+    wide = factor_a.mT @ grams[[2, 1]] @ factor_a  # Δ1, Δ2 cores [2, H, 2r, 2r]
+    narrow = torch.stack([dkdk_h, kk_b_h]) * torch.stack([~zero_dq, ~zero_qb])[..., None, None]
+    narrow = torch.stack([factor_dq, factor_qb]).mT @ narrow @ torch.stack([factor_dq, factor_qb])
+    # Δ3 core, logit-bound core, and the Grams whose own spectra are wanted.
+    wide_values, narrow_values = eigvalsh_two_sizes(
+        wide.flatten(0, 1), torch.cat([narrow.flatten(0, 1), dqdq, qq_a, qq_b, dkdk]))
+    core_rank, head_rank = min(2 * r, d), min(r, d)
+    delta1, delta2 = _singular_values(wide_values, core_rank).unflatten(0, (2, num_heads))
+    narrow_sv = _singular_values(narrow_values, head_rank)
+    delta3, logit_bound, dwq, q_norm_a, q_norm_b = narrow_sv[:5 * num_heads].unflatten(0, (5, num_heads))
+    dwk = narrow_sv[5 * num_heads:]
 
-    nan = float("nan")
+    sums_q, sums_k = traces_q.sum(1), traces_k.sum(1)  # Σ over heads: ‖ΔW‖², ⟨ΔW, W_a⟩, ‖W_a‖², ‖W_b‖²
     return QKSpectra(
         delta1=_nan_where(bad_h, delta1),
         delta2=_nan_where(bad_h, delta2),
         delta3=_nan_where(bad_h, delta3),
         dwq=_nan_where(bad_q, dwq),
         dwk=_nan_where(bad_k, dwk),
-        dwq_rel_norm=nan if bool(bad_q.any()) else _relative_norm(dqdq, qq_a),
-        dwk_rel_norm=nan if bool(bad_k.any()) else _relative_norm(dkdk, kk_a),
-        q_spectral_norm=_nan_where(bad_q, q_norm_b),
-        q_spectral_norm_base=_nan_where(bad_q, q_norm_a),
-        qk_logit_bound=_nan_where(bad_h, logit_bound),
-        q_cosine=nan if bool(bad_q.any()) else _cosine(qq_a, dq_q, qq_b),
-        k_cosine=nan if bool(bad_k.any()) else _cosine(kk_a, dk_k, kk_b),
+        dwq_rel_norm=_nan_where(bad_q.any(), _relative_norm(sums_q)),
+        dwk_rel_norm=_nan_where(bad_k.any(), _relative_norm(sums_k)),
+        q_spectral_norm=_nan_where(bad_q, q_norm_b[:, 0]),
+        q_spectral_norm_base=_nan_where(bad_q, q_norm_a[:, 0]),
+        qk_logit_bound=_nan_where(bad_h, logit_bound[:, 0]),
+        q_cosine=_cosine(sums_q),
+        k_cosine=_cosine(sums_k),
     )
+
+
+def _newer_gram(blocks: torch.Tensor) -> torch.Tensor:
+    """Q_bQ_bᵀ = QQᵀ + ΔQQᵀ + QΔQᵀ + ΔQΔQᵀ from [ΔQΔQᵀ, ΔQQᵀ, QQᵀ] blocks."""
+    delta, cross, base = blocks
+    return base + cross + cross.mT + delta
+
+
+def _cholesky(grams: torch.Tensor, r: int) -> torch.Tensor:
+    """Lower factors of [2, H, 2r, 2r] Grams (G_A and diag(ΔQΔQᵀ, Q_bQ_bᵀ)), by
+    Cholesky where positive definite; a rank-deficient one (ΔQ_h of rank < r,
+    r > d) gets an eigendecomposition square root instead, the diagonal pair
+    each block on its own so that the factor stays block diagonal."""
+    factors, info = torch.linalg.cholesky_ex(grams)
+    failed = info != 0
+    if not bool(failed.any()):  # the one scalar read of the layer, on the host
+        return factors
+    factors = factors.clone()
+    if bool(failed[0].any()):
+        factors[0, failed[0]] = _gram_factor(grams[0, failed[0]])
+    if bool(failed[1].any()):
+        pair = grams[1, failed[1]]
+        blocks = _gram_factor(torch.stack([pair[:, :r, :r], pair[:, r:, r:]]))
+        rebuilt = torch.zeros_like(pair)
+        rebuilt[:, :r, :r], rebuilt[:, r:, r:] = blocks
+        factors[1, failed[1]] = rebuilt
+    return factors
+
+
+def _singular_values(eigenvalues: torch.Tensor, rank: int) -> torch.Tensor:
+    """Largest first: √λ of ascending eigenvalues, a rounding-negative λ read as 0."""
+    return eigenvalues.flip(-1)[..., :rank].clamp_min(0).sqrt()
 
 
 def product_singular_values(gram_a: torch.Tensor, gram_b: torch.Tensor, rank: int) -> torch.Tensor:
@@ -231,13 +298,17 @@ def product_singular_values(gram_a: torch.Tensor, gram_b: torch.Tensor, rank: in
     σ(AᵀB)² = eig(G_A G_B) = eig(Lᵀ G_B L) for any factor G_A = L Lᵀ; the
     symmetric form keeps the eigenproblem well posed. Solved in float64.
     """
-    return _factored_product_sv(_gram_factor(gram_a.to(_F64)), gram_b.to(_F64), rank)
+    factor = _gram_factor(gram_a.to(_F64))
+    core = factor.mT @ gram_b.to(_F64) @ factor
+    return gram_singular_values(0.5 * (core + core.mT), rank)
 
 
-def _difference(new: torch.Tensor, old: torch.Tensor, compute_dtype: torch.dtype) -> torch.Tensor:
-    """new − old without rounding the operands: in a dtype that holds both."""
+def _difference(new: torch.Tensor, old: torch.Tensor, compute_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(new − old, old), both in `compute_dtype`; the difference without rounding
+    the operands: taken in a dtype that holds both."""
     wide = torch.promote_types(torch.promote_types(new.dtype, old.dtype), compute_dtype)
-    return (new.to(wide) - old.to(wide)).to(compute_dtype)
+    old_wide = old.to(wide)
+    return (new.to(wide) - old_wide).to(compute_dtype), old_wide.to(compute_dtype)
 
 
 def _gram(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -248,46 +319,15 @@ def _trace(gram: torch.Tensor) -> torch.Tensor:
     return torch.diagonal(gram, dim1=-2, dim2=-1).sum(-1)
 
 
-def _zero_where(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return torch.where(mask[:, None, None], torch.zeros_like(x), x) if bool(mask.any()) else x
-
-
 def _nan_where(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    if not bool(mask.any()):
-        return x
-    shape = (-1,) + (1,) * (x.dim() - 1)
-    return torch.where(mask.reshape(shape), torch.full_like(x, float("nan")), x)
-
-
-def _blocks(
-    top_left: torch.Tensor,
-    top_right: torch.Tensor,
-    bottom_right: torch.Tensor,
-    scale_top: torch.Tensor,
-    scale_bottom: torch.Tensor,
-) -> torch.Tensor:
-    """Gram of the stacked factor [s_t·X; s_b·Y] from XXᵀ, XYᵀ, YYᵀ ([n, k, k]
-    blocks, per-batch scales [n]): [[s_t² XXᵀ, s_t s_b XYᵀ], [·ᵀ, s_b² YYᵀ]]."""
-    n, k, _ = top_left.shape
-    st, sb = scale_top[:, None, None], scale_bottom[:, None, None]
-    out = torch.empty(n, 2 * k, 2 * k, dtype=_F64, device=top_left.device)
-    torch.mul(top_left, st * st, out=out[:, :k, :k])
-    torch.mul(top_right, st * sb, out=out[:, :k, k:])
-    out[:, k:, :k] = out[:, :k, k:].transpose(-1, -2)
-    torch.mul(bottom_right, sb * sb, out=out[:, k:, k:])
-    return out
-
-
-def _block_norm(gram: torch.Tensor) -> torch.Tensor:
-    """Frobenius norm of the factor behind a Gram block: sqrt(trace)."""
-    return _trace(gram).clamp_min(0).sqrt()
+    """x with NaN in the rows (or the whole 0-d value) `mask` marks."""
+    return torch.where(mask.reshape(mask.shape + (1,) * (x.dim() - mask.dim())), float("nan"), x)
 
 
 def _balance(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
     """sqrt(numerator / denominator), or 1 where either side is zero."""
     ok = (numerator > 0) & (denominator > 0)
-    ratio = numerator / torch.where(ok, denominator, torch.ones_like(denominator))
-    return torch.where(ok, ratio.sqrt(), torch.ones_like(ratio))
+    return torch.where(ok, numerator / torch.where(ok, denominator, 1.0), 1.0).sqrt()
 
 
 def _gram_factor(gram: torch.Tensor) -> torch.Tensor:
@@ -302,18 +342,19 @@ def _gram_factor(gram: torch.Tensor) -> torch.Tensor:
     return factor
 
 
-def _factored_product_sv(factor_a: torch.Tensor, gram_b: torch.Tensor, rank: int) -> torch.Tensor:
-    core = factor_a.transpose(-1, -2) @ gram_b @ factor_a
-    return gram_singular_values(0.5 * (core + core.transpose(-1, -2)), rank)
+def _relative_norm(sums: torch.Tensor) -> torch.Tensor:
+    """‖ΔW‖_F / ‖W_a‖_F from the summed traces [‖ΔW‖², ⟨ΔW, W_a⟩, ‖W_a‖², ‖W_b‖²]
+    (inf for a zero base)."""
+    delta, base = sums[0].clamp_min(0).sqrt(), sums[2].clamp_min(0).sqrt()
+    return torch.where(base > 0, delta / torch.where(base > 0, base, 1.0), float("inf"))
 
 
-def _cosine(base_gram: torch.Tensor, delta_base: torch.Tensor, new_gram: torch.Tensor) -> float:
-    """cos(W_a, W_b) from the blocks: ⟨W_a, W_b⟩ = ‖W_a‖² + ⟨ΔW, W_a⟩, the
-    traces of W_aW_aᵀ and ΔW W_aᵀ summed over heads."""
-    norm_a, norm_b = _trace(base_gram).sum(), _trace(new_gram).sum()
-    if norm_a <= 0 or norm_b <= 0:
-        return float("nan")
-    return float((norm_a + _trace(delta_base).sum()) / (norm_a * norm_b).sqrt())
+def _cosine(sums: torch.Tensor) -> torch.Tensor:
+    """cos(W_a, W_b) from the summed traces: ⟨W_a, W_b⟩ = ‖W_a‖² + ⟨ΔW, W_a⟩
+    (NaN where either side has no norm or a value is non-finite)."""
+    norm_a, norm_b = sums[2], sums[3]
+    ok = (norm_a > 0) & (norm_b > 0)
+    return torch.where(ok, (norm_a + sums[1]) / torch.where(ok, norm_a * norm_b, 1.0).sqrt(), float("nan"))
 
 
 def logit_scale(
@@ -322,6 +363,7 @@ def logit_scale(
     *,
     input_gain: torch.Tensor | None = None,
     kv_index: torch.Tensor | None = None,
+    compute_dtype: torch.dtype = torch.float64,
 ) -> torch.Tensor:
     """The scale of each query head's attention logits a checkpoint sets [H]:
     their standard deviation for isotropic inputs of unit RMS.
@@ -337,15 +379,17 @@ def logit_scale(
     (Dehghani et al. 2023; Wortsman et al. 2023) is this scale rising until
     softmax is one-hot. The content form: RoPE is not applied, as for every
     monitor here. A QK-norm removes the projections' scale from the logits:
-    `qk_norm_logit_bound` is its measure. Computed in float64.
+    `qk_norm_logit_bound` is its measure. The Grams are taken in
+    `compute_dtype` (float64 by default; a scan passes its own, float32 by
+    default: relative error ~1e-6, against a ceiling) and combined in float64.
     """
     num_heads, r, _ = q.shape
     kv = kv_head_index(num_heads, k.shape[0]) if kv_index is None else kv_index
-    q64, k64 = q.to(_F64), k.to(_F64)
-    if input_gain is not None:
-        q64 = q64 * input_gain.to(_F64)
-        k64 = k64 * input_gain.to(_F64)
-    qq, kk = _gram(q64, q64), _gram(k64, k64)[kv]
+    q, k = q.to(compute_dtype), k.to(compute_dtype)
+    # Q D_γ² Qᵀ as (Q ⊙ γ²) Qᵀ: one scaled copy per projection.
+    square = None if input_gain is None else input_gain.to(device=q.device, dtype=compute_dtype).square()
+    qq = _gram(q if square is None else q * square, q)
+    kk = _gram(k if square is None else k * square, k)[kv.to(k.device)]
     return (qq * kk).sum((-1, -2)).clamp_min(0).sqrt() / math.sqrt(r)
 
 
@@ -358,9 +402,3 @@ def qk_norm_logit_bound(q_norm_gain: torch.Tensor, k_norm_gain: torch.Tensor) ->
     what QK-norm is for (Wortsman et al. 2023)."""
     r = q_norm_gain.numel()
     return float(q_norm_gain.to(_F64).abs().max() * k_norm_gain.to(_F64).abs().max()) * math.sqrt(r)
-
-
-def _relative_norm(delta_gram: torch.Tensor, base_gram: torch.Tensor) -> float:
-    delta = _block_norm(delta_gram).square().sum().sqrt()
-    base = _block_norm(base_gram).square().sum().sqrt()
-    return float(delta / base) if base > 0 else float("inf")

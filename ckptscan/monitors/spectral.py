@@ -32,13 +32,15 @@ class SpectralStats:
     unchanged: torch.Tensor
 
 
-def spectral_stats(singular_values: torch.Tensor, rank: int | None = None) -> SpectralStats:
+def spectral_stats(singular_values: torch.Tensor, rank: int | torch.Tensor | None = None) -> SpectralStats:
     """Statistics over the last dimension of `singular_values` (any order).
 
     `rank` is n in the normalisation H / ln n: the number of singular values
     the operator can have (2r for Δ2 when d ≥ 2r). It defaults to the length
-    of the last dimension. With n = 1 the normalised entropy is defined as 1
-    (a single direction is the only possible spectrum).
+    of the last dimension; a tensor gives each spectrum its own (a batch of
+    spectra of several lengths, padded with zeros, which carry no energy).
+    With n = 1 the normalised entropy is defined as 1 (a single direction is
+    the only possible spectrum).
     """
     sv = singular_values.to(torch.float64).clamp_min(0.0)
     n = sv.shape[-1] if rank is None else rank
@@ -56,7 +58,11 @@ def spectral_stats(singular_values: torch.Tensor, rank: int | None = None) -> Sp
     entropy = -torch.special.xlogy(p, p).sum(-1)
     zero = torch.zeros_like(entropy)
     entropy = torch.where(unchanged, zero, entropy)
-    normalized = entropy / math.log(n) if n > 1 else torch.ones_like(entropy)
+    if isinstance(n, torch.Tensor):
+        log_n = n.to(entropy.dtype).log()
+        normalized = torch.where(n > 1, entropy / torch.where(n > 1, log_n, 1.0), 1.0)
+    else:
+        normalized = entropy / math.log(n) if n > 1 else torch.ones_like(entropy)
     return SpectralStats(
         entropy=entropy,
         normalized_entropy=torch.where(unchanged, zero, normalized),
@@ -74,3 +80,34 @@ def gram_singular_values(gram: torch.Tensor, rank: int | None = None) -> torch.T
     √λ of its eigenvalues, a rounding-negative λ read as 0."""
     evals = torch.linalg.eigvalsh(gram)  # ascending
     return evals.flip(-1)[..., :rank].clamp_min(0).sqrt()
+
+
+def eigvalsh_two_sizes(wide: torch.Tensor, narrow: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eigenvalues (ascending) of symmetric matrices of two sizes, wide [N, 2k, 2k]
+    and narrow [M, k, k], in ONE batched solver call: a GPU-shaped layer solves
+    every small eigenproblem at once instead of one call per kind.
+
+    Two narrow matrices X, Y share one 2k × 2k matrix diag(X̂, −Ŷ − I), each
+    scaled by its trace (X̂ = X / tr X; any symmetric X with tr X > 0, here
+    positive semi-definite Grams): X̂'s eigenvalues lie in [−ε, 1 + ε] and
+    −Ŷ − I's in [−2 − ε, −1 + ε], so the upper k belong to X and the lower k
+    to Y. The solver's absolute error, u·‖diag‖ ≤ 2u, is at most 2u·k relative
+    to each matrix's largest eigenvalue (≥ tr / k): ~1e-13 in float64.
+    """
+    k = narrow.shape[-1]
+    if wide.shape[-1] != 2 * k:
+        raise ValueError(f"wide matrices of size {wide.shape[-1]} cannot share a call with narrow ones of size {k}")
+    traces = narrow.diagonal(dim1=-2, dim2=-1).sum(-1)
+    safe = torch.where(traces > 0, traces, 1.0)
+    scaled = narrow / safe[:, None, None]
+    if scaled.shape[0] % 2:
+        scaled = torch.cat([scaled, scaled.new_zeros(1, k, k)])
+    half = scaled.shape[0] // 2
+    upper, lower = scaled[:half], scaled[half:]
+    zeros = upper.new_zeros(upper.shape)
+    lower_shifted = -lower - torch.eye(k, dtype=lower.dtype, device=lower.device)
+    packed = torch.cat([torch.cat([upper, zeros], -1), torch.cat([zeros, lower_shifted], -1)], -2)
+    values = torch.linalg.eigvalsh(torch.cat([wide, packed]))
+    wide_values, packed_values = values[:wide.shape[0]], values[wide.shape[0]:]
+    narrow_values = torch.cat([packed_values[:, k:], (-1 - packed_values[:, :k]).flip(-1)])
+    return wide_values, narrow_values[:narrow.shape[0]] * safe[:, None]

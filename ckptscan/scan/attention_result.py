@@ -3,17 +3,15 @@ weights (`ckptscan.monitors.attention`) as per-head rows and layer means."""
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
-
 import torch
 
 from ckptscan.layouts import LayerWeights
 from ckptscan.monitors.attention import QKGrams, QKSpectra, logit_scale, qk_norm_logit_bound, qk_spectra
-from ckptscan.monitors.spectral import SpectralStats, spectral_stats
+from ckptscan.monitors.spectral import spectral_stats
 from ckptscan.monitors.whole_matrix import whole_matrix_singular_values
 from ckptscan.schema.results import AttentionResult, HeadResult
 from ckptscan.scan.selection import HeadSelection
-from ckptscan.scan.summaries import finite_or_none, mean_of_changed, min_of_changed, values_or_none
+from ckptscan.scan.summaries import finite_or_none, mean_of_changed
 
 
 def attention_result(a: LayerWeights, b: LayerWeights, grams_a: QKGrams | None, dtype: torch.dtype,
@@ -21,10 +19,13 @@ def attention_result(a: LayerWeights, b: LayerWeights, grams_a: QKGrams | None, 
     """The QK spectra of the heads scanned (every head without a selection),
     per head and as layer means, with the whole-matrix and MLA rope parts."""
     heads = selection or HeadSelection.every(a.q.shape[0], a.k.shape[0])
-    spectra = _on_cpu(qk_spectra(a.q, a.k, b.q, b.k, compute_dtype=dtype, grams_a=grams_a,
-                                 kv_index=heads.kv_index))
-    result = _from_spectra(spectra, heads)
-    _fill_logit_scale(result, b, heads)
+    spectra = qk_spectra(a.q, a.k, b.q, b.k, compute_dtype=dtype, grams_a=grams_a, kv_index=heads.kv_index)
+    scale = None
+    if (b.q_norm_gain is None or b.k_norm_gain is None) and b.input_gain is not None:
+        scale = logit_scale(b.q, b.k, input_gain=b.input_gain, kv_index=heads.kv_index, compute_dtype=dtype).cpu()
+    result = _from_spectra(spectra, heads, scale)
+    if b.q_norm_gain is not None and b.k_norm_gain is not None:
+        result.qk_norm_logit_bound = finite_or_none(qk_norm_logit_bound(b.q_norm_gain, b.k_norm_gain))
     if full_spectrum:
         _fill_full_spectrum(result, a, b, dtype)
     if a.rope_q is not None and b.rope_q is not None:
@@ -32,93 +33,98 @@ def attention_result(a: LayerWeights, b: LayerWeights, grams_a: QKGrams | None, 
     return result
 
 
-def _from_spectra(spectra: QKSpectra, selection: HeadSelection) -> AttentionResult:
-    """Per-head rows and layer means. Row i of `spectra` is query head
-    selection.heads[i]; head numbers in the result are the model's."""
-    d1, d2, d3 = spectral_stats(spectra.delta1), spectral_stats(spectra.delta2), spectral_stats(spectra.delta3)
-    dwq, dwk = spectral_stats(spectra.dwq), spectral_stats(spectra.dwk)
-    dwk_per_head = _index_stats(dwk, selection.kv_index)
-    # One conversion per column, not one per head and field: this list is
-    # built for every layer of every pair.
-    columns = zip(
-        selection.heads.tolist(),
-        selection.kv_heads[selection.kv_index].tolist(),
-        values_or_none(d2.entropy, d2.unchanged),
-        values_or_none(d3.entropy, d3.unchanged),
-        values_or_none(dwq.entropy, dwq.unchanged),
-        values_or_none(dwk_per_head.entropy, dwk_per_head.unchanged),
-        values_or_none(d1.entropy, d1.unchanged),
-        values_or_none(d2.normalized_entropy, d2.unchanged),
-        spectra.q_spectral_norm.tolist(),
-        spectra.qk_logit_bound.tolist(),
-    )
-    heads = [
-        HeadResult(
-            head=h,
-            kv_head=g,
-            delta2_entropy=e2,
-            delta3_entropy=e3,
-            dwq_entropy=eq,
-            dwk_entropy=ek,
-            delta1_entropy=e1,
-            delta2_entropy_norm=n2,
-            q_spectral_norm=qn,
-            qk_logit_bound=lb,
-        )
-        for h, g, e2, e3, eq, ek, e1, n2, qn, lb in columns
-    ]
-    changed = ~d2.unchanged
-    worst = None
-    if bool(changed.any()):
-        masked = torch.where(changed, d2.entropy, torch.full_like(d2.entropy, float("inf")))
-        worst = int(selection.heads[masked.argmin()])
+# The per-head entropy columns, in the order `_from_spectra` stacks them, and the other per-head values.
+_SPECTRA = ("delta2_entropy", "delta3_entropy", "dwq_entropy", "dwk_entropy", "delta1_entropy")
+_VALUES = ("q_spectral_norm", "qk_logit_bound", "logit_scale")
+
+
+def _from_spectra(spectra: QKSpectra, selection: HeadSelection, scale: torch.Tensor | None) -> AttentionResult:
+    """Per-head rows and layer means, read back in one transfer. Row i of
+    `spectra` is query head selection.heads[i]; head numbers in the result are
+    the model's. `scale`: the newer checkpoint's logit scale per head, or None.
+    A head whose weights did not change has no spectrum (None); a mean over
+    heads excludes them, and is None when none changed."""
+    num_heads = spectra.delta2.shape[0]
+    # Every spectrum in one statistics pass: the narrower ones padded with zeros
+    # (no energy, no entropy), each normalised by its own possible rank.
+    parts = [spectra.delta2, spectra.delta3, spectra.dwq, spectra.delta1, spectra.dwk]
+    width = spectra.delta2.shape[-1]
+    rows = torch.cat([torch.nn.functional.pad(x, (0, width - x.shape[-1])) for x in parts])
+    ranks = torch.tensor([x.shape[-1] for x in parts]).repeat_interleave(torch.tensor([len(x) for x in parts]))
+    stats = spectral_stats(rows, rank=ranks)
+    kv_rows = torch.arange(4 * num_heads, len(rows))  # ΔW_k, one row per KV head
+    # [5, H] in `_SPECTRA` order; ΔW_k as each query head's KV head.
+    order = torch.cat([torch.arange(3 * num_heads), kv_rows[selection.kv_index],
+                       torch.arange(3 * num_heads, 4 * num_heads)])
+    entropy, norm_entropy, eff_rank, unchanged = (getattr(stats, f)[order].unflatten(0, (5, num_heads)) for f in
+                                                  ("entropy", "normalized_entropy", "effective_rank", "unchanged"))
+    kv_changed = ~stats.unchanged[kv_rows]
+    changed = ~unchanged
+    # Layer means over changed heads (ΔW_k over KV heads), their counts, and minima: [sum, count] pairs.
+    sources = [(entropy[0], changed[0]), (norm_entropy[0], changed[0]), (entropy[1], changed[1]),
+               (entropy[2], changed[2]), (eff_rank[0], changed[0]), (entropy[4], changed[4]),
+               (norm_entropy[2], changed[2]), (stats.entropy[kv_rows], kv_changed),
+               (stats.normalized_entropy[kv_rows], kv_changed)]
+    sums = torch.stack([torch.where(kept, values, 0.0).sum() for values, kept in sources])
+    counts = torch.stack([kept.sum() for _, kept in sources]).to(torch.float64)
+    minima = torch.stack([torch.where(changed[0], x, float("inf")).amin() for x in (entropy[0], norm_entropy[0])])
+    worst = torch.where(changed[0], entropy[0], float("inf")).argmin()
     base = spectra.q_spectral_norm_base
-    growth = spectra.q_spectral_norm / torch.where(base > 0, base, torch.ones_like(base))
+    nan = torch.full((num_heads,), float("nan"), dtype=torch.float64)
+    scales = nan if scale is None else scale.to(torch.float64)
+    layer = torch.cat([sums, counts, minima, torch.stack([
+        spectra.qk_logit_bound.max(), spectra.q_spectral_norm.max(),
+        (spectra.q_spectral_norm / torch.where(base > 0, base, 1.0)).max(),
+        spectra.dwq_rel_norm, spectra.dwk_rel_norm, spectra.q_cosine, spectra.k_cosine,
+        worst.to(torch.float64), scales.max()])])
+    columns = torch.cat([entropy, unchanged.to(torch.float64), torch.stack([
+        torch.where(unchanged[0], 0.0, norm_entropy[0]), spectra.q_spectral_norm, spectra.qk_logit_bound, scales])])
+    # The one readback of the layer: every number the report holds.
+    column_values, layer_values = columns.tolist(), layer.tolist()
+    count = len(sources)
+    means = [total / n if n else None for total, n in zip(layer_values[:count], layer_values[count:2 * count])]
+    (d2_min, d2_norm_min, logit_bound, norm_max, growth, dwq_rel, dwk_rel, q_cos, k_cos, worst_row,
+     scale_max) = layer_values[2 * count:]
+    any_changed = bool(means[0] is not None)
+    heads = []
+    for row, (h, g) in enumerate(zip(selection.heads.tolist(), selection.kv_heads[selection.kv_index].tolist())):
+        spectral = {name: None if column_values[5 + i][row] else column_values[i][row] for i, name in enumerate(_SPECTRA)}
+        heads.append(HeadResult(
+            head=h, kv_head=g, **spectral,
+            delta2_entropy_norm=None if column_values[5][row] else column_values[10][row],
+            q_spectral_norm=column_values[11][row], qk_logit_bound=column_values[12][row],
+            logit_scale=None if scale is None else finite_or_none(column_values[13][row])))
     return AttentionResult(
-        delta2_entropy=mean_of_changed(d2.entropy, d2.unchanged),
-        delta2_entropy_min=min_of_changed(d2.entropy, d2.unchanged),
-        delta2_entropy_norm=mean_of_changed(d2.normalized_entropy, d2.unchanged),
-        delta3_entropy=mean_of_changed(d3.entropy, d3.unchanged),
-        dwq_entropy=mean_of_changed(dwq.entropy, dwq.unchanged),
-        dwk_entropy=mean_of_changed(dwk.entropy, dwk.unchanged),
-        dwq_rel_norm=spectra.dwq_rel_norm,
-        dwk_rel_norm=spectra.dwk_rel_norm,
-        qk_logit_bound=float(spectra.qk_logit_bound.max()),
+        delta2_entropy=means[0],
+        delta2_entropy_min=d2_min if any_changed else None,
+        delta2_entropy_norm=means[1],
+        delta3_entropy=means[2],
+        dwq_entropy=means[3],
+        dwk_entropy=means[7],
+        dwq_rel_norm=dwq_rel,
+        dwk_rel_norm=dwk_rel,
+        qk_logit_bound=logit_bound,
         heads=heads,
-        delta2_entropy_worst_head=worst,
-        delta2_entropy_norm_min=min_of_changed(d2.normalized_entropy, d2.unchanged),
-        delta2_effective_rank=mean_of_changed(d2.effective_rank, d2.unchanged),
-        delta1_entropy=mean_of_changed(d1.entropy, d1.unchanged),
-        dwq_entropy_norm=mean_of_changed(dwq.normalized_entropy, dwq.unchanged),
-        dwk_entropy_norm=mean_of_changed(dwk.normalized_entropy, dwk.unchanged),
-        q_spectral_norm_max=float(spectra.q_spectral_norm.max()),
-        q_spectral_norm_growth=float(growth.max()),
-        unchanged=bool(d2.unchanged.all()),
-        q_weight_cosine=finite_or_none(spectra.q_cosine),
-        k_weight_cosine=finite_or_none(spectra.k_cosine),
+        delta2_entropy_worst_head=int(selection.heads[int(worst_row)]) if any_changed else None,
+        delta2_entropy_norm_min=d2_norm_min if any_changed else None,
+        delta2_effective_rank=means[4],
+        delta1_entropy=means[5],
+        dwq_entropy_norm=means[6],
+        dwk_entropy_norm=means[8],
+        q_spectral_norm_max=norm_max,
+        q_spectral_norm_growth=growth,
+        unchanged=not any_changed,
+        q_weight_cosine=finite_or_none(q_cos),
+        k_weight_cosine=finite_or_none(k_cos),
+        logit_scale=None if scale is None else finite_or_none(scale_max),
     )
-
-
-def _fill_logit_scale(result: AttentionResult, b: LayerWeights, selection: HeadSelection) -> None:
-    """The newer checkpoint's logit scale per head and its maximum (from the
-    input norm's gain), or the logit bound of its per-head QK-norm, where the
-    layout gives what sets them."""
-    if b.q_norm_gain is not None and b.k_norm_gain is not None:
-        result.qk_norm_logit_bound = finite_or_none(qk_norm_logit_bound(b.q_norm_gain, b.k_norm_gain))
-        return
-    if b.input_gain is None or b.q is None or b.k is None:
-        return
-    scale = logit_scale(b.q, b.k, input_gain=b.input_gain, kv_index=selection.kv_index).cpu()
-    for head, value in zip(result.heads, scale.tolist()):
-        head.logit_scale = finite_or_none(value)
-    result.logit_scale = finite_or_none(float(scale.max()))
 
 
 def _fill_rope(result: AttentionResult, a: LayerWeights, b: LayerWeights, dtype: torch.dtype) -> None:
     """MLA's decoupled rope part: each query head's rope rows against the one
     key shared by all heads, monitored as its own one-KV-head QK term (the
     content heads cannot carry it: the rope key is not per head)."""
-    spectra = _on_cpu(qk_spectra(a.rope_q, a.rope_k, b.rope_q, b.rope_k, compute_dtype=dtype))
+    spectra = qk_spectra(a.rope_q, a.rope_k, b.rope_q, b.rope_k, compute_dtype=dtype)
     d2, dwq, dwk = spectral_stats(spectra.delta2), spectral_stats(spectra.dwq), spectral_stats(spectra.dwk)
     result.rope_delta2_entropy = mean_of_changed(d2.entropy, d2.unchanged)
     result.rope_delta2_entropy_norm = mean_of_changed(d2.normalized_entropy, d2.unchanged)
@@ -142,15 +148,3 @@ def _whole_matrix_entropy(
     if bool(stats.unchanged):
         return None, None
     return finite_or_none(float(stats.entropy)), finite_or_none(float(stats.normalized_entropy))
-
-
-def _on_cpu(spectra: QKSpectra) -> QKSpectra:
-    """The small per-head spectra on the CPU, moved once per pair (a no-op on
-    the CPU path): the report is made of Python floats."""
-    moved = {f.name: getattr(spectra, f.name).cpu() for f in fields(spectra)
-             if isinstance(getattr(spectra, f.name), torch.Tensor)}
-    return replace(spectra, **moved)
-
-
-def _index_stats(stats: SpectralStats, index: torch.Tensor) -> SpectralStats:
-    return SpectralStats(*(getattr(stats, f)[index] for f in stats.__dataclass_fields__))

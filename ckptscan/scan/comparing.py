@@ -41,18 +41,20 @@ def compare(
 
 def _changed_fractions(a: LayerWeights, b: LayerWeights) -> dict[str, float]:
     """Per role, the fraction of elements that differ between the checkpoints
-    (a widening cast keeps distinct stored values distinct)."""
-    found = {}
-    for role, x, y in (("W_q", a.q, b.q), ("W_k", a.k, b.k), ("router", a.router, b.router)):
-        if x is not None and y is not None and x.shape == y.shape and x.numel():
-            found[role] = _count_changed(x, y) / x.numel()
-    return found
+    (a widening cast keeps distinct stored values distinct), read back at once."""
+    pairs = [(role, x, y) for role, x, y in (("W_q", a.q, b.q), ("W_k", a.k, b.k), ("router", a.router, b.router))
+             if x is not None and y is not None and x.shape == y.shape and x.numel()]
+    if not pairs:
+        return {}
+    counts = torch.stack([_count_changed(x, y) for _, x, y in pairs]).tolist()
+    return {role: count / x.numel() for (role, x, _), count in zip(pairs, counts)}
 
 
-def _count_changed(x: torch.Tensor, y: torch.Tensor, chunk: int = 1 << 18) -> int:
-    """Elements with x != y, compared a chunk at a time: a whole-layer boolean
-    mask (and count_nonzero's wider temporaries) would be tens of MB of fresh
-    pages per layer, page-faulted in on every pair; chunks reuse the same
-    small block of memory."""
+def _count_changed(x: torch.Tensor, y: torch.Tensor, chunk: int = 1 << 22) -> torch.Tensor:
+    """Elements with x != y (a 0-d tensor), compared a chunk at a time: a
+    whole-layer boolean mask of a 7B q_proj would be 16 MB of fresh pages per
+    layer, page-faulted in on every pair; 4 MB chunks reuse the same block of
+    memory and keep a 1B layer to one comparison per tensor."""
     x, y = x.reshape(-1), y.reshape(-1)
-    return sum(int(torch.count_nonzero(x[i:i + chunk] != y[i:i + chunk])) for i in range(0, x.numel(), chunk))
+    parts = [torch.count_nonzero(x[i:i + chunk] != y[i:i + chunk]) for i in range(0, x.numel(), chunk)]
+    return parts[0] if len(parts) == 1 else torch.stack(parts).sum()

@@ -5,6 +5,7 @@ probe's routing."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -47,28 +48,35 @@ def load_layer(
     side's are assembled from the difference blocks, so they are not formed."""
     dtype = options.compute_dtype
     raw = read_layer(ckpt, plan, selection, options.device)
-    nonfinite = {}
-    for name, tensor in raw.items():
-        if tensor.is_floating_point() and not _surely_finite(tensor):
-            bad = int((~torch.isfinite(tensor)).sum())
-            if bad:
-                nonfinite[plan.roles.get(name, name)] = bad
     weights = _build(plan, raw, dtype, selection)
+    # One readback of the layer's checks: each tensor's sum (finite iff every
+    # value is) and the largest |w| of W_q/W_k (the Gram overflow bound).
+    floats = {name: t for name, t in raw.items() if t.dtype in _SUMMABLE}
+    peaks = [w.abs().amax() for w in (weights.q, weights.k) if w is not None and w.numel()]
+    checks = torch.stack([t.sum().to(torch.float64) for t in floats.values()]
+                         + [p.to(torch.float64) for p in peaks]).tolist() if floats or peaks else []
+    nonfinite = {}
+    # A tensor of another dtype (an integer, fp8 as stored) has no cheap proof: it is counted.
+    unproven = [name for name, t in raw.items() if t.is_floating_point() and t.dtype not in _SUMMABLE]
+    for name in [n for n, total in zip(floats, checks) if not math.isfinite(total)] + unproven:
+        bad = int((~torch.isfinite(raw[name])).sum())
+        if bad:
+            nonfinite[plan.roles.get(name, name)] = bad
+    peak = max(checks[len(floats):], default=0.0)
     grams = None
     # A non-finite router or head leaves attention judged (the numeric rule names the tensor).
     qk_finite = weights.q is not None and all(r in ROUTER_ROLES or r in OUTPUT_ROLES for r in nonfinite)
     if qk_finite:
-        grams = qk_grams(weights.q, weights.k, dtype) if as_base else None
-        if _overflows(weights, grams, dtype) and dtype != torch.float64:
+        if _overflows(weights, peak, dtype) and dtype != torch.float64:
             # Finite weights so large (|w| ≳ 1e17) that their float32 Grams
             # overflow: this layer is computed in float64, which holds the
             # square of any value a float32 or narrower dtype can store.
             dtype = torch.float64
             weights = _build(plan, raw, dtype, selection)
-            grams = qk_grams(weights.q, weights.k, dtype) if as_base else None
-        if _overflows(weights, grams, dtype):
+        if _overflows(weights, peak, dtype):
             name = next(n for n, role in plan.roles.items() if role not in ROUTER_ROLES and role not in OUTPUT_ROLES)
             raise CkptScanError("values too large for float64 arithmetic", path=ckpt.path, tensor=name)
+        grams = qk_grams(weights.q, weights.k, dtype) if as_base else None
     routing = None
     # A non-finite router weight or bias leaves the routing null (the numeric rule reports it).
     if probe_input is not None and weights.router is not None and not any(r in nonfinite for r in ROUTER_ROLES):
@@ -81,14 +89,11 @@ def load_layer(
     return LoadedLayer(weights, nonfinite, qk_finite, grams, routing, stored, dtype)
 
 
-def _surely_finite(tensor: torch.Tensor) -> bool:
-    """True when the tensor's sum is finite, which proves every value finite
-    (NaN and ±Inf propagate through a sum). One fast reduction instead of
-    the exact count's three passes (~10x cheaper on a 7B q_proj); only a
-    non-finite (or overflowing) sum pays for the count."""
-    if tensor.dtype not in (torch.bfloat16, torch.float16, torch.float32, torch.float64):
-        return False
-    return bool(torch.isfinite(tensor.sum()))
+# Dtypes whose sum proves every value finite: NaN and ±Inf propagate through a
+# sum (one fast reduction in the stored dtype instead of the exact count's three
+# passes, ~10x cheaper on a 7B q_proj; a float64 accumulator would be 40x
+# slower again); only a non-finite (or overflowing) sum pays for the count.
+_SUMMABLE = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 
 
 def _build(plan: LayerPlan, raw: dict[str, torch.Tensor], dtype: torch.dtype,
@@ -101,19 +106,16 @@ def _build(plan: LayerPlan, raw: dict[str, torch.Tensor], dtype: torch.dtype,
     return weights
 
 
-def _overflows(weights: LayerWeights, grams: QKGrams | None, dtype: torch.dtype) -> bool:
-    """Whether Gram entries are within 16x of `dtype`'s range (or past it): the
-    ΔQ Grams of a pair can be 4x larger than either checkpoint's.
+def _overflows(weights: LayerWeights, peak: float, dtype: torch.dtype) -> bool:
+    """Whether Gram entries can come within 16x of `dtype`'s range: the ΔQ Grams
+    of a pair can be 4x larger than either checkpoint's.
 
-    Without the Grams, a bound decides first: every entry of a Gram of rows
-    of length d is at most d·max|w|² (Cauchy–Schwarz), so weights within it
-    need no Gram formed; only weights past it pay for the exact check."""
+    Every entry of a Gram of rows of length d is at most d·max|w|²
+    (Cauchy–Schwarz), so weights within that bound need no Gram formed; only
+    weights past it pay for the exact check of their Grams."""
     limit = torch.finfo(dtype).max / 16
-    if grams is None:
-        q, k = weights.q, weights.k
-        peak = max((max(-float(low), float(high)) for low, high in (torch.aminmax(w) for w in (q, k) if w.numel())),
-                   default=0.0)
-        if peak * peak * q.shape[-1] <= limit:  # a Python float: peak² cannot overflow here
-            return False
-        grams = qk_grams(q, k, dtype)
+    q, k = weights.q, weights.k
+    if peak * peak * q.shape[-1] <= limit:  # a Python float: peak² cannot overflow here
+        return False
+    grams = qk_grams(q, k, dtype)
     return not all(bool(g.abs().amax() <= limit) for g in (grams.qq, grams.kk) if g.numel())

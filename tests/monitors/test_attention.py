@@ -271,6 +271,21 @@ def test_one_sided_update_gives_rank_r_delta2_and_zero_delta3(changed, compute):
     assert float((spectra.delta2[:, 5:] / spectra.delta2[:, :1]).max()) <= 1e-6
 
 
+@pytest.mark.parametrize("compute", [torch.float64, torch.float32])
+def test_rank_deficient_updates_match_dense_svd(compute):
+    """ΔQ_h and ΔK_g of rank 1 (only some directions trained, e.g. a few rows
+    changed): the Grams of A = [αΔQ; βQ] and of ΔQ are singular, so their
+    factors come from the eigendecomposition square root instead of Cholesky,
+    with the same results as a dense SVD."""
+    rng = np.random.default_rng(53)
+    h, g, r, d = 4, 2, 6, 32
+    q_a, k_a = rng.normal(size=(h, r, d)), rng.normal(size=(g, r, d))
+    q_b = q_a + 1e-3 * rng.normal(size=(h, r, 1)) * rng.normal(size=(h, 1, d))
+    k_b = k_a + 1e-3 * rng.normal(size=(g, r, 1)) * rng.normal(size=(g, 1, d))
+    spectra = qk_spectra(*(torch.tensor(x) for x in (q_a, k_a, q_b, k_b)), compute_dtype=compute)
+    assert_layer(spectra, dense_qk(q_a, k_a, q_b, k_b), precise=compute == torch.float64)
+
+
 # ------------------------------------------------------ per-head quantities ---
 
 

@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckptscan.monitors.spectral import SpectralStats, spectral_stats
+from ckptscan.monitors.spectral import SpectralStats, eigvalsh_two_sizes, spectral_stats
 from dense_reference import spectrum_stats
 
 FIELDS = ("entropy", "normalized_entropy", "effective_rank", "stable_rank", "frobenius_norm", "spectral_norm")
@@ -132,3 +132,43 @@ def test_non_finite_spectrum_is_not_reported_unchanged():
     stats = spectral_stats(torch.tensor([1.0, float("nan"), 0.5], dtype=torch.float64))
     assert not bool(stats.unchanged)
     assert math.isnan(float(stats.entropy))
+
+
+# ------------------------------------------- two sizes in one solver call ---
+
+
+def random_symmetric(rng, count, k, psd, rank=None):
+    factor = rng.normal(size=(count, k, rank or k)) * rng.uniform(1e-6, 1e3, size=(count, 1, 1))
+    if psd:
+        return factor @ factor.transpose(0, 2, 1)
+    return factor + factor.transpose(0, 2, 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(wide=st.integers(0, 3), narrow=st.integers(1, 7), k=st.integers(1, 9), seed=st.integers(0, 2**32 - 1),
+       rank=st.integers(0, 9))
+def test_eigvalsh_two_sizes_equals_separate_dense_eigensolves(wide, narrow, k, seed, rank):
+    """Each matrix's eigenvalues as numpy finds them on its own: wide ones to
+    1e-12 of their largest, narrow positive semi-definite ones (of any rank,
+    scales 1e-6 to 1e3 apart in one call) to 1e-12 of theirs."""
+    rng = np.random.default_rng(seed)
+    big = random_symmetric(rng, wide, 2 * k, psd=False)
+    small = random_symmetric(rng, narrow, k, psd=True, rank=min(rank, k) or None)
+    got_wide, got_narrow = eigvalsh_two_sizes(torch.tensor(big).reshape(wide, 2 * k, 2 * k), torch.tensor(small))
+    assert got_wide.shape == (wide, 2 * k) and got_narrow.shape == (narrow, k)
+    for got, want in zip(got_wide.numpy(), np.linalg.eigvalsh(big) if wide else []):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())
+    for got, want in zip(got_narrow.numpy(), np.linalg.eigvalsh(small)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * max(np.abs(want).max(), 1e-300))
+
+
+def test_eigvalsh_two_sizes_keeps_zero_matrices_exactly_zero():
+    rng = np.random.default_rng(5)
+    small = np.concatenate([np.zeros((2, 4, 4)), random_symmetric(rng, 1, 4, psd=True)])
+    _, got = eigvalsh_two_sizes(torch.zeros(0, 8, 8, dtype=torch.float64), torch.tensor(small))
+    assert torch.all(got[:2] == 0)
+
+
+def test_eigvalsh_two_sizes_refuses_wide_matrices_of_another_size():
+    with pytest.raises(ValueError, match="cannot share a call"):
+        eigvalsh_two_sizes(torch.zeros(1, 5, 5, dtype=torch.float64), torch.zeros(1, 3, 3, dtype=torch.float64))
