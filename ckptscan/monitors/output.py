@@ -138,8 +138,8 @@ def head_pair(older: torch.Tensor | None, newer: torch.Tensor, gain: torch.Tenso
     parts = torch.zeros(2, len(starts), dtype=_F64, device=device)
     delta_sum = torch.zeros(width, dtype=_F64, device=device)
     gram = torch.zeros(width, width, dtype=_F64, device=device) if spectrum and older is not None else None
-    # Two float64 blocks, filled in place block after block: a fresh upcast would map and fault in new pages
-    # each time (5x slower on a CPU than copying into the same memory).
+    # Two float64 blocks, filled in place block after block: a fresh upcast of a large block maps and faults
+    # in new pages each time (a 32 MiB one: 5x slower on a CPU than copying into the same memory).
     into_b = torch.empty(step, width, dtype=_F64, device=device)
     into_a = torch.empty_like(into_b) if older is not None else into_b
     for k, lo in enumerate(starts):
