@@ -34,6 +34,16 @@ def resume_lines(summary: Summary, interventions: bool = False) -> list[str]:
     return lines
 
 
+def rollback_why(summary: Summary) -> str:
+    """What the rollback candidate is, for the terminal's "rollback candidate:" line: the last checkpoint before
+    the departure, or, when newer candidates failed their own check, the newest before them that holds."""
+    passed = len(summary.resume.rejected) if summary.resume is not None else 0
+    if passed:
+        return (f"the newest checkpoint before the departure that holds on its own ({passed} newer "
+                f"{'one fails' if passed == 1 else 'ones fail'} its own check)")
+    return "the last checkpoint before the departure that raised the first alert began"
+
+
 def lr_text(plan: Resume) -> str:
     """The learning-rate line of a plan whose LR rise caused the first alert."""
     lr = plan.lr or {}

@@ -8,7 +8,7 @@ from ckptscan.detection.rules import Thresholds, assess_report
 from ckptscan.report.html import html_page
 from ckptscan.report.json import report_dict
 from ckptscan.report.markdown import markdown_report
-from ckptscan.report.resume import lr_text, resume_lines
+from ckptscan.report.resume import lr_text, resume_lines, rollback_why
 from ckptscan.schema.results import CheckpointRef, Resume, Summary
 
 from detection.helpers import run_report
@@ -70,3 +70,11 @@ def test_markdown_and_html_carry_the_same_plan():
     assert "<dt>resume plan</dt>" in page
     for line in lines:
         assert f"<dd>{line}</dd>" in page
+
+
+def test_the_rollback_line_says_when_newer_candidates_were_passed_over():
+    summary = alerting_run().summary
+    assert rollback_why(summary) == "the last checkpoint before the departure that raised the first alert began"
+    summary.resume.rejected = [{"path": "out/checkpoint-900", "step": 900, "why": "…"}]
+    assert rollback_why(summary) == ("the newest checkpoint before the departure that holds on its own (1 newer one "
+                                     "fails its own check)")
