@@ -191,7 +191,8 @@ def trend_table(report: ScanReport, width: int = 160, wide: bool = False) -> Tab
     # The first alert takes what it needs when the narrowest sparklines leave it that, else what they leave
     # (and wraps at a space: never cut); the sparklines take the rest.
     fired_width = min(longest, max(FIRED_MIN_WIDTH, room - narrowest * len(monitors)))
-    spark_width = max(narrowest, min(SPARK_WIDTH, (room - fired_width) // max(1, len(monitors))))
+    # No wider than the run has pairs: a sparkline draws one cell per pair at most.
+    spark_width = max(narrowest, min(SPARK_WIDTH, len(report.pairs), (room - fired_width) // max(1, len(monitors))))
     table = Table(title=_title(report), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
                   pad_edge=False, show_edge=False)
     table.add_column("layer", justify="right", no_wrap=True, min_width=layer_width)

@@ -1,11 +1,18 @@
-"""The rows `ckptscan watch` prints: one line per new pair, as it is judged.
+"""The rows `ckptscan watch` prints as new pairs are judged.
 
 A row: the newer step, the pair, each family's headline monitor (attention:
 Δ2 H/ln n; router: routing entropy with a probe, else ε; only for models with
 routers) at the pair's worst layer for that family, each with that layer's
 baseline, the pair's loss (with a loss log), its status and its flagged
-layers. Under a flagged row, each warning and alert of the pair. The same
-cells make the Markdown rows appended to --markdown-summary.
+layers. The same cells make the Markdown rows appended to --markdown-summary.
+
+A finding is printed when it starts or changes, not at every pair: under a
+row, the warnings and alerts the previous pair did not have (a standing
+ceiling alert is printed once, at the pair it began). The newest pair of each
+batch gets its row (a live run's batch is its one new checkpoint, so each is
+seen as it is judged); of the pairs before it in a batch (a watch started on
+a run already under way reads the run so far as one batch), only those whose
+status changed or that carry a new finding, the others counted in one line.
 """
 
 from __future__ import annotations
@@ -16,17 +23,19 @@ from rich.text import Text
 from ckptscan.report.markdown import ICONS, escape
 from ckptscan.report.table import STATUS_STYLE, fmt
 from ckptscan.monitors.spec import MonitorSpec
-from ckptscan.report.trend_table import headline_monitors
+from ckptscan.report.trend_table import headline_monitors, short_family
 from ckptscan.schema.results import SEVERITIES, LayerResult, PairResult, ScanReport
 from ckptscan.schema.results import status_word
 
-WIDTHS = {"step": 8, "pair": 15, "value": 14, "base": 6, "loss": 7, "status": 10}
+WIDTHS = {"step": 8, "pair": 11, "value": 13, "base": 6, "loss": 7, "status": 10}
 
 
-def columns(report: ScanReport) -> list[str]:
+def columns(report: ScanReport, short: bool = False) -> list[str]:
+    """The column names; `short`: each family's name for its monitor's label
+    (the terminal's, which stays within 120 columns; `legend` names them)."""
     names = ["step", "pair"]
     for monitor in headline_monitors(report):
-        names += [monitor.label, "base"]
+        names += [short_family(monitor.family) if short else monitor.label, "base"]
     if "loss_log" in report.settings:
         names.append("loss")
     return names + ["status", "flagged layers"]
@@ -67,19 +76,73 @@ def finding_lines(pair: PairResult) -> list[tuple[str, str]]:
             for layer in pair.layers for f in layer.findings if f.severity in ("warn", "alert")]
 
 
-def print_rows(console: Console, report: ScanReport, new: list[int], header: bool = False) -> None:
-    """The new pairs' rows (and the column names first, when `header`)."""
-    names = columns(report)
-    if header:
-        console.print(Text(_line(names, names), style="bold"))
+def _keys(pair: PairResult) -> set[tuple[int, str, str, str]]:
+    """What a pair's warnings and alerts are, without their values: layer, family, monitor and severity."""
+    return {(layer.layer, f.family, f.monitor, f.severity) for layer in pair.layers for f in layer.findings
+            if f.severity in ("warn", "alert")}
+
+
+def new_finding_lines(report: ScanReport, index: int) -> list[tuple[str, str]]:
+    """The pair's warnings and alerts that the pair before it did not have
+    (a finding that starts, or whose severity changes)."""
+    pair = report.pairs[index]
+    before = _keys(report.pairs[index - 1]) if index > 0 else set()
+    return [(f.severity, f"layer {layer.layer} [{f.family}] {f.severity}: {f.message}")
+            for layer in pair.layers for f in layer.findings if f.severity in ("warn", "alert")
+            and (layer.layer, f.family, f.monitor, f.severity) not in before]
+
+
+def shown_rows(report: ScanReport, new: list[int]) -> list[int]:
+    """Of a batch of new pairs, those given a row: the newest, and each one
+    whose status is not the previous pair's or that carries a new finding."""
+    shown = []
     for index in new:
+        previous = report.pairs[index - 1].status if index > 0 else None
+        if (index == new[-1] or report.pairs[index].status != previous or index == 0
+                or new_finding_lines(report, index)):
+            shown.append(index)
+    return shown
+
+
+def legend(report: ScanReport) -> str:
+    """Which monitor each family's column gives, at the pair's worst layer (Ln)."""
+    return "columns: " + ", ".join(f"{short_family(m.family)} {m.label}" for m in headline_monitors(report)) + \
+        " at the pair's worst layer (Ln), each with that layer's baseline"
+
+
+def skipped_line(report: ScanReport, skipped: list[int]) -> str:
+    """'… 6 pairs, steps 200–700: not_judged, nothing new' (consecutive pairs of one status)."""
+    first, last = report.pairs[skipped[0]], report.pairs[skipped[-1]]
+    steps = f"step {first.to_step}" if len(skipped) == 1 else f"steps {first.to_step}–{last.to_step}"
+    return f"{'':>{WIDTHS['step']}} … {len(skipped)} pair{'s' if len(skipped) > 1 else ''}, {steps}: " \
+        f"{first.status}, nothing new"
+
+
+def print_rows(console: Console, report: ScanReport, new: list[int], header: bool = False) -> None:
+    """The rows of the new pairs `shown_rows` keeps (the column names first,
+    when `header`), each with its new findings; the pairs between them
+    counted in one dim line."""
+    names = columns(report, short=True)
+    if header:
+        console.print(Text(legend(report), style="dim"))
+        console.print(Text(_line(names, names), style="bold"))
+    shown = shown_rows(report, new)
+    kept = set(shown)
+    skipped: list[int] = []
+    for index in new:
+        if index not in kept:
+            skipped.append(index)
+            continue
+        if skipped:
+            console.print(Text(skipped_line(report, skipped), style="dim"))
+            skipped = []
         cells = pair_cells(report, index)
         status = report.pairs[index].status
         line = Text(_line(names, cells[:-2]) + " ")
         line.append(cells[-2].ljust(WIDTHS["status"]), style=STATUS_STYLE.get(status, ""))
         line.append(" " + cells[-1])
         console.print(line)
-        for severity, text in finding_lines(report.pairs[index]):
+        for severity, text in new_finding_lines(report, index):
             console.print(Text("    " + text, style=STATUS_STYLE[severity]))
 
 

@@ -73,6 +73,18 @@ def rows(lines):
     return [int(m.group(1)) for line in lines if (m := re.match(r"^\s*(\d+) \d+→\d+\s", line))]
 
 
+def covered(lines):
+    """The steps of the rows printed and of the pairs counted between them ('… 3 pairs, steps 200–400')."""
+    steps = []
+    for line in lines:
+        if m := re.match(r"^\s*(\d+) \d+→\d+\s", line):
+            steps.append(int(m.group(1)))
+        elif m := re.match(r"^\s*… (\d+) pairs?, steps? (\d+)(?:–(\d+))?: ", line):
+            count, first, last = int(m.group(1)), int(m.group(2)), int(m.group(3) or m.group(2))
+            steps += list(range(first, last + 1, (last - first) // max(1, count - 1) or 1))
+    return steps
+
+
 @pytest.fixture
 def writer(sources, tmp_path):
     writer = Writer(sources["collapse"], tmp_path / "run")
@@ -140,7 +152,10 @@ def test_keep_going_judges_past_the_alert_until_the_timeout(writer):
         writer.publish(f"checkpoint-{step}")
     result = invoke(writer.target, "--keep-going", "--timeout", "1", "--poll", "--interval", "0.05", "--no-cache")
     assert result.exit_code == 1, "the gate's code for the run so far"
-    assert rows(result.stdout.splitlines()) == STEPS[1:]
+    # One batch (every checkpoint was there): a row where the status changes or a finding starts, and the newest;
+    # the pairs between them counted.
+    assert covered(result.stdout.splitlines()) == STEPS[1:]
+    assert rows(result.stdout.splitlines()) == [100, COLLAPSE, 900]  # not judged until the alert at COLLAPSE
     assert "no new checkpoint for 1 s: stopped watching" in result.stderr.splitlines()
 
 
@@ -150,7 +165,9 @@ def test_timeout_on_a_healthy_run_too_young_to_judge_fails_at_not_judged(sources
     args = (sources["healthy"], "--timeout", "1", "--poll", "--interval", "0.05", "--no-cache")
     result = invoke(*args, "--fail-on", "not_judged")
     assert result.exit_code == 1
-    assert rows(result.stdout.splitlines()) == [100, 200, 300, 400, 500]
+    assert rows(result.stdout.splitlines()) == [100, 500]  # nothing changed in between
+    assert "         … 3 pairs, steps 200–400: not_judged, nothing new" in result.stdout.splitlines()
+    assert covered(result.stdout.splitlines()) == [100, 200, 300, 400, 500]
     assert result.stderr.splitlines()[-1].startswith("gate failed (--fail-on not_judged): NOT JUDGED: none of the "
                                                       "5 pairs could be judged yet")
     passed = invoke(*args, "--fail-on", "alert")
@@ -207,3 +224,24 @@ def test_tensorboard_events_follow_the_watched_run(sources, tmp_path):
     acc.Reload()
     steps = [e.step for e in acc.Tensors("delta2_entropy_norm/layer_0")]
     assert steps == [pair["to_step"] for pair in json.loads(report.read_text())["pairs"]]
+
+
+SAMPLES = __import__("pathlib").Path(__file__).resolve().parents[2] / "sample_checkpoints"
+
+
+@pytest.mark.skipif(not (SAMPLES / "attention_fault").is_dir(), reason="sample_checkpoints/ not present")
+def test_a_finding_is_printed_when_it_starts_not_at_every_pair(tmp_path):
+    """On the attention-fault sample (one batch: the run is finished) the watch prints no more lines than
+    `trend` plus one per new finding; the ceiling alert that stands from step 1400 to the end is printed once."""
+    run = SAMPLES / "attention_fault"
+    watched = invoke(run, "--keep-going", "--timeout", "1", "--poll", "--interval", "0.05", "--quiet",
+                     "--cache-dir", tmp_path)
+    trend = CliRunner().invoke(app, ["trend", str(run), "--quiet", "--cache-dir", str(tmp_path)])
+    assert watched.exit_code == trend.exit_code == 1
+    lines = watched.output.splitlines()
+    findings = [line for line in lines if line.startswith("    layer ")]
+    assert len(set(findings)) == len(findings), "no finding printed twice"
+    assert len(lines) <= len(trend.output.splitlines()) + len(findings)
+    ceiling = [line for line in findings if "attention logit scale" in line and "above the ceiling" in line]
+    assert len(ceiling) == 1 and ceiling[0].startswith("    layer 1 [attention] alert: attention logit scale 2.15")
+    assert covered(lines) == list(range(100, 3001, 100)), "every pair is a row or counted"
