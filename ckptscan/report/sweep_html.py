@@ -31,7 +31,7 @@ def sweep_page(data: dict[str, Any]) -> str:
         _step(run.get("first_warn_step")), run.get("family") or "–", ", ".join(run.get("references", [])) or "–"))
         for run in runs)
     header = _row("th", ("rank", "run", "status", "first alert", "first warning", "family", "judged against"))
-    notes = [*data.get("notes", []), *(f"left out of the others' bands: {run}" for run in data.get("left_out", []))]
+    notes = sweep_notes(data)
     verdicts = "\n".join(
         f"<dt>{_e(run.get('path'))}</dt><dd>{_e(_verdict(run.get('report', {})))}</dd>" for run in runs)
     parts = [
@@ -54,6 +54,15 @@ def sweep_page(data: dict[str, Any]) -> str:
         "</html>",
     ]
     return "\n".join(parts) + "\n"
+
+
+def sweep_notes(data: dict[str, Any]) -> list[str]:
+    """The sweep's notes, each once, and a line for each run left out of the
+    others' bands that no note already names as left out (reports written
+    before the notes named them)."""
+    notes = list(dict.fromkeys(data.get("notes", [])))
+    named = " ".join(note for note in notes if "left out of the others' bands" in note)
+    return notes + [f"left out of the others' bands: {run}" for run in data.get("left_out", []) if str(run) not in named]
 
 
 def write_sweep_html(data: dict[str, Any], path: str | Path) -> None:

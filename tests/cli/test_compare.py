@@ -234,3 +234,26 @@ def test_a_sweep_renders_as_html_from_the_run_and_from_its_json_alike(two_seeds,
     assert "HEALTHY: none of the 2 runs departed from the others" in text
     refused = invoke("report", path, "--png", tmp_path / "figs")
     assert refused.exit_code == 2 and "a sweep's report renders as --html FILE only" in refused.stderr
+
+
+def test_the_sweep_pages_notes_name_each_left_out_run_once():
+    """A run left out of the others' bands is named by its note; the page adds a line only for a run no note
+    names (a report written before the notes did)."""
+    from ckptscan.report.sweep_html import sweep_notes
+
+    noted = "b alerts against all the other runs: left out of the others' bands"
+    assert sweep_notes({"notes": [noted, noted], "left_out": ["b"]}) == [noted]
+    assert sweep_notes({"notes": [], "left_out": ["b", "c"]}) == [
+        "left out of the others' bands: b", "left out of the others' bands: c"]
+    assert sweep_notes({"notes": [noted], "left_out": ["b", "c"]}) == [noted, "left out of the others' bands: c"]
+
+
+def test_each_run_has_one_first_alert_in_its_row_and_in_the_notes(samples_compared):
+    """A note that gives a run's first alert gives the one its row gives (one first alert per run)."""
+    result, report = samples_compared
+    rows = {run["path"]: run["first_alert_step"] for run in report["runs"]}
+    noted = [note for note in [*report["notes"], *result.stdout.splitlines()] if "(first alert at step " in note]
+    for note in noted:
+        path = note.removeprefix("note: ").split(" alerts against all the other runs")[0]
+        step = int(note.split("(first alert at step ")[1].split(")")[0])
+        assert rows[path] == step, note
