@@ -24,6 +24,7 @@ from ckptscan.detection.layer_band import MIN_MONITORS, layer_band, run_band_dep
 from ckptscan.detection.reference import Reference, Widening, reference_from_reports
 from ckptscan.detection.rules import Thresholds, assess_report, first_judged_pair, pooled_departures
 from ckptscan.detection.series import _judge as departure  # the reference rule's own one-sided departure
+from ckptscan.detection.screening import report_thresholds
 from ckptscan.detection.series import judged_value, track
 from ckptscan.schema.results import ScanReport, from_dict
 
@@ -32,16 +33,6 @@ def load_report(run_dir: Path) -> ScanReport:
     with open(run_dir / "metrics.json") as fh:
         data = json.load(fh)
     return from_dict(ScanReport, data)
-
-
-def effective_thresholds(report: ScanReport, thresholds: Thresholds) -> Thresholds:
-    """As scan_run does: the logit-scale ceiling for the model's width, and judging
-    starts after the learning-rate warm-up at the earliest."""
-    thresholds = thresholds.at_width(report.model.hidden_size)
-    warmup = report.settings.get("lr_warmup_end_step")
-    if warmup is not None and warmup > thresholds.warmup_steps:
-        return dataclasses.replace(thresholds, warmup_steps=warmup)
-    return thresholds
 
 
 # One known-healthy run directory, or several (a band), or none.
@@ -63,7 +54,7 @@ def judge_run(run_dir: Path, thresholds: Thresholds, divergence: int | None,
     """`reference_dirs`: a known-healthy run, or several (a band), whose
     metrics serve as `--reference`."""
     report = load_report(run_dir)
-    t = effective_thresholds(report, thresholds)
+    t = report_thresholds(report, thresholds)
     assess_report(report, t, reference_of(reference_dirs, t), divergence)
     return report
 
@@ -76,7 +67,7 @@ def changepoint_maxima(runs: list[Path], thresholds: Thresholds | None = None) -
     out: dict[str, list[float]] = {}
     for run in runs:
         report = load_report(run)
-        t = effective_thresholds(report, base)
+        t = report_thresholds(report, base)
         pairs = report.pairs
         steps = [float(p.to_step) for p in pairs]
         settings = t.series_settings(first_judged_pair(pairs, t))
@@ -165,7 +156,7 @@ def departures(run: Path, reference_dirs: list[Path], base: Thresholds, single_f
     pairs), layer and monitor compared across runs (update monitors only
     against references saved at a like interval)."""
     report = load_report(run)
-    t = effective_thresholds(report, base)
+    t = report_thresholds(report, base)
     reference = reference_of(reference_dirs, t)
     start = first_judged_pair(report.pairs, t)
     found: Departures = []

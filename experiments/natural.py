@@ -196,9 +196,9 @@ def calibrate(corpus: Path) -> None:
     saturating = []
     for run in manifest["runs"]:
         run_dir = corpus / run["name"]
-        calibration = run["split"] == "calibration" and (run_dir / "metrics.json").exists()
         # Generation 3's healthy seeds too: the widest healthy runs the ceiling must hold on.
-        if not calibration or run.get("generation") != 4 and not (run.get("generation") == 3 and run["fault"] == "none"):
+        wanted = run.get("generation") == 4 or run.get("generation") == 3 and run["fault"] == "none"
+        if not wanted or run["split"] != "calibration" or not (run_dir / "metrics.json").exists():
             continue
         report = load_report(run_dir)
         scales = logit_scales(report)
@@ -211,11 +211,11 @@ def calibrate(corpus: Path) -> None:
         ceiling = Thresholds().at_width(width).logit_scale_ceiling
         observed = max((v for v in logits if v is not None), default=None)
         if run["fault"] == "none":
-            healthy.setdefault(run["recipe"], []).append(max(scales.values()))
-            shares.append((max(scales.values()) / ceiling, run["name"]))
+            largest = max(scales.values())
+            healthy.setdefault(run["recipe"], []).append(largest)
+            shares.append((largest / ceiling, run["name"]))
             print(f"healthy {run['name']} (d_model {width}, ceiling {ceiling:.3g}): largest logit scale "
-                  f"{max(scales.values()):.4g} ({max(scales.values()) / ceiling:.2f} of the ceiling), "
-                  f"largest logged logit {observed}")
+                  f"{largest:.4g} ({largest / ceiling:.2f} of the ceiling), largest logged logit {observed}")
             continue
         saturation = saturation_step(steps, logits)
         if saturation is None:

@@ -89,14 +89,22 @@ def screen_references(reports: Sequence[ScanReport], paths: Sequence[str | None]
     return screened
 
 
-def first_alert(report: ScanReport, others: Sequence[ScanReport], paths: Sequence[str | None],
-                thresholds: Thresholds) -> tuple[int | None, str] | None:
-    """The step and family of `report`'s first alert judged against `others`
-    (none: its own history alone); None if it never alerts. `report` is not changed."""
+def report_thresholds(report: ScanReport, thresholds: Thresholds) -> Thresholds:
+    """The thresholds a computed report is judged under, from the report alone
+    (as `judge.effective_thresholds` from the run's metrics): the logit-scale
+    ceiling for its model's width, judging after its LR warm-up at the earliest."""
     thresholds = thresholds.at_width(report.model.hidden_size)
     warmup = report.settings.get("lr_warmup_end_step")
     if isinstance(warmup, int) and warmup > thresholds.warmup_steps:
         thresholds = dataclasses.replace(thresholds, warmup_steps=warmup)
+    return thresholds
+
+
+def first_alert(report: ScanReport, others: Sequence[ScanReport], paths: Sequence[str | None],
+                thresholds: Thresholds) -> tuple[int | None, str] | None:
+    """The step and family of `report`'s first alert judged against `others`
+    (none: its own history alone); None if it never alerts. `report` is not changed."""
+    thresholds = report_thresholds(report, thresholds)
     reference = reference_from_reports(others, thresholds.warmup_pairs, thresholds.warmup_steps, paths) \
         if others else None
     state = JudgeState(thresholds, reference)

@@ -68,10 +68,10 @@ class Thresholds:
     # at one recipe the width controls double from d_model 128 to 256 (0.63 →
     # 1.22), at generation 4's the healthy level grows ×1.15 from 64 to 128:
     # √d lies between. Runs whose logged attention logits pass 100 are at
-    # 1.29 times it or more (median 2.9) by their first checkpoint after (experiments/natural.py
-    # --calibrate, docs/calibration.md). With a per-head QK-norm the gains
-    # bound every logit (qk_norm_logit_bound): above qk_norm_logit_ceiling
-    # softmax can be one-hot (e^100 between two keys).
+    # 1.29 times it or more (median 2.9) by their first checkpoint after
+    # (experiments/natural.py --calibrate, docs/calibration.md). With a
+    # per-head QK-norm the gains bound every logit (qk_norm_logit_bound):
+    # above qk_norm_logit_ceiling softmax can be one-hot (e^100 between two keys).
     logit_scale_ceiling: float = 2.0
     logit_scale_width: int = 64
     qk_norm_logit_ceiling: float = 100.0

@@ -60,7 +60,7 @@ def random_metrics(seed, max_pairs=24):
 
     rng = random.Random(seed)
     # The attention logit scale from a stream of its own (the seeds pinned as examples keep their runs):
-    # a walk that crosses logit_scale_warn and logit_scale_ceiling, and falls back under them.
+    # a walk that crosses logit_scale_ceiling and falls back under it.
     scales = random.Random(seed ^ 0x5CA1E)
     num_layers = rng.choice([1, 2, 3, 9])
     thresholds = Thresholds(
