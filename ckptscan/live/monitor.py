@@ -9,22 +9,41 @@
 
 Every `every` steps the monitored tensors (q/k projections, routers; found
 by the same layout resolvers as a checkpoint's, from the model's own
-state_dict names) are copied on the model's device. Each copy is paired
-with the previous one and scanned by the same core as `ckptscan diff`
-(`scan_layers`); the growing series of pairs is judged by the same
-judge as `ckptscan trend`, one new pair at a time from the state the last
-one left (`SeriesJudge`: the cost per step does not grow with the run), and
-the report is written (atomically) as `OUT/report.json` in the `trend
---json` schema. A live run with checkpoints saved at the same steps
-therefore gives the same numbers and the same verdict as `ckptscan trend`
-on those checkpoints.
+state_dict names) are copied to host memory (`snapshot.HostBuffers`): that
+copy is all a monitored step costs the training loop. A background thread
+(`background.Background`) then pairs the copy with the previous one and
+scans the pair with the same core as `ckptscan diff` (`scan_layers`, on
+the CPU, changing no setting of the trainer: `pair_scan`); judges the
+growing series with the same judge as `ckptscan trend`, one new pair at a
+time from the state the last one left (`SeriesJudge`: the cost per step
+does not grow with the run); and writes the report (atomically) as
+`OUT/report.json` in the `trend --json` schema. A live run with checkpoints
+saved at the same steps therefore gives the same numbers and the same
+verdict as `ckptscan trend` on those checkpoints.
+
+Back-pressure: one scan at a time. A monitored step whose previous scan is
+still running waits for it before taking its snapshot (`waited` records each
+wait; `close` logs their sum): memory stays at two snapshots, and no pair is
+skipped, which would break the equality with `trend`. A wait means a scan
+takes longer than `every` training steps: monitor less often.
+
+The scan reports later than its step: its alerts are acted on (on_alert,
+`should_stop`, `should_save`) and `report`, `latest` updated at the first
+`step()` call after it finishes, at the latest at the next monitored step
+(which waits for it), or at `wait()` / `close()`. Under torch.distributed
+they are acted on at the next monitored step on every rank alike (the
+decision is broadcast there). An exception in the scan is raised in the
+training thread at the next `step()`, `wait()` or `close()`, and again at
+every later call. `background=False` runs the scan inside `step()` instead
+(acting at the step itself, as before live mode scanned in the background).
 
 The report file holds every pair, so writing it costs O(pairs): it is
-written at every step for the first REPORT_SPACING × 2 pairs, then once the
+written for each of the first REPORT_SPACING × 2 pairs, then once the
 pairs not yet in it are 1/REPORT_SPACING of those that are (so writing costs
 a bounded amount per step, and the file is at most ~3% of the run behind),
 and always when the verdict changes or the newest interval alerts. `close()`
-(at the end of training) writes what is left: the final file is the report.
+(at the end of training) waits for the last scan and writes what is left:
+the final file is the report.
 
 The series rules judge each point from earlier points only, so a pair's
 verdict does not change as the run grows. One exception, as in `trend`: a
@@ -35,6 +54,7 @@ acts (`on_alert`) only on non-finite values, the verdict it keeps later.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -49,17 +69,20 @@ from ckptscan.pipeline.config import load_config
 from ckptscan.detection.judge import SeriesJudge
 from ckptscan.detection.rules import Thresholds
 from ckptscan.errors import CkptScanError
+from ckptscan.live.background import Background
+from ckptscan.live.pair_scan import scan_pair
 from ckptscan.live.report_file import ReportFile
-from ckptscan.live.snapshot import ModelView, model_config
+from ckptscan.live.snapshot import HostBuffers, ModelView, Snapshot, model_config
 from ckptscan.inputs.loss_log import LossLog
 from ckptscan.monitors.update_family import fill_update_per_lr
 from ckptscan.monitors import registry
 from ckptscan.system.paths import expand_path
 from ckptscan.inputs.probe import Probe, capture_probe, load_probe
 from ckptscan.readers import Checkpoint
+from ckptscan.readers.trainer_state import interval_lr
 from ckptscan.report.json import PER_HEAD, keeps_heads
 from ckptscan.schema.results import NOT_JUDGED, SEVERITIES, CheckpointRef, Finding, PairResult, ScanReport
-from ckptscan.scan import ScanOptions, scan_layers
+from ckptscan.scan import ScanOptions
 
 log = logging.getLogger("ckptscan.live")
 
@@ -87,6 +110,16 @@ class Alert:
 OnAlert = Union[str, Callable[[Alert], Any]]
 
 
+@dataclass(frozen=True)
+class Reported:
+    """What one background scan hands back to the training thread."""
+
+    report: ScanReport
+    alerts: list[Alert]
+    latest: dict[str, float]  # the newest interval's metrics, as logged
+    step: int  # the newer step of the newest interval
+
+
 class Monitor:
     """ckptscan's monitors on a live model, every `every` optimizer steps.
 
@@ -100,23 +133,32 @@ class Monitor:
     checkpoints gives the same numbers).
 
     `on_alert`: "log" (a warning on the `ckptscan.live` logger), "save"
-    (set `should_save`, and call `save(step)` when given; under
+    (set `should_save`, and call `save(step)` when given, `step` being the
+    step the model is at when the alert is acted on; under
     torch.distributed act on `should_save`, which every rank sees), "stop"
-    (set `should_stop`), or a callable given each `Alert` (on rank 0).
+    (set `should_stop`), or a callable given each `Alert` (on rank 0, on
+    the training thread). Alerts are acted on when the background scan
+    reports (module docstring): a step or more after the interval's step.
     `config`: the model's config.json as a dict (default: the model's
     `config`, e.g. a Hugging Face `PretrainedConfig`). `thresholds`:
     default, the nearest ckptscan.toml / pyproject.toml's, as `trend` uses.
-    `tensorboard`: a log directory or a `SummaryWriter` for the metrics.
+    `tensorboard`: a log directory or a `SummaryWriter` for the metrics
+    (written from the scan's thread, at each interval's step).
     `per_head`: which intervals keep their per-head results, in the report
     file and in memory, as `trend --per-head`: "all" (the default, the
     report `trend --json` writes), "flagged" (layers at warn or alert) or
     "newest" (the newest interval). Over a long run the per-head results are
     most of what live mode holds: about 1 MB an interval at 1B shape.
+    `background`: False scans inside `step()` (module docstring).
 
     Under torch.distributed every rank calls `step`; sharded (DTensor,
     FSDP2) monitored tensors are gathered to rank 0, which alone computes,
     judges and writes; `should_stop` / `should_save` are broadcast so that
     every rank acts alike.
+
+    `report`, `latest`, `pairs`, `checkpoints` and `loss_log` are complete
+    up to the last scan collected: read them after `wait()` or `close()`.
+    Also a context manager: leaving the block calls `close()`.
     """
 
     def __init__(
@@ -133,6 +175,7 @@ class Monitor:
         tensorboard: str | Path | Any | None = None,
         save: Callable[[int], None] | None = None,
         per_head: str = "all",
+        background: bool = True,
     ):
         if every < 1:
             raise CkptScanError(f"every must be ≥ 1, not {every}")
@@ -147,9 +190,9 @@ class Monitor:
                               options.tensor_map, options.layers)
         if not self.view.monitored:
             raise CkptScanError("the layout resolver found no monitored tensor in this model")
-        # The trainer owns the thread count: never change it inside its process.
-        self.options = replace(options, threads=torch.get_num_threads(), workers=1,
-                               device=_device_name(self.view.tensors[self.view.monitored[0]]))
+        # The trainer owns the thread count: never changed inside its process (`pair_scan`: the scan's
+        # thread starts from it). Snapshots are host copies: the scan runs on the CPU.
+        self.options = replace(options, threads=torch.get_num_threads(), workers=1, device="cpu")
         self.thresholds = thresholds or load_config(None, ()).thresholds
         self.probe: Probe | None = None
         self._probe_batch = None
@@ -162,23 +205,36 @@ class Monitor:
                 raise CkptScanError("a probe batch is captured on one process: under torch.distributed, capture "
                                     "a probe file first (ckptscan.inputs.probe.capture_probe) and pass its path")
             self._probe_batch = probe
-        self._writer = tensorboard
-        self.previous: Checkpoint | None = None  # only the last snapshot is kept
+        self._writer: Any = tensorboard  # a directory until first written to, then its SummaryWriter
+        self._buffers = HostBuffers(self.view)
+        self.previous: Checkpoint | None = None  # the newest snapshot (the next pair's older side)
+        self._thread = Background(inline=not background)
+        # Owned by the scan's thread while a scan runs:
         self.checkpoints: list[CheckpointRef] = []
         self.pairs: list[PairResult] = []
-        self.report: ScanReport | None = None
         self._judging = SeriesJudge(self.thresholds)  # the judge state, carried from step to step
         self.per_head = per_head
         self._file = ReportFile(self.out / REPORT_FILE, per_head)
         self._written: tuple[int, str] | None = None  # (pairs, verdict) of the report file
-        self.latest: dict[str, float] = {}  # the newest interval's metrics, as logged
-        self.should_stop = False
-        self.should_save = False
-        self.seconds: list[float] = []  # wall time of each monitored step (benchmarks)
+        self.float64_pairs = 0  # pairs whose Grams were computed in float64 (`pair_scan`)
         # The training loss (and LR) per update, when the loop records them: the
         # loss log `trend` reads from train_log.jsonl (LR warm-up, lead time).
         self.loss_log: LossLog | None = None
+        # Owned by the training thread:
+        self.report: ScanReport | None = None
+        self.latest: dict[str, float] = {}  # the newest interval's metrics, as logged
+        self.latest_step: int | None = None  # the newer step of the interval `latest` is of
+        self.should_stop = False
+        self.should_save = False
+        self.seconds: list[float] = []  # wall time of each monitored step, waits included (benchmarks)
+        self.waited: list[float] = []  # of which waiting for the previous scan (back-pressure; 0: it had ended)
+        self._records: list[tuple[int, float | None, float | None]] = []  # recorded, not yet handed to a scan
+        self._logged_lrs: list[tuple[int, float]] = []  # `logged_lr`'s (step, rate), in step order
+        self._last_recorded: int | None = None
         self._last_step: int | None = None
+        self._now: int | None = None  # the newest step passed to `step`
+        # A test's handle on the scan's thread: called there with the newer step before each pair is scanned.
+        self._before_scan: Callable[[int], None] | None = None
 
     def record(self, step: int, loss: float | None, lr: float | None = None) -> None:
         """Log the loss (and learning rate) of update `step`, the update that
@@ -186,18 +242,18 @@ class Monitor:
         with it, judging starts after the LR warm-up and the report carries
         each interval's mean loss and the loss divergence step, as `trend`
         does with a loss log."""
-        if self.loss_log is None:
-            self.loss_log = LossLog(Path(f"live:{self.out}"), [], [], [] if lr is not None else None)
-        history = self.loss_log
-        if history.steps and step <= history.steps[-1]:
-            raise CkptScanError(f"loss recorded for step {step} after step {history.steps[-1]}: steps must increase")
-        history.steps.append(step)
-        history.losses.append(math.nan if loss is None or not math.isfinite(loss) else float(loss))
-        if history.lrs is not None:
-            if lr is None:
-                history.lrs = None  # as a file: the LR counts only when every record carries one
-            else:
-                history.lrs.append(float(lr))
+        if self._last_recorded is not None and step <= self._last_recorded:
+            raise CkptScanError(f"loss recorded for step {step} after step {self._last_recorded}: steps must increase")
+        self._last_recorded = step
+        self._records.append((step, loss, lr))
+
+    def logged_lr(self, step: int, lr: float) -> None:
+        """The learning rate the trainer logged for the update that made step
+        `step` (a Hugging Face trainer_state.json's `log_history` numbering;
+        the Trainer callback calls it at the Trainer's logging steps). A pair
+        that `record` gives no LR takes the mean of those logged within it,
+        as `trend` reads them from the checkpoints' trainer_state.json."""
+        self._logged_lrs.append((step, float(lr)))
 
     @property
     def report_path(self) -> Path:
@@ -208,58 +264,135 @@ class Monitor:
 
     def step(self, step: int) -> list[Alert]:
         """Call after each optimizer step with the number of updates done so
-        far; does the work only every `every` steps. Returns the alerts raised
-        on the interval that ends at `step` (on rank 0; [] elsewhere)."""
+        far. Every `every` steps it takes a snapshot and hands it to the
+        scan's thread; at every call it acts on a scan that has reported
+        since. Returns the alerts acted on in this call (on rank 0; []
+        elsewhere), each naming the interval it was raised on."""
+        self._now = step
         if not self.due(step):
-            return []
+            # Under torch.distributed, only at monitored steps: every rank must act alike.
+            return self._collect(wait=False) if self.world == 1 else []
         started = time.perf_counter()
+        running = self._thread.running()
+        alerts = self._collect(wait=True)  # back-pressure: the previous scan's buffers are the next snapshot's
+        self.waited.append(time.perf_counter() - started if running else 0.0)
         self._last_step = step
         if self._probe_batch is not None:
             self.probe = self._capture_probe()
             self._probe_batch = None
         sharded = self.world > 1 and self.view.sharded
-        snapshot = None
         if self.rank == 0 or sharded:
-            snapshot = self.view.snapshot(step, keep=self.rank == 0)
-        alerts: list[Alert] = []
-        if self.rank == 0:
-            alerts = self._add(snapshot)
+            snapshot = self._buffers.take(step, keep=self.rank == 0)
+            if snapshot is not None:
+                previous, self.previous = self.previous, snapshot.checkpoint
+                records, self._records = self._records, []
+                self._thread.run(functools.partial(self._advance, previous, snapshot, step, records,
+                                                   list(self._logged_lrs)))
+                if self._thread.inline:
+                    alerts += self._collect(wait=True)
         if self.world > 1:
             self._agree()
         self.seconds.append(time.perf_counter() - started)
         return alerts
 
-    def _add(self, snapshot: Checkpoint) -> list[Alert]:
-        self.checkpoints.append(CheckpointRef(str(snapshot.path), snapshot.step))
-        previous, self.previous = self.previous, snapshot
-        if previous is None:
+    def wait(self) -> list[Alert]:
+        """Wait for the scan in flight and act on what it reports; returns
+        its alerts. Under torch.distributed every rank must call it (the
+        decisions are broadcast)."""
+        alerts = self._collect(wait=True)
+        if self.world > 1:
+            self._agree()
+        return alerts
+
+    def close(self) -> None:
+        """Wait for the last scan, act on it, and write the report file if
+        its last pairs are not in it yet (the file is written at spaced
+        steps, see the module docstring): call once training ends. The
+        scan's thread ends (a later `step` starts another). Not a collective."""
+        try:
+            self._collect(wait=True)
+            if self.report is not None and self._written != (len(self.report.pairs), self.report.summary.status):
+                self._write(self.report)
+        finally:
+            self._thread.close()
+        waits = [w for w in self.waited if w > 0]
+        if waits:
+            log.info("ckptscan: training waited %.3f s in all for the background scan, at %d of %d monitored steps "
+                     "(the longest %.3f s): a scan takes longer than `every` steps", sum(waits), len(waits),
+                     len(self.seconds), max(waits))
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _collect(self, wait: bool) -> list[Alert]:
+        """On the training thread: take what a finished scan reported and act on it."""
+        if self.rank != 0:
             return []
-        model, (layers,) = scan_layers([previous, snapshot], [(0, 1)], self.options, self.probe)
-        pair = PairResult(previous.step, snapshot.step, layers, str(previous.path), str(snapshot.path))
+        done, reported = self._thread.collect(wait)
+        if not done or reported is None:
+            return []
+        self.report, self.latest, self.latest_step = reported.report, reported.latest, reported.step
+        if reported.alerts:
+            self._act(reported.alerts)
+        return list(reported.alerts)
+
+    def _advance(self, previous: Checkpoint | None, snapshot: Snapshot, step: int,
+                 records: list[tuple[int, float | None, float | None]],
+                 logged_lrs: list[tuple[int, float]]) -> Reported | None:
+        """On the scan's thread: the snapshot of `step` into the series."""
+        snapshot.wait()
+        for record in records:
+            self._log_loss(*record)
+        newest = snapshot.checkpoint
+        self.checkpoints.append(CheckpointRef(str(newest.path), step))
+        if previous is None:
+            return None
+        if self._before_scan is not None:
+            self._before_scan(step)
+        model, layers, widened = scan_pair(previous, newest, self.options, self.probe)
+        self.float64_pairs += widened
+        pair = PairResult(previous.step, newest.step, layers, str(previous.path), str(newest.path))
         self.pairs.append(pair)
         # A snapshot holds the model, never its optimizer: said once, as compute() says why of checkpoints.
         settings = {"run": str(self.out), "pairing": "previous", "stride": 1, "pending_steps": [],
-                    "live": {"every": self.every}, "optimizer_state": LIVE_OPTIMIZER_NOT_READ}
+                    "live": {"every": self.every, "float64_pairs": self.float64_pairs},
+                    "optimizer_state": LIVE_OPTIMIZER_NOT_READ}
         if self.loss_log is not None:  # as compute() does with a loss log
             self.loss_log.annotate(pair)
             settings.update(loss_log=str(self.loss_log.path), lr_warmup_end_step=self.loss_log.warmup_end())
+        if pair.lr is None and logged_lrs:  # as compute()'s stated_lr does with trainer_state.json
+            pair.lr = interval_lr(logged_lrs, pair.from_step, pair.to_step)
         fill_update_per_lr(pair)
         metrics = Metrics(kind="run", model=model, checkpoints=self.checkpoints, pairs=self.pairs,
                           settings=settings, probe=str(self.probe.path) if self.probe is not None else None,
                           loss_log=self.loss_log)
-        self.report = self._judging.report(metrics)
+        report = self._judging.report(metrics)
         if self.per_head != "all" and len(self.pairs) >= 2:
-            self._drop_heads(len(self.pairs) - 2)
-        alerts = self._alerts()
-        if self._write_due(alerts):
-            self._write()
-        self.latest = interval_metrics(self.report.pairs[-1])
-        self._log(snapshot.step)
-        if alerts:
-            self._act(alerts)
-        return alerts
+            self._drop_heads(report, len(self.pairs) - 2)
+        alerts = alerts_of(report, self.thresholds)
+        if report_due(self._written, len(report.pairs), report.summary.status, bool(alerts)):
+            self._write(report)
+        latest = interval_metrics(report.pairs[-1])
+        self._log(latest, step)
+        return Reported(report, alerts, latest, step)
 
-    def _drop_heads(self, index: int) -> None:
+    def _log_loss(self, step: int, loss: float | None, lr: float | None) -> None:
+        """One `record` into the loss log (on the scan's thread, which reads it)."""
+        if self.loss_log is None:
+            self.loss_log = LossLog(Path(f"live:{self.out}"), [], [], [] if lr is not None else None)
+        history = self.loss_log
+        history.steps.append(step)
+        history.losses.append(math.nan if loss is None or not math.isfinite(loss) else float(loss))
+        if history.lrs is not None:
+            if lr is None:
+                history.lrs = None  # as a file: the LR counts only when every record carries one
+            else:
+                history.lrs.append(float(lr))
+
+    def _drop_heads(self, report: ScanReport, index: int) -> None:
         """Drop from memory the per-head results that `per_head` leaves out of
         the report, of the pair before the newest: its layers' statuses are
         final (each pair is judged from earlier ones only; a lone first pair
@@ -268,36 +401,22 @@ class Monitor:
         a layer flagged then keeps no heads it had dropped. At 10,000 pairs of
         a 1B model the per-head results are most of the 11 GiB live mode
         holds. The judged copy shares the raw pair's attention results."""
-        for raw, judged in zip(self.pairs[index].layers, self.report.pairs[index].layers):
+        for raw, judged in zip(self.pairs[index].layers, report.pairs[index].layers):
             if raw.attention is not None and raw.attention.heads and \
                     not keeps_heads(self.per_head, judged.status, newest=False):
                 raw.attention.heads = []
 
-    def close(self) -> None:
-        """Write the report file if its last pairs are not in it yet (the
-        file is written at spaced steps, see the module docstring): call once
-        training ends."""
-        if self.report is not None and self._written != (len(self.report.pairs), self.report.summary.status):
-            self._write()
-
-    def _write_due(self, alerts: list[Alert]) -> bool:
-        return report_due(self._written, len(self.report.pairs), self.report.summary.status, bool(alerts))
-
-    def _write(self) -> None:
+    def _write(self, report: ScanReport) -> None:
         try:
-            self._file.write(self.report)
+            self._file.write(report)
         except CkptScanError as e:  # a full disk must not end the training run
             log.warning("ckptscan: %s", e)
             return
-        self._written = (len(self.report.pairs), self.report.summary.status)
+        self._written = (len(report.pairs), report.summary.status)
 
     def _alerts(self) -> list[Alert]:
-        newest = self.report.pairs[-1]
-        t = self.thresholds
-        # A lone first interval is judged like `diff`; in a longer series it is warm-up (see the module docstring).
-        provisional = len(self.report.pairs) == 1 and (t.warmup_pairs > 0 or (newest.from_step or 0) < t.warmup_steps)
-        return [Alert(newest.to_step, layer.layer, f) for layer in newest.layers for f in layer.findings
-                if f.severity == "alert" and (f.family == "numeric" or not provisional)]
+        """The alerts of the newest interval of `report`."""
+        return alerts_of(self.report, self.thresholds) if self.report is not None else []
 
     def _act(self, alerts: list[Alert]) -> None:
         """A callable hears of each alert; "save" and "stop" act once per step."""
@@ -311,18 +430,18 @@ class Monitor:
         if self.on_alert == "save":
             self.should_save = True
             if self.save is not None:
-                self.save(alerts[0].step)
+                self.save(self._now if self._now is not None else alerts[0].step)
         elif self.on_alert == "stop":
             self.should_stop = True
 
-    def _log(self, step: int) -> None:
+    def _log(self, latest: dict[str, float], step: int) -> None:
         if self._writer is None:
             return
         if isinstance(self._writer, (str, Path)):
             from torch.utils.tensorboard import SummaryWriter
 
             self._writer = SummaryWriter(str(self._writer))
-        for name, value in self.latest.items():
+        for name, value in latest.items():
             self._writer.add_scalar(name, value, step)
         self._writer.flush()
 
@@ -338,9 +457,20 @@ class Monitor:
         """The probe batch's router inputs, captured once, on the model's
         device. The RNG state is restored afterwards (a forward may draw from
         it), and `capture_probe` restores every module's train/eval mode."""
-        device = torch.device(self.options.device)
+        device = self.view.tensors[self.view.monitored[0]].device
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             return capture_probe(self.model, _to(self._probe_batch, device), self.out / PROBE_FILE)
+
+
+def alerts_of(report: ScanReport, thresholds: Thresholds) -> list[Alert]:
+    """The alerts of a report's newest interval that live mode acts on."""
+    newest = report.pairs[-1]
+    t = thresholds
+    # A lone first interval is judged like `diff`; in a longer series it is warm-up (see the module docstring).
+    provisional = len(report.pairs) == 1 and (t.warmup_pairs > 0 or (newest.from_step or 0) < t.warmup_steps)
+    step = newest.to_step if newest.to_step is not None else -1  # a live pair always has its steps
+    return [Alert(step, layer.layer, f) for layer in newest.layers for f in layer.findings
+            if f.severity == "alert" and (f.family == "numeric" or not provisional)]
 
 
 def report_due(written: tuple[int, str] | None, pairs: int, verdict: str, alerted: bool) -> bool:
@@ -386,7 +516,3 @@ def _rank_world() -> tuple[int, int]:
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
 
-
-def _device_name(tensor: torch.Tensor) -> str:
-    device = tensor.device
-    return "cpu" if device.type == "cpu" else str(device)

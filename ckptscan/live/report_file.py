@@ -38,7 +38,7 @@ class ReportFile:
         # (the pair, what judging wrote in it, its JSON text). The same pair object is not
         # compared again: a judged pair is never judged again in place (`SeriesJudge`), so
         # a write costs nothing per old pair but joining its text.
-        self._pairs: list[tuple[PairResult, Any, str]] = []
+        self._pairs: list[tuple[PairResult | None, Any, str]] = []
         self._compact = False  # report_json's layout of the texts kept (`report.json.compact`)
         self._newest: int | None = None  # under per_head "newest" (or "flagged+newest"): the pair written as the newest
 
@@ -71,12 +71,12 @@ class ReportFile:
                 self._pairs.append((pair, judged, self._pair_text(report, i)))
             elif self._pairs[i][0] is None or self._pairs[i][1] != judged:
                 self._pairs[i] = (pair, judged, self._pair_text(report, i))
-        head = report_dict(dataclasses.replace(report, pairs=[]), self.per_head)
+        fields = report_dict(dataclasses.replace(report, pairs=[]), self.per_head)
         if self._compact:
-            head, empty = json.dumps(head, separators=(",", ":"), allow_nan=False), '"pairs":[]'
+            head, empty = json.dumps(fields, separators=(",", ":"), allow_nan=False), '"pairs":[]'
             pairs = "[" + ",".join(text for _, _, text in self._pairs) + "]"
         else:
-            head, empty = json.dumps(head, indent=INDENT, allow_nan=False), '"pairs": []'
+            head, empty = json.dumps(fields, indent=INDENT, allow_nan=False), '"pairs": []'
             pad = "\n" + " " * (2 * INDENT)
             pairs = "[" + pad + ("," + pad).join(text for _, _, text in self._pairs) + "\n" + " " * INDENT + "]"
         if not self._pairs or head.count(empty) != 1:  # nothing to splice, or nowhere unambiguous to

@@ -42,6 +42,7 @@ def train(rank: int, world: int, init_file: str, out: str, steps: int, every: in
         loss.backward()
         opt.step()
         monitor.step(step)
+    monitor.close()  # the last scan (rank 0), on every rank alike
     record = {"rank": rank, "sharded": monitor.view.sharded, "has_report": monitor.report is not None,
               "snapshots": len(monitor.checkpoints)}
     (Path(out).parent / f"rank{rank}-{world}.json").write_text(json.dumps(record))

@@ -80,14 +80,30 @@ def test_the_callback_leaves_training_bit_identical_and_logs_its_metrics(tmp_pat
                       for p in report["pairs"]}
 
 
-def test_stop_and_save_at_an_alert(tmp_path):
-    callback = LightningCallback(every=EVERY, on_alert="stop", thresholds=Thresholds())
+def test_stop_and_save_at_an_alert_when_scanning_in_the_step(tmp_path):
+    """background=False: the NaN at step 7 alerts on the interval 6 → 9, acted on at step 9."""
+    callback = LightningCallback(every=EVERY, on_alert="stop", thresholds=Thresholds(), background=False)
     trainer, _ = fit(tmp_path / "stop", 30, callback, poison_at=7)
-    assert trainer.global_step == 9  # the NaN at step 7 alerts on the interval 6 → 9
-    save = LightningCallback(every=EVERY, on_alert="save", thresholds=Thresholds())
+    assert trainer.global_step == 9
+    save = LightningCallback(every=EVERY, on_alert="save", thresholds=Thresholds(), background=False)
     fit(tmp_path / "save", 12, save, poison_at=7)
     assert sorted(p.name for p in (tmp_path / "save" / "ckptscan").glob("*.ckpt")) == [
         "alert-step-12.ckpt", "alert-step-9.ckpt"]
+
+
+def test_stop_and_save_when_the_background_scan_reports(tmp_path):
+    """The interval 6 → 9 alerts; its scan reports after step 9, by step 12
+    (whose snapshot waits for it): training stops there. "save" saves the
+    model at the step it is acted on, and the last interval's alert (9 → 12,
+    reported as training ends) still saves the final model."""
+    callback = LightningCallback(every=EVERY, on_alert="stop", thresholds=Thresholds())
+    trainer, _ = fit(tmp_path / "stop", 30, callback, poison_at=7)
+    assert 10 <= trainer.global_step <= 12
+    assert callback.monitor.report.summary.first_alert_step["numeric"] == 9
+    save = LightningCallback(every=EVERY, on_alert="save", thresholds=Thresholds())
+    fit(tmp_path / "save", 12, save, poison_at=7)
+    steps = sorted(int(p.stem.rsplit("-", 1)[1]) for p in (tmp_path / "save" / "ckptscan").glob("*.ckpt"))
+    assert steps[-1] == 12 and all(10 <= step <= 12 for step in steps)
 
 
 def test_the_report_file_holds_every_pair_when_training_ends(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """ckptscan.live.Monitor in a plain PyTorch loop: the numbers and the verdict
 of `ckptscan trend` on checkpoints saved at the same steps, without touching
-the training."""
+the training. The scan runs in the background (tests/live/test_background.py
+pins how); tests that look at the monitor between steps `wait()` for it."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ def live_run(tmp_path_factory):
             state["reports"][step] = json.loads((run / "live" / "report.json").read_text())
 
     train(STEPS, seed=SEED, after_step=after_step)
+    state["monitor"].close()  # the last scan, and every pair in the file
+    state["final"] = json.loads((run / "live" / "report.json").read_text())
     return run, state
 
 
@@ -64,13 +67,16 @@ def test_live_report_equals_trend_on_the_saved_checkpoints(live_run):
     # The run has a verdict worth comparing: it alerts, and routing entropy (the probe) is there.
     assert expected["summary"]["status"] == "alert"
     assert expected["pairs"][-1]["layers"][0]["router"]["routing_entropy"] is not None
+    assert live["settings"]["live"] == {"every": EVERY, "float64_pairs": 0}  # float32 Grams, as trend's
 
 
 def test_a_verdict_does_not_change_as_the_run_grows(live_run):
-    """Every report written during the run agrees with the final one on the
-    pairs it had (from two pairs on: a lone pair is judged like diff)."""
+    """Every report written during the run (as far as the background scan
+    had got) agrees with the final one on the pairs it had (from two pairs
+    on: a lone pair is judged like diff)."""
     _, state = live_run
-    final = state["reports"][STEPS]
+    final = state["final"]
+    assert len(state["reports"]) >= 2
     for step, report in state["reports"].items():
         if len(report["pairs"]) < 2:
             continue
@@ -83,7 +89,7 @@ def test_a_verdict_does_not_change_as_the_run_grows(live_run):
 
 def test_on_alert_callable_gets_each_alert_of_the_newest_interval(live_run):
     _, state = live_run
-    final = state["reports"][STEPS]
+    final = state["final"]
     expected = [(pair["to_step"], layer["layer"], finding["monitor"])
                 for pair in final["pairs"][1:] for layer in pair["layers"] for finding in layer["findings"]
                 if finding["severity"] == "alert"]
@@ -120,12 +126,13 @@ def test_the_monitor_leaves_training_untouched(tmp_path):
     assert checked == list(range(1, 13))
 
 
-def test_stop_and_save_are_requested_at_the_first_alert(tmp_path):
-    """A NaN that reaches a query projection at step 9 is an alert on the
-    interval ending at 9: "stop" sets should_stop, "save" calls save(9)."""
+def test_stop_and_save_are_requested_at_the_first_alert_when_scanning_in_the_step(tmp_path):
+    """With background=False the scan runs inside step(): a NaN that reaches
+    a query projection at step 9 is an alert on the interval ending at 9,
+    acted on at step 9: "stop" sets should_stop, "save" calls save(9)."""
     model = _model()
     saved = []
-    kwargs = dict(every=3, config=model.cfg.to_hf("float32"), thresholds=Thresholds())
+    kwargs = dict(every=3, config=model.cfg.to_hf("float32"), thresholds=Thresholds(), background=False)
     stop = Monitor(model, on_alert="stop", out=tmp_path / "a", **kwargs)
     save = Monitor(model, on_alert="save", save=saved.append, out=tmp_path / "b", **kwargs)
     stopped_at = None
@@ -151,6 +158,7 @@ def test_only_every_nth_step_is_monitored(tmp_path):
     for step in (1, 2, 3, 4, 4, 5, 8, 12):
         _nudge(model)
         monitor.step(step)
+    monitor.wait()
     assert [c.step for c in monitor.checkpoints] == [4, 8, 12]  # a repeated step is not monitored twice
     assert [(p.from_step, p.to_step) for p in monitor.report.pairs] == [(4, 8), (8, 12)]
     assert json.loads((tmp_path / "report.json").read_text())["pairs"][-1]["to_step"] == 12
@@ -210,6 +218,7 @@ def test_a_nonfinite_value_alerts_on_the_first_interval(tmp_path):
     with torch.no_grad():
         model.model.layers[0].block_sparse_moe.gate.weight[1, 3] = float("inf")
     monitor.step(4)
+    monitor.close()
     assert [(a.step, a.layer, a.finding.family, a.finding.message) for a in alerts] == [
         (4, 0, "numeric", "1 non-finite value(s) in router")]
 
@@ -223,6 +232,7 @@ def test_the_metrics_go_to_tensorboard_for_a_plain_loop(tmp_path):
     for step in (1, 2, 3):
         _nudge(model)
         monitor.step(step)
+    monitor.close()
     events = EventAccumulator(str(tmp_path / "tb")).Reload()
     name = "ckptscan/L1/delta2_entropy_norm"
     values = {e.step: e.value for e in events.Scalars(name)}
@@ -254,6 +264,7 @@ def test_the_report_file_is_written_at_spaced_steps_and_close_writes_the_rest(tm
     for step in range(1, 72):
         _nudge(model)
         monitor.step(step)
+        monitor.wait()  # the file as the scan of this step left it
         if monitor.report is not None:
             in_file.append(len(json.loads((tmp_path / "report.json").read_text())["pairs"]))
     assert monitor.report.summary.status == "ok"
@@ -298,6 +309,7 @@ def test_on_alert_posts_the_alert_to_a_webhook_once(tmp_path, monkeypatch):
             model.model.layers[0].block_sparse_moe.gate.weight[1, 3] = float("inf")
         monitor.step(4)
         monitor.step(6)  # the alert persists: nothing more is sent
+        monitor.close()
     finally:
         server.shutdown()
     assert len(received) == 1, received
@@ -319,6 +331,7 @@ def test_recorded_learning_rates_are_each_pairs_mean_rate(tmp_path):
         state["monitor"].step(step)
 
     train(20, seed=SEED, after_step=after_step)
+    state["monitor"].close()
     pairs = state["monitor"].report.pairs
     assert [(p.from_step, p.to_step) for p in pairs] == [(5, 10), (10, 15), (15, 20)]
     for pair in pairs:

@@ -28,6 +28,7 @@ def test_the_file_is_report_json_at_every_step(tmp_path):
             if step == 12:
                 model.model.layers[1].self_attn.k_proj.weight[2, 2] = float("nan")
         monitor.step(step)
+        monitor.wait()  # the file as the scan of this step left it
         if monitor.report is not None:
             assert (tmp_path / "report.json").read_text() == report_json(monitor.report), step
             rewritten.append([text for _, _, text in monitor._file._pairs])
@@ -54,6 +55,7 @@ def test_the_file_is_report_json_with_per_head_and_memory_keeps_only_those_heads
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * 1e-2 * (1 + (step > 9) * 20 * (p.shape[0] == 32)))
         monitor.step(step)
+        monitor.wait()
         if monitor.report is not None:
             text = (tmp_path / "report.json").read_text()
             assert text == report_json(monitor.report, per_head), step
