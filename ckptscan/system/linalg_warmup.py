@@ -12,7 +12,7 @@ one CUDA linalg call ran.
 So before a pool of workers starts on a CUDA device (`resolve_device`,
 `LocalExecutor.map`), `warm_linalg` makes each solver call the monitors make
 (`cholesky_ex`, `eigh`, `eigvalsh`), in both compute precisions, on a 2 × 2
-matrix, on the calling thread, and waits for them: a millisecond once the
+matrix and a batch of them, on the calling thread, and waits for them: a millisecond once the
 library is loaded, the load itself (which the first layer would pay anyway)
 otherwise. Once per device and process; thread-safe.
 """
@@ -39,9 +39,10 @@ def warm_linalg(device: str) -> bool:
             return False
         for dtype in (torch.float32, torch.float64):
             spd = torch.eye(2, dtype=dtype, device=device) * 2  # symmetric positive definite: every call succeeds
-            torch.linalg.cholesky_ex(spd)
-            torch.linalg.eigh(spd)
-            torch.linalg.eigvalsh(spd)
+            for matrices in (spd, spd.expand(3, 2, 2)):  # one matrix, and a batch as the per-head solves are
+                torch.linalg.cholesky_ex(matrices)
+                torch.linalg.eigh(matrices)
+                torch.linalg.eigvalsh(matrices)
         if torch.device(device).type == "cuda":
             torch.cuda.synchronize(device)
         warmed[device] = threading.get_ident()
