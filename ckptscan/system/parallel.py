@@ -32,7 +32,8 @@ The plan (`plan_threads`), by the CPUs this process may use:
   machine's memory (`memory_budget`).
 The choice for 2, 8, 16 and 64 CPUs is pinned in tests/scan/test_parallel.py;
 the many-core rows were chosen from the measurement above and have not yet
-been timed against the alternatives on such a node (bench/scale.py does).
+been timed on such a node (bench/scale.py's compute floor times the plan
+against one stream on all cores; bench/gpu_check.py runs on a GPU node).
 
 Before worker threads make their first CUDA linear-algebra call, one call of
 each kind is made on the calling thread (`ckptscan.system.linalg_warmup`):
