@@ -18,6 +18,7 @@ computed once.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -305,3 +306,23 @@ def test_sigint_mid_command_exits_130_with_one_line(command, processes):
     code, stderr = processes[command, "interrupt"]
     assert code == 130, stderr
     assert len(stderr.strip().splitlines()) == 1 and "interrupted" in stderr and "Traceback" not in stderr
+
+
+def test_an_exception_outside_any_command_is_one_line_and_exit_2(monkeypatch, capsys):
+    """The console script's own last resort: what no command caught (start-up,
+    option parsing) ends the same way as a command's internal error."""
+    import ckptscan.cli
+    import ckptscan.cli.console
+    import ckptscan.cli.process
+
+    def broken() -> None:
+        raise RuntimeError("start-up failed")
+
+    monkeypatch.setattr(ckptscan.cli, "main", broken)
+    monkeypatch.setattr(ckptscan.cli.process, "claim_process", lambda: None)  # this process stays pytest's
+    with pytest.raises(SystemExit) as exit:
+        ckptscan.cli.console.main()
+    assert exit.value.code == 2
+    assert re.fullmatch(r"error: internal error in ckptscan: RuntimeError: start-up failed "
+                        r"\(at ckptscan/cli/console\.py:\d+; run with --debug for the traceback\)\n",
+                        capsys.readouterr().err)
