@@ -81,7 +81,7 @@ def judge_sweep(run_dirs: Sequence[str | Path | RemotePath], request: ScanReques
     cache = request.cache
     if cache is not None:
         note(f"cache: {cache.hits} pair(s) reused, {cache.misses} computed ({cache.directory})", quiet=quiet)
-    outputs.write(sweep)
+    outputs.write(sweep, quiet)
     return sweep_gate(sweep, fail_on or sweep.fail_on, allow_corrupt)
 
 

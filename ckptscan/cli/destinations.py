@@ -110,6 +110,7 @@ class JsonFile(Destination):
         write_json(delivery.report, self.path, self.per_head)
         if delivery.new is None and not json_to_stdout(self.path):
             wrote(self.path)
+            note(f"wrote {self.path}", quiet=delivery.quiet)
 
 
 @dataclass
@@ -132,8 +133,7 @@ class JunitFile(Destination):
 
         write_junit(delivery.junit(), self.path)
         wrote(self.path)
-        if delivery.announce:
-            note(f"wrote {self.path}", quiet=delivery.quiet)
+        note(f"wrote {self.path}", quiet=delivery.quiet)
 
 
 @dataclass
@@ -195,6 +195,8 @@ class MarkdownSummary(Destination):
             raise CkptScanError(f"cannot append the Markdown summary: {e.strerror or e}", path=summary_path) from None
         if delivery.new is None:
             wrote(summary_path)
+            if self.path is not None:  # GitHub's own step summary is not a file the user named
+                note(f"appended the summary to {summary_path}", quiet=delivery.quiet)
 
 
 @dataclass
@@ -406,13 +408,21 @@ class Destinations:
 
 
 def check_file_outputs(files: dict[str, Path | None]) -> None:
-    """Before any long scan: a file destination ({flag: path}) that is a directory cannot be
-    written; found now, not after the scan has printed its verdict (exit 2)."""
+    """Before any long scan: a file destination ({flag: path}) that is a directory, or whose
+    folder does not exist, cannot be written; found now, not after the scan has printed its
+    verdict (exit 2). No folder is created for a report file: a typo in its path is the
+    user's to see, not a tree of folders made where they did not look."""
     from ckptscan.system.output import own_descriptor
 
     for flag, path in files.items():
-        if path is not None and own_descriptor(str(path)) is None and Path(path).is_dir():
+        if path is None or own_descriptor(str(path)) is not None:
+            continue
+        if Path(path).is_dir():
             raise CkptScanError(f"{flag} needs a file, and this is a directory", path=path)
+        folder = Path(path).parent
+        if not folder.is_dir():
+            raise CkptScanError(f"{flag}: the folder {folder} does not exist (ckptscan creates no folder for a "
+                                "report file: create it first)", path=path)
 
 
 def notify_events(notify_on: str) -> tuple[str, ...]:

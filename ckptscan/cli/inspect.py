@@ -48,6 +48,9 @@ def inspect(
 
         if output not in ("table", "json"):
             raise CkptScanError(f"--format must be 'table' or 'json', not {output!r}")
+        from ckptscan.cli.destinations import check_file_outputs
+
+        check_file_outputs({"--json": json_path})
         description = inspect_path(
             path,
             head_overrides(num_heads, num_kv_heads, head_dim, model_config),
@@ -63,6 +66,8 @@ def inspect(
                 write_output(json_path, text)
             except OSError as e:
                 raise CkptScanError(f"cannot write the JSON file: {e.strerror or e}", path=json_path) from None
+            if not to_stdout:
+                err().print(f"wrote {json_path}", highlight=False)
         if output == "json" and not to_stdout:
             out().print(text, end="", highlight=False, markup=False, soft_wrap=True)
         elif output != "json":

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar, Iterator
 
-from ckptscan.cli.app import out, report_console, wrote
+from ckptscan.cli.app import note, out, report_console, wrote
 from ckptscan.cli.destinations import Destinations, asked, json_to_stdout
 from ckptscan.cli.gate import gate
 from ckptscan.cli.options import FailOn, Format
@@ -147,8 +147,9 @@ class SweepOutputs:
     per_head: str = "all"  # which layers of each run's report keep their per-head results
     as_json: bool = False
 
-    def write(self, sweep: SweepReport) -> None:
-        """The ranking (stdout; stderr when the JSON report goes to stdout), then --json and --html."""
+    def write(self, sweep: SweepReport, quiet: bool = False) -> None:
+        """The ranking (stdout; stderr when the JSON report goes to stdout), then --json and --html, each file
+        named on stderr as it is written (not with `quiet`)."""
         from ckptscan.system.output import STDOUT, write_output
         from ckptscan.report.json import sweep_dict, write_sweep_json
         from ckptscan.report.sweep_table import print_sweep
@@ -166,6 +167,7 @@ class SweepOutputs:
             write_sweep_json(sweep, self.json_path, self.per_head)
             if not to_stdout:
                 wrote(self.json_path)
+                note(f"wrote {self.json_path}", quiet=quiet)
         if self.html is not None:
             from ckptscan.schema.load import as_json_values
             from ckptscan.report.sweep_html import write_sweep_html
@@ -173,3 +175,4 @@ class SweepOutputs:
             # Through a JSON round trip: the page `ckptscan report SWEEP.json --html` makes of the file.
             write_sweep_html(as_json_values(sweep_dict(sweep)), self.html)
             wrote(self.html)
+            note(f"wrote {self.html}", quiet=quiet)

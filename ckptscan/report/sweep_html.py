@@ -62,7 +62,8 @@ def sweep_notes(data: dict[str, Any]) -> list[str]:
     before the notes named them)."""
     notes = list(dict.fromkeys(data.get("notes", [])))
     named = " ".join(note for note in notes if "left out of the others' bands" in note)
-    return notes + [f"left out of the others' bands: {run}" for run in data.get("left_out", []) if str(run) not in named]
+    return notes + [f"left out of the others' bands: {run}" for run in data.get("left_out", [])
+                    if str(run) not in named]
 
 
 def write_sweep_html(data: dict[str, Any], path: str | Path) -> None:

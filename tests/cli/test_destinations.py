@@ -80,3 +80,37 @@ def test_a_sweep_refuses_the_destinations_of_one_run_by_the_flags_given(tmp_path
                                  str(tmp_path / "png"), "--format", "markdown", "--no-cache"])
     assert result.exit_code == 2
     assert "--format markdown, --junit, --png: not for a sweep" in result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--json", "--junit", "--markdown-summary"])
+def test_a_report_file_in_a_folder_that_does_not_exist_is_refused_before_the_scan(tmp_path, flag):
+    """No folder is made for a report file: a typo in its path is one line naming it, exit 2, and nothing
+    created (the scan is not run)."""
+    run = write_run(tmp_path / "run", count=4)
+    target = tmp_path / "no" / "such" / "folder" / "report.out"
+    result = runner.invoke(app, ["trend", str(run), flag, str(target), "--no-cache"])
+    assert result.exit_code == 2
+    assert result.stderr == (f"error: {target}: {flag}: the folder {target.parent} does not exist (ckptscan creates "
+                             "no folder for a report file: create it first)\n")
+    assert not (tmp_path / "no").exists()
+
+
+def test_inspect_refuses_a_json_file_in_a_missing_folder_and_names_the_file_it_writes(tmp_path):
+    run = write_run(tmp_path / "run", count=2)
+    missing = tmp_path / "no" / "x.json"
+    refused = runner.invoke(app, ["inspect", str(run / "checkpoint-0"), "--json", str(missing)])
+    assert refused.exit_code == 2 and "the folder" in refused.stderr and not (tmp_path / "no").exists()
+    written = runner.invoke(app, ["inspect", str(run / "checkpoint-0"), "--json", str(tmp_path / "x.json")])
+    assert written.exit_code == 0 and f"wrote {tmp_path / 'x.json'}\n" in written.stderr
+
+
+def test_every_report_file_written_is_named_on_stderr(tmp_path):
+    run = write_run(tmp_path / "run", count=4)
+    files = {"--json": tmp_path / "r.json", "--junit": tmp_path / "j.xml", "--markdown-summary": tmp_path / "s.md"}
+    result = runner.invoke(app, ["trend", str(run), "--no-cache", *[str(a) for pair in files.items() for a in pair]])
+    assert result.exit_code in (0, 1), result.output
+    lines = result.stderr.splitlines()
+    assert f"wrote {files['--json']}" in lines and f"wrote {files['--junit']}" in lines
+    assert f"appended the summary to {files['--markdown-summary']}" in lines
+    quiet = runner.invoke(app, ["trend", str(run), "--no-cache", "--quiet", "--json", str(files["--json"])])
+    assert "wrote" not in quiet.stderr

@@ -44,8 +44,9 @@ def test_json_lists_roles_shapes_and_dtypes_per_layer(tmp_path):
     result = runner.invoke(app, ["inspect", str(path), "--format", "json", "--layers", "1",
                                  "--json", str(tmp_path / "out.json")])
     assert result.exit_code == 0, result.output
-    description = json.loads(result.output)
+    description = json.loads(result.stdout)
     assert description == json.loads((tmp_path / "out.json").read_text())
+    assert result.stderr == f"wrote {tmp_path / 'out.json'}\n"
     checkpoint = description["checkpoint"]
     assert checkpoint["model"]["family"] == "mixtral" and checkpoint["model"]["num_kv_heads"] == 2
     (layer,) = checkpoint["layers"]
