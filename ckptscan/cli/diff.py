@@ -70,3 +70,29 @@ def _print_table(console: Console, report: ScanReport, wide: bool = False) -> No
     print_pair(console, report, report.pairs[0], wide)
     print_reference_notes(console, report)
     print_summary(console, report)
+    rests_on = warmup_note(report)
+    if rests_on is not None:
+        console.print(rests_on, highlight=False, style="dim")
+
+
+def warmup_note(report: ScanReport) -> str | None:
+    """What a diff's verdict rests on when its pair is in the run's warm-up,
+    where `trend` judges no pair (the first `warmup_pairs` intervals, and
+    the steps before the LR warm-up ends): the pair alone, by the rules that
+    need no history. None for a pair after the warm-up, or without steps."""
+    pair = report.pairs[0]
+    if pair.from_step is None or pair.to_step is None or pair.to_step <= pair.from_step:
+        return None
+    pairs = int(report.thresholds.get("warmup_pairs", 2))
+    interval = pair.to_step - pair.from_step
+    lr_end = report.settings.get("lr_warmup_end_step")
+    reasons = []
+    if pair.from_step < pairs * interval:
+        reasons.append(f"step {pair.from_step} is within the run's first {pairs} intervals of {interval} steps")
+    if isinstance(lr_end, int) and pair.from_step < lr_end:
+        reasons.append(f"before the learning rate's warm-up ends at step {lr_end}")
+    if not reasons:
+        return None
+    return (f"rests on: this pair alone, by the floors, the ceilings, the non-finite check and the cross-layer rule; "
+            f"a trend of its run does not judge it ({' and '.join(reasons)}: the warm-up), and neither the update's "
+            "size nor any baseline is judged here")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from factories import llama_config, llama_tensors, random_weights, write_hf_checkpoint
@@ -166,3 +167,20 @@ def test_a_config_file_found_and_read_is_named_on_stderr(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert f"using config {tmp_path / 'ckptscan.toml'}\n" in result.stderr
     assert "using config" not in runner.invoke(app, ["diff", a, b, "--quiet"]).stderr
+
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_checkpoints"
+
+
+@pytest.mark.skipif(not (SAMPLES / "healthy").is_dir(), reason="sample_checkpoints/ not present")
+def test_a_diff_in_the_warm_up_says_what_its_verdict_rests_on():
+    """trend leaves the pair 0 → 100 unjudged (warm-up); diff judges it on its own and says by what."""
+    healthy = SAMPLES / "healthy"
+    result = runner.invoke(app, ["diff", str(healthy / "checkpoint-0"), str(healthy / "checkpoint-100")])
+    assert result.exit_code == 0, result.output
+    assert ("rests on: this pair alone, by the floors, the ceilings, the non-finite check and the cross-layer rule; a "
+            "trend of its run does not judge it (step 0 is within the run's first 2 intervals of 100 steps and before "
+            "the learning rate's warm-up ends at step 99: the warm-up), and neither the update's size nor any baseline "
+            "is judged here") in " ".join(result.stdout.split())
+    later = runner.invoke(app, ["diff", str(healthy / "checkpoint-1700"), str(healthy / "checkpoint-1800")])
+    assert "rests on" not in later.stdout
