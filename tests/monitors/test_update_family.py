@@ -32,7 +32,7 @@ def test_the_larger_rms_change_of_w_q_and_w_k():
     b = LayerWeights(q=a.q + torch.tensor(rng.standard_normal(a.q.shape) * 1e-2, dtype=torch.float32),
                      k=a.k + torch.tensor(rng.standard_normal(a.k.shape) * 3e-2, dtype=torch.float32))
     expected = max(rms(a.q.numpy(), b.q.numpy()), rms(a.k.numpy(), b.k.numpy()))
-    assert update_values(a, b)["update_rms"] == pytest.approx(expected, rel=1e-12)
+    assert update_values(a, b)["update_rms"] == pytest.approx(expected, rel=1e-6)  # float32 blocks (its docstring)
 
 
 def test_no_value_without_both_sides_of_one_shape_or_with_a_non_finite_weight():
@@ -41,7 +41,7 @@ def test_no_value_without_both_sides_of_one_shape_or_with_a_non_finite_weight():
     assert update_values(LayerWeights(), LayerWeights())["update_rms"] is None
     wider = weights(rng, d=16)
     only_k = update_values(LayerWeights(q=a.q, k=a.k), LayerWeights(q=wider.q, k=b.k))["update_rms"]
-    assert only_k == pytest.approx(rms(a.k.numpy(), b.k.numpy()), rel=1e-12)  # W_q's shapes differ: W_k's alone
+    assert only_k == pytest.approx(rms(a.k.numpy(), b.k.numpy()), rel=1e-6)  # W_q's shapes differ: W_k's alone
     b.q[0, 0, 0] = float("inf")
     b.k[0, 0, 0] = float("nan")
     assert update_values(a, b)["update_rms"] is None
