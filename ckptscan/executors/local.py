@@ -1,4 +1,4 @@
-"""The default executor: one layer per task, on a few threads of this
+"""The default executor: a few layers per task, on a few threads of this
 process (`ckptscan.system.parallel` says why threads, and how many)."""
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ from ckptscan.system.parallel import exact_float32, ordered_map, plan_threads, t
 
 T = TypeVar("T")
 R = TypeVar("R")
+# Layers a task at most: their attention solves are batched, and a task's
+# results arrive (and are cached) together.
+MAX_GROUP = 8
 
 
 class LocalExecutor:
@@ -27,9 +30,17 @@ class LocalExecutor:
         self.layer_bytes = layer_bytes
 
     def group(self, layers: Sequence[int]) -> list[list[int]]:
-        # Tasks in one process share the opened checkpoints: a task per layer
-        # costs nothing, and keeps a layer per worker in memory at most.
-        return [[layer] for layer in layers]
+        # Tasks in one process share the opened checkpoints, and a task reads
+        # one layer at a time whatever its size (a layer per worker in memory
+        # at most); several layers to a task let it solve their small
+        # eigenproblems in one batch (`LayerTask`). Up to MAX_GROUP layers a
+        # task, the same number of tasks for each worker.
+        if not layers:
+            return []
+        workers, _ = plan_threads(len(layers), self.workers)
+        count = workers * -(-len(layers) // (workers * MAX_GROUP))
+        size = -(-len(layers) // count)
+        return [list(layers[i:i + size]) for i in range(0, len(layers), size)]
 
     def map(self, fn: Callable[[T, threading.Event], R], items: Sequence[T]) -> Iterator[tuple[int, R]]:
         if self.layer_bytes is None:

@@ -55,7 +55,7 @@ RoPE is not applied: the monitors use the content form M_h, as the paper does.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -101,6 +101,10 @@ class QKSpectra:
     def delta2_rank(self) -> int:
         return self.delta2.shape[-1]
 
+    def layer(self, index: int) -> QKSpectra:
+        """One layer of spectra computed for several (a leading layer dimension)."""
+        return QKSpectra(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
 
 def kv_head_index(num_heads: int, num_kv_heads: int) -> torch.Tensor:
     """KV head of each query head, g = h // (H/G), as `repeat_kv` lays them out."""
@@ -110,10 +114,11 @@ def kv_head_index(num_heads: int, num_kv_heads: int) -> torch.Tensor:
 
 
 def qk_grams(q: torch.Tensor, k: torch.Tensor, compute_dtype: torch.dtype = torch.float32) -> QKGrams:
-    """Q_hQ_hᵀ and K_gK_gᵀ of one checkpoint's layer, q: [H, r, d], k: [G, r, d]."""
+    """Q_hQ_hᵀ and K_gK_gᵀ of one checkpoint's layer, q: [H, r, d], k: [G, r, d],
+    in `compute_dtype` on the weights' device."""
     q = q.to(compute_dtype)
     k = k.to(compute_dtype)
-    return QKGrams(qq=_gram(q, q), kk=_gram(k, k))
+    return QKGrams(qq=q @ q.mT, kk=k @ k.mT)
 
 
 def qk_spectra(
@@ -137,153 +142,174 @@ def qk_spectra(
     the difference blocks (Q_bQ_bᵀ = QQᵀ + ΔQQᵀ + QΔQᵀ + ΔQΔQᵀ), which saves
     two Gram products. `kv_index` [H] maps each query head to its row in k_*
     when the heads are a selection (`--heads`) rather than all of them.
+    A scan computes `qk_gram_blocks` layer by layer and solves several layers
+    at once (`qk_spectra_from_blocks`); this is the same for one layer.
     """
     num_heads, r, d = q_a.shape
-    num_kv = k_a.shape[0]
+    kv = kv_head_index(num_heads, k_a.shape[0]) if kv_index is None else kv_index.cpu()
+    blocks = qk_gram_blocks(q_a, k_a, q_b, k_b, compute_dtype=compute_dtype, grams_a=grams_a, grams_b=grams_b)
+    return qk_spectra_from_blocks(blocks[None], num_heads, kv, d).layer(0)
+
+
+def qk_gram_blocks(
+    q_a: torch.Tensor,
+    k_a: torch.Tensor,
+    q_b: torch.Tensor,
+    k_b: torch.Tensor,
+    *,
+    compute_dtype: torch.dtype = torch.float32,
+    grams_a: QKGrams | None = None,
+    grams_b: QKGrams | None = None,
+) -> torch.Tensor:
+    """A layer's O(d) work, on the weights' device: every r × r Gram block its
+    spectra need, brought to the CPU in float64 in one transfer (everything
+    after them is small, and is solved there): [K, H + G, r, r], the query
+    heads then the KV heads of kinds [ΔWΔWᵀ, ΔW W_aᵀ, W_aW_aᵀ] and, with
+    `grams_b`, W_bW_bᵀ (K = 4; else 3 and it is assembled from the others)."""
+    num_heads, r, d = q_a.shape
     if q_b.shape != q_a.shape or k_b.shape != k_a.shape or tuple(k_a.shape[1:]) != (r, d):
         raise ValueError(f"inconsistent head blocks: q {tuple(q_a.shape)}/{tuple(q_b.shape)}, "
                          f"k {tuple(k_a.shape)}/{tuple(k_b.shape)}")
-    kv = kv_head_index(num_heads, num_kv) if kv_index is None else kv_index.cpu()
-    blocks = _gram_blocks(q_a, k_a, q_b, k_b, compute_dtype, grams_a, grams_b)
-    return _solve(blocks, num_heads, num_kv, kv, d)
-
-
-def _gram_blocks(q_a: torch.Tensor, k_a: torch.Tensor, q_b: torch.Tensor, k_b: torch.Tensor,
-                 compute_dtype: torch.dtype, grams_a: QKGrams | None, grams_b: QKGrams | None) -> torch.Tensor:
-    """The layer's O(d) work, on the weights' device: every r × r Gram block the
-    spectra need, stacked [ΔQΔQᵀ, ΔQQ_aᵀ, Q_aQ_aᵀ, (Q_bQ_bᵀ)] ([H] each) then
-    [ΔKΔKᵀ, ΔKK_aᵀ, K_aK_aᵀ, (K_bK_bᵀ)] ([G] each), and brought to the CPU in
-    float64 in one transfer: everything after them is small, and is solved there."""
     dq, qa = _difference(q_b, q_a, compute_dtype)
     dk, ka = _difference(k_b, k_a, compute_dtype)
-    qq_a = (qa @ qa.mT) if grams_a is None else grams_a.qq.to(compute_dtype)
-    kk_a = (ka @ ka.mT) if grams_a is None else grams_a.kk.to(compute_dtype)
-    query = [dq @ dq.mT, dq @ qa.mT, qq_a]
-    key = [dk @ dk.mT, dk @ ka.mT, kk_a]
+    blocks = [dq @ dq.mT, dk @ dk.mT, dq @ qa.mT, dk @ ka.mT]
+    blocks += [qa @ qa.mT, ka @ ka.mT] if grams_a is None else [grams_a.qq.to(compute_dtype),
+                                                                 grams_a.kk.to(compute_dtype)]
     if grams_b is not None:
-        query.append(grams_b.qq.to(compute_dtype))
-        key.append(grams_b.kk.to(compute_dtype))
-    return torch.cat(query + key).to("cpu", _F64)
+        blocks += [grams_b.qq.to(compute_dtype), grams_b.kk.to(compute_dtype)]
+    return torch.cat(blocks).to("cpu", _F64).unflatten(0, (len(blocks) // 2, num_heads + k_a.shape[0]))
 
 
-def _solve(blocks: torch.Tensor, num_heads: int, num_kv: int, kv: torch.Tensor, d: int) -> QKSpectra:
-    """Every spectrum from the Gram blocks (float64, CPU): one batched Cholesky
-    and one batched symmetric eigensolve for the whole layer."""
-    r = blocks.shape[-1]
-    per_side = blocks.shape[0] // (num_heads + num_kv)
-    query, key = blocks[:per_side * num_heads], blocks[per_side * num_heads:]
-    query, key = query.unflatten(0, (per_side, num_heads)), key.unflatten(0, (per_side, num_kv))
-    if per_side == 3:  # the newer checkpoint's Grams from the difference blocks
-        query = torch.cat([query, _newer_gram(query)[None]])
-        key = torch.cat([key, _newer_gram(key)[None]])
+def qk_spectra_from_blocks(blocks: torch.Tensor, num_heads: int, kv_index: torch.Tensor, d: int) -> QKSpectra:
+    """Every spectrum of L layers from their `qk_gram_blocks` stacked [L, K, H + G, r, r]
+    (float64, CPU), in one batched Cholesky and one batched symmetric
+    eigensolve however many layers and heads: QKSpectra fields with a leading
+    layer dimension. `kv_index` [H]: each query head's KV head (a row of the G)."""
+    layers, kinds, _, r, _ = blocks.shape
+    heads = num_heads
+    x = blocks
+    if kinds == 3:  # W_bW_bᵀ = W_aW_aᵀ + ΔW W_aᵀ + W_aΔWᵀ + ΔWΔWᵀ
+        x = torch.cat([x, (x[:, 2] + x[:, 1] + x[:, 1].mT + x[:, 0])[:, None]], 1)
     # Heads with non-finite inputs: solve on zeros, report NaN (LAPACK returns
     # finite garbage for NaN input rather than failing). A non-finite entry of
     # a factor shows on the diagonal of its Gram, and finite diagonals bound
     # every other entry (Cauchy–Schwarz), so the traces are a complete check.
-    traces_q, traces_k = _trace(query), _trace(key)  # [4, H], [4, G]
-    bad_q = ~torch.isfinite(traces_q.sum(0))
-    bad_k = ~torch.isfinite(traces_k.sum(0))
-    query = torch.where(bad_q[:, None, None], 0.0, query)
-    key = torch.where(bad_k[:, None, None], 0.0, key)
-    bad_h = bad_q | bad_k[kv]
-    dqdq, dq_q, qq_a, qq_b = query
-    dkdk, dk_k, kk_a, kk_b = key
-    dkdk_h, dk_k_h, kk_a_h, kk_b_h = key[:, kv]  # key-side blocks of each query head
+    traces = x.diagonal(dim1=-2, dim2=-1).sum(-1)  # [L, 4, H + G]
+    bad = ~torch.isfinite(traces.sum(1))  # [L, H + G]
+    x = x.masked_fill(bad[:, None, :, None, None], 0.0)
+    traces = traces.masked_fill(bad[:, None], 0.0)
+    # Each query head's own blocks, then its KV head's: [L, 4, 2H, r, r].
+    own_then_key = torch.tensor(list(range(heads)) + [heads + g for g in kv_index.tolist()])
+    x_h = x[:, :, own_then_key]
+    norms = traces[:, :, own_then_key].clamp_min(0).sqrt()
+    bad_h2 = bad[:, own_then_key]
+    bad_h = bad_h2[:, :heads] | bad_h2[:, heads:]
 
     # Balance the two blocks of each factor (monitors.md, "numerical trap"):
     # ‖ΔQ‖ can be 1e-6 of ‖Q‖, and an unbalanced Gram would bury the small
     # block in rounding error. A = [αΔQ; βQ_a], B = [K/α; ΔK/β] keeps AᵀB and
     # gives each term's two factors equal norms: α = √(‖K‖/‖ΔQ‖),
-    # β = √(‖ΔK‖/‖Q‖). A term whose update is exactly zero is dropped exactly
-    # by scaling its B block to 0; its A block is kept (balanced against the
-    # other) so that G_A stays positive definite for the Cholesky factor, and
-    # an A block that is itself zero stands in as an identity block in
-    # coordinates of its own (B has nothing there, so AᵀB is unchanged).
-    norm_dq, norm_q, norm_dk, norm_k = (x.clamp_min(0).sqrt() for x in
-                                        (traces_q[0], traces_q[2], _trace(dkdk_h), _trace(kk_a_h)))
-    norm_dq, norm_q = torch.where(bad_q, 0.0, norm_dq), torch.where(bad_q, 0.0, norm_q)
-    alpha, beta = _balance(norm_k, norm_dq), _balance(norm_dk, norm_q)
-    zero_dq, zero_q = norm_dq == 0, norm_q == 0
-    s_dq = alpha
-    s_q = torch.where(norm_dk > 0, beta, _balance(alpha * alpha * norm_dq * norm_dq, norm_q * norm_q))
-    s_k = torch.where(zero_dq, 0.0, 1 / alpha)
-    s_dk = torch.where(zero_q, 0.0, 1 / beta)
+    # β = √(‖ΔK‖/‖Q‖) (1 where a side is zero). A term whose A block is zero
+    # (ΔQ = 0, or Q_a = 0) is dropped exactly by scaling its B block to 0, and
+    # the zero block stands in as an identity in coordinates of its own (B has
+    # nothing there, so AᵀB is unchanged) so that G_A stays positive definite.
+    numerator = norms[:, [2, 0], heads:]  # ‖K‖, ‖ΔK‖
+    denominator = norms[:, [0, 2], :heads]  # ‖ΔQ‖, ‖Q‖
+    zero = denominator == 0
+    ratio = (numerator / denominator).masked_fill((numerator <= 0) | zero, 1.0).sqrt()  # α, β
+    inverse = ratio.reciprocal().masked_fill(zero, 0.0)  # B's scales 1/α, 1/β, or 0
+    scales = torch.cat([ratio, inverse, torch.ones_like(ratio)], 1)  # [L, 6, H]
+    top, bottom = scales[:, [0, 2, 2, 4], :, None, None], scales[:, [1, 3, 3, 5], :, None, None]
 
     # Four 2r × 2r matrices per head, [[s_t² X, s_t s_b Z], [·ᵀ, s_b² Y]]:
-    # G_A = Gram of [αΔQ; βQ_a]; the Grams of Δ2's B = [K_a/α; ΔK/β] and of
-    # Δ1's B = [K_b/α; ΔK/β] (Δ1 = ΔQᵀK_b + Q_aᵀΔK, with K_bΔKᵀ = K_aΔKᵀ +
-    # ΔKΔKᵀ); and diag(ΔQΔQᵀ, Q_bQ_bᵀ), whose Cholesky blocks factor the Δ3
-    # and logit-bound cores.
+    # G_A, the Gram of [αΔQ; βQ_a]; the Grams of Δ2's B = [K_a/α; ΔK/β] and of
+    # Δ1's B = [K_b/α; ΔK/β] (Δ1 = ΔQᵀK_b + Q_aᵀΔK, K_bΔKᵀ = K_aΔKᵀ + ΔKΔKᵀ);
+    # and diag(ΔQΔQᵀ, Q_bQ_bᵀ), whose Cholesky blocks factor the Δ3 and
+    # logit-bound cores. Blocks by (kind, side): kinds as `qk_gram_blocks`,
+    # side 0 the query head's own, 1 its KV head's.
+    flat = x_h.flatten(1, 2)
+
+    def gather(*spec: tuple[int, int]) -> torch.Tensor:
+        return flat[:, torch.tensor([[kind * 2 * heads + side * heads + h for h in range(heads)]
+                                     for kind, side in spec])]
+
+    top_left = gather((0, 0), (2, 1), (3, 1), (0, 0))
+    bottom_right = gather((2, 0), (0, 1), (0, 1), (3, 0))
+    cross = gather((1, 0), (1, 1))  # ΔQQ_aᵀ, ΔKK_aᵀ
+    key_cross = cross[:, 1].mT  # K_aΔKᵀ
+    corner = torch.stack([cross[:, 0], key_cross, key_cross + bottom_right[:, 1], torch.zeros_like(key_cross)], 1)
+    zero_qb = traces[:, 3, :heads] == 0
+    no = torch.zeros_like(zero_qb)
     identity = torch.eye(r, dtype=_F64)
-    k_dk = dk_k_h.mT
-    top = torch.stack([torch.where(zero_dq[:, None, None], identity, dqdq), kk_a_h, kk_b_h,
-                       torch.where(zero_dq[:, None, None], identity, dqdq)])
-    corner = torch.stack([dq_q, k_dk, k_dk + dkdk_h, torch.zeros_like(dq_q)])
-    zero_qb = _trace(qq_b) <= 0
-    bottom = torch.stack([torch.where(zero_q[:, None, None], identity, qq_a), dkdk_h, dkdk_h,
-                          torch.where(zero_qb[:, None, None], identity, qq_b)])
-    ones = torch.ones_like(alpha)
-    scale_top = torch.stack([torch.where(zero_dq, 1.0, s_dq), s_k, s_k, ones])[..., None, None]
-    scale_bottom = torch.stack([torch.where(zero_q, 1.0, s_q), s_dk, s_dk, ones])[..., None, None]
-    corner = corner * (scale_top * scale_bottom)
-    grams = torch.cat([torch.cat([top * scale_top.square(), corner], -1),
-                       torch.cat([corner.mT, bottom * scale_bottom.square()], -1)], -2)  # [4, H, 2r, 2r]
+    top_left = torch.where(torch.stack([zero[:, 0], no, no, zero[:, 0]], 1)[..., None, None], identity, top_left)
+    bottom_right = torch.where(torch.stack([zero[:, 1], no, no, zero_qb], 1)[..., None, None], identity,
+                               bottom_right)
+    corner = corner * (top * bottom)
+    grams = torch.cat([torch.cat([top_left * top.square(), corner], -1),
+                       torch.cat([corner.mT, bottom_right * bottom.square()], -1)], -2)  # [L, 4, H, 2r, 2r]
 
-    factors = _cholesky(grams[[0, 3]], r)  # [2, H, 2r, 2r]: L_A, diag(L_ΔQ, L_Qb)
-    factor_a, factor_dq, factor_qb = factors[0], factors[1, :, :r, :r], factors[1, :, r:, r:]
-    wide = factor_a.mT @ grams[[2, 1]] @ factor_a  # Δ1, Δ2 cores [2, H, 2r, 2r]
-    narrow = torch.stack([dkdk_h, kk_b_h]) * torch.stack([~zero_dq, ~zero_qb])[..., None, None]
-    narrow = torch.stack([factor_dq, factor_qb]).mT @ narrow @ torch.stack([factor_dq, factor_qb])
-    # Δ3 core, logit-bound core, and the Grams whose own spectra are wanted.
-    wide_values, narrow_values = eigvalsh_two_sizes(
-        wide.flatten(0, 1), torch.cat([narrow.flatten(0, 1), dqdq, qq_a, qq_b, dkdk]))
+    factors = _cholesky(grams[:, [0, 3]], r)  # [L, 2, H, 2r, 2r]: L_A, diag(L_ΔQ, L_Qb)
+    factor_a = factors[:, :1]
+    wide = factor_a.mT @ grams[:, [2, 1]] @ factor_a  # Δ1, Δ2 cores [L, 2, H, 2r, 2r]
+    narrow_factors = torch.stack([factors[:, 1, :, :r, :r], factors[:, 1, :, r:, r:]], 1)
+    keep = ~torch.stack([zero[:, 0], zero_qb], 1)  # Δ3 = 0 when ΔQ = 0; no logits when Q_b = 0
+    narrow = narrow_factors.mT @ (gather((0, 1), (3, 1)) * keep[..., None, None]) @ narrow_factors
+    # The Δ3 and logit-bound cores, and the Grams whose own spectra are wanted
+    # (ΔQΔQᵀ, Q_aQ_aᵀ, Q_bQ_bᵀ per query head, ΔKΔKᵀ per KV head): [L, 5H + G, r, r].
+    narrow = torch.cat([narrow.flatten(1, 2), gather((0, 0), (2, 0), (3, 0)).flatten(1, 2), x[:, 0, heads:]], 1)
+    wide_values, narrow_values = eigvalsh_two_sizes(wide.flatten(0, 2), narrow)
     core_rank, head_rank = min(2 * r, d), min(r, d)
-    delta1, delta2 = _singular_values(wide_values, core_rank).unflatten(0, (2, num_heads))
+    wide_sv = _singular_values(wide_values, core_rank).unflatten(0, (layers, 2, heads))
+    wide_sv = wide_sv.masked_fill(bad_h[:, None, :, None], float("nan"))
     narrow_sv = _singular_values(narrow_values, head_rank)
-    delta3, logit_bound, dwq, q_norm_a, q_norm_b = narrow_sv[:5 * num_heads].unflatten(0, (5, num_heads))
-    dwk = narrow_sv[5 * num_heads:]
+    bad_q, bad_k = bad[:, :heads], bad[:, heads:]
+    narrow_sv = narrow_sv.masked_fill(torch.cat([bad_h, bad_h, bad_q, bad_q, bad_q, bad_k], 1)[..., None],
+                                      float("nan"))
+    delta3, logit_bound, dwq, q_norm_a, q_norm_b = narrow_sv[:, :5 * heads].unflatten(1, (5, heads)).unbind(1)
 
-    sums_q, sums_k = traces_q.sum(1), traces_k.sum(1)  # Σ over heads: ‖ΔW‖², ⟨ΔW, W_a⟩, ‖W_a‖², ‖W_b‖²
+    # Layer-wide values from the traces summed over heads, per side (query, key):
+    # ‖ΔW‖², ⟨ΔW, W_a⟩, ‖W_a‖², ‖W_b‖²; NaN where a head of that side is non-finite.
+    sums = torch.stack([traces[:, :, :heads].sum(-1), traces[:, :, heads:].sum(-1)], -1)  # [L, 4, 2]
+    roots = sums[:, [0, 2]].clamp_min(0).sqrt()
+    relative = (roots[:, 0] / roots[:, 1]).masked_fill(roots[:, 1] == 0, float("inf"))
+    related = (sums[:, 2] > 0) & (sums[:, 3] > 0)
+    cosine = ((sums[:, 2] + sums[:, 1]) / (sums[:, 2] * sums[:, 3]).sqrt()).masked_fill(~related, float("nan"))
+    side_bad = torch.stack([bad_q.any(-1), bad_k.any(-1)], -1)
+    relative, cosine = relative.masked_fill(side_bad, float("nan")), cosine.masked_fill(side_bad, float("nan"))
     return QKSpectra(
-        delta1=_nan_where(bad_h, delta1),
-        delta2=_nan_where(bad_h, delta2),
-        delta3=_nan_where(bad_h, delta3),
-        dwq=_nan_where(bad_q, dwq),
-        dwk=_nan_where(bad_k, dwk),
-        dwq_rel_norm=_nan_where(bad_q.any(), _relative_norm(sums_q)),
-        dwk_rel_norm=_nan_where(bad_k.any(), _relative_norm(sums_k)),
-        q_spectral_norm=_nan_where(bad_q, q_norm_b[:, 0]),
-        q_spectral_norm_base=_nan_where(bad_q, q_norm_a[:, 0]),
-        qk_logit_bound=_nan_where(bad_h, logit_bound[:, 0]),
-        q_cosine=_cosine(sums_q),
-        k_cosine=_cosine(sums_k),
+        delta1=wide_sv[:, 0],
+        delta2=wide_sv[:, 1],
+        delta3=delta3,
+        dwq=dwq,
+        dwk=narrow_sv[:, 5 * heads:],
+        dwq_rel_norm=relative[:, 0],
+        dwk_rel_norm=relative[:, 1],
+        q_spectral_norm=q_norm_b[..., 0],
+        q_spectral_norm_base=q_norm_a[..., 0],
+        qk_logit_bound=logit_bound[..., 0],
+        q_cosine=cosine[:, 0],
+        k_cosine=cosine[:, 1],
     )
 
 
-def _newer_gram(blocks: torch.Tensor) -> torch.Tensor:
-    """Q_bQ_bᵀ = QQᵀ + ΔQQᵀ + QΔQᵀ + ΔQΔQᵀ from [ΔQΔQᵀ, ΔQQᵀ, QQᵀ] blocks."""
-    delta, cross, base = blocks
-    return base + cross + cross.mT + delta
-
-
 def _cholesky(grams: torch.Tensor, r: int) -> torch.Tensor:
-    """Lower factors of [2, H, 2r, 2r] Grams (G_A and diag(ΔQΔQᵀ, Q_bQ_bᵀ)), by
+    """Lower factors of [L, 2, H, 2r, 2r] Grams (G_A and diag(ΔQΔQᵀ, Q_bQ_bᵀ)), by
     Cholesky where positive definite; a rank-deficient one (ΔQ_h of rank < r,
     r > d) gets an eigendecomposition square root instead, the diagonal pair
     each block on its own so that the factor stays block diagonal."""
     factors, info = torch.linalg.cholesky_ex(grams)
     failed = info != 0
-    if not bool(failed.any()):  # the one scalar read of the layer, on the host
+    if not bool(failed.any()):  # the one scalar read of a solve, on the host
         return factors
     factors = factors.clone()
-    if bool(failed[0].any()):
-        factors[0, failed[0]] = _gram_factor(grams[0, failed[0]])
-    if bool(failed[1].any()):
-        pair = grams[1, failed[1]]
+    if bool(failed[:, 0].any()):
+        factors[:, 0][failed[:, 0]] = _gram_factor(grams[:, 0][failed[:, 0]])
+    if bool(failed[:, 1].any()):
+        pair = grams[:, 1][failed[:, 1]]
         blocks = _gram_factor(torch.stack([pair[:, :r, :r], pair[:, r:, r:]]))
         rebuilt = torch.zeros_like(pair)
         rebuilt[:, :r, :r], rebuilt[:, r:, r:] = blocks
-        factors[1, failed[1]] = rebuilt
+        factors[:, 1][failed[:, 1]] = rebuilt
     return factors
 
 
@@ -306,28 +332,19 @@ def product_singular_values(gram_a: torch.Tensor, gram_b: torch.Tensor, rank: in
 def _difference(new: torch.Tensor, old: torch.Tensor, compute_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """(new − old, old), both in `compute_dtype`; the difference without rounding
     the operands: taken in a dtype that holds both."""
-    wide = torch.promote_types(torch.promote_types(new.dtype, old.dtype), compute_dtype)
+    wide = _holding(new.dtype, old.dtype, compute_dtype)
     old_wide = old.to(wide)
     return (new.to(wide) - old_wide).to(compute_dtype), old_wide.to(compute_dtype)
 
 
-def _gram(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return (x @ y.transpose(-1, -2)).to(_F64)
-
-
-def _trace(gram: torch.Tensor) -> torch.Tensor:
-    return torch.diagonal(gram, dim1=-2, dim2=-1).sum(-1)
-
-
-def _nan_where(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """x with NaN in the rows (or the whole 0-d value) `mask` marks."""
-    return torch.where(mask.reshape(mask.shape + (1,) * (x.dim() - mask.dim())), float("nan"), x)
-
-
-def _balance(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
-    """sqrt(numerator / denominator), or 1 where either side is zero."""
-    ok = (numerator > 0) & (denominator > 0)
-    return torch.where(ok, numerator / torch.where(ok, denominator, 1.0), 1.0).sqrt()
+def _holding(*dtypes: torch.dtype) -> torch.dtype:
+    """The narrowest of `dtypes`' floating types that holds every value of each
+    (bfloat16 and float16 together need float32): torch.promote_types without
+    a dispatched call per layer."""
+    widest = max(dtypes, key=lambda t: torch.finfo(t).bits)
+    if {torch.bfloat16, torch.float16} <= set(dtypes) and torch.finfo(widest).bits <= 16:
+        return torch.float32
+    return widest
 
 
 def _gram_factor(gram: torch.Tensor) -> torch.Tensor:
@@ -340,21 +357,6 @@ def _gram_factor(gram: torch.Tensor) -> torch.Tensor:
         factor = factor.clone()
         factor[singular] = evecs * evals.clamp_min(0).sqrt().unsqueeze(-2)
     return factor
-
-
-def _relative_norm(sums: torch.Tensor) -> torch.Tensor:
-    """‖ΔW‖_F / ‖W_a‖_F from the summed traces [‖ΔW‖², ⟨ΔW, W_a⟩, ‖W_a‖², ‖W_b‖²]
-    (inf for a zero base)."""
-    delta, base = sums[0].clamp_min(0).sqrt(), sums[2].clamp_min(0).sqrt()
-    return torch.where(base > 0, delta / torch.where(base > 0, base, 1.0), float("inf"))
-
-
-def _cosine(sums: torch.Tensor) -> torch.Tensor:
-    """cos(W_a, W_b) from the summed traces: ⟨W_a, W_b⟩ = ‖W_a‖² + ⟨ΔW, W_a⟩
-    (NaN where either side has no norm or a value is non-finite)."""
-    norm_a, norm_b = sums[2], sums[3]
-    ok = (norm_a > 0) & (norm_b > 0)
-    return torch.where(ok, (norm_a + sums[1]) / torch.where(ok, norm_a * norm_b, 1.0).sqrt(), float("nan"))
 
 
 def logit_scale(
@@ -388,9 +390,9 @@ def logit_scale(
     q, k = q.to(compute_dtype), k.to(compute_dtype)
     # Q D_γ² Qᵀ as (Q ⊙ γ²) Qᵀ: one scaled copy per projection.
     square = None if input_gain is None else input_gain.to(device=q.device, dtype=compute_dtype).square()
-    qq = _gram(q if square is None else q * square, q)
-    kk = _gram(k if square is None else k * square, k)[kv.to(k.device)]
-    return (qq * kk).sum((-1, -2)).clamp_min(0).sqrt() / math.sqrt(r)
+    qq = (q if square is None else q * square) @ q.mT
+    kk = ((k if square is None else k * square) @ k.mT)[kv.to(k.device)]
+    return (qq * kk).sum((-1, -2), dtype=_F64).clamp_min(0).sqrt() / math.sqrt(r)
 
 
 def qk_norm_logit_bound(q_norm_gain: torch.Tensor, k_norm_gain: torch.Tensor) -> float:

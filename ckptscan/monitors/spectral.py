@@ -49,25 +49,21 @@ def spectral_stats(singular_values: torch.Tensor, rank: int | torch.Tensor | Non
     # would otherwise read as "unchanged").
     top = sv.amax(-1) if sv.shape[-1] else sv.new_zeros(sv.shape[:-1])
     unchanged = top <= 0
-    safe_top = torch.where(unchanged, torch.ones_like(top), top)
-    energy = (sv / safe_top.unsqueeze(-1)).square()
+    energy = (sv / top.masked_fill(unchanged, 1.0).unsqueeze(-1)).square()
     total = energy.sum(-1)  # Σσ²/σ_max² ≥ 1 unless unchanged
-    safe_total = torch.where(unchanged, torch.ones_like(total), total)
-    p = energy / safe_total.unsqueeze(-1)
+    p = energy / total.masked_fill(unchanged, 1.0).unsqueeze(-1)
     # 0 ln 0 = 0: xlogy gives exactly that.
-    entropy = -torch.special.xlogy(p, p).sum(-1)
-    zero = torch.zeros_like(entropy)
-    entropy = torch.where(unchanged, zero, entropy)
+    entropy = torch.special.xlogy(p, p).sum(-1).neg().masked_fill(unchanged, 0.0)
     if isinstance(n, torch.Tensor):
-        log_n = n.to(entropy.dtype).log()
-        normalized = torch.where(n > 1, entropy / torch.where(n > 1, log_n, 1.0), 1.0)
+        single = n <= 1
+        normalized = (entropy / n.to(entropy.dtype).log().masked_fill(single, 1.0)).masked_fill(single, 1.0)
     else:
         normalized = entropy / math.log(n) if n > 1 else torch.ones_like(entropy)
     return SpectralStats(
         entropy=entropy,
-        normalized_entropy=torch.where(unchanged, zero, normalized),
-        effective_rank=torch.where(unchanged, zero, entropy.exp()),
-        stable_rank=torch.where(unchanged, zero, total),
+        normalized_entropy=normalized.masked_fill(unchanged, 0.0),
+        effective_rank=entropy.exp().masked_fill(unchanged, 0.0),
+        stable_rank=total.masked_fill(unchanged, 0.0),
         frobenius_norm=top * total.sqrt(),
         spectral_norm=top,
         unchanged=unchanged,
@@ -84,8 +80,8 @@ def gram_singular_values(gram: torch.Tensor, rank: int | None = None) -> torch.T
 
 def eigvalsh_two_sizes(wide: torch.Tensor, narrow: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Eigenvalues (ascending) of symmetric matrices of two sizes, wide [N, 2k, 2k]
-    and narrow [M, k, k], in ONE batched solver call: a GPU-shaped layer solves
-    every small eigenproblem at once instead of one call per kind.
+    and narrow [..., M, k, k], in ONE batched solver call: a GPU-shaped layer
+    solves every small eigenproblem at once instead of one call per kind.
 
     Two narrow matrices X, Y share one 2k × 2k matrix diag(X̂, −Ŷ − I), each
     scaled by its trace (X̂ = X / tr X; any symmetric X with tr X > 0, here
@@ -93,21 +89,26 @@ def eigvalsh_two_sizes(wide: torch.Tensor, narrow: torch.Tensor) -> tuple[torch.
     −Ŷ − I's in [−2 − ε, −1 + ε], so the upper k belong to X and the lower k
     to Y. The solver's absolute error, u·‖diag‖ ≤ 2u, is at most 2u·k relative
     to each matrix's largest eigenvalue (≥ tr / k): ~1e-13 in float64.
+    Matrices are paired within their group (the leading dimensions of
+    `narrow`, a layer's), so a group's values do not depend on what else is
+    in the batch: a layer solved alone or with others gives the same bits.
     """
     k = narrow.shape[-1]
     if wide.shape[-1] != 2 * k:
         raise ValueError(f"wide matrices of size {wide.shape[-1]} cannot share a call with narrow ones of size {k}")
+    groups = narrow.shape[:-3]
+    narrow = narrow.reshape(-1, *narrow.shape[-3:])  # [groups, M, k, k]
+    count = narrow.shape[1]
     traces = narrow.diagonal(dim1=-2, dim2=-1).sum(-1)
-    safe = torch.where(traces > 0, traces, 1.0)
-    scaled = narrow / safe[:, None, None]
-    if scaled.shape[0] % 2:
-        scaled = torch.cat([scaled, scaled.new_zeros(1, k, k)])
-    half = scaled.shape[0] // 2
-    upper, lower = scaled[:half], scaled[half:]
-    zeros = upper.new_zeros(upper.shape)
-    lower_shifted = -lower - torch.eye(k, dtype=lower.dtype, device=lower.device)
-    packed = torch.cat([torch.cat([upper, zeros], -1), torch.cat([zeros, lower_shifted], -1)], -2)
-    values = torch.linalg.eigvalsh(torch.cat([wide, packed]))
-    wide_values, packed_values = values[:wide.shape[0]], values[wide.shape[0]:]
-    narrow_values = torch.cat([packed_values[:, k:], (-1 - packed_values[:, :k]).flip(-1)])
-    return wide_values, narrow_values[:narrow.shape[0]] * safe[:, None]
+    safe = traces.masked_fill(traces <= 0, 1.0)
+    half = (count + 1) // 2
+    # diag(X̂, −Ŷ − I): each group's first half over its second (a zero matrix for an odd count).
+    packed = narrow.new_zeros(narrow.shape[0], half, 2 * k, 2 * k)
+    packed[:, :, :k, :k] = narrow[:, :half] / safe[:, :half, None, None]
+    torch.div(narrow[:, half:], -safe[:, half:, None, None], out=packed[:, :count - half, k:, k:])
+    packed[..., k:, k:].diagonal(dim1=-2, dim2=-1).sub_(1.0)
+    values = torch.linalg.eigvalsh(torch.cat([wide, packed.flatten(0, 1)]))
+    wide_values = values[:wide.shape[0]]
+    packed_values = values[wide.shape[0]:].unflatten(0, (narrow.shape[0], half))
+    narrow_values = torch.cat([packed_values[..., k:], packed_values[..., :k].flip(-1).neg_().sub_(1.0)], 1)
+    return wide_values, (narrow_values[:, :count] * safe[..., None]).reshape(*groups, count, k)

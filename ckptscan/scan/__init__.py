@@ -15,7 +15,7 @@ heads' rows of W_q and their KV heads' rows of W_k.
 Its stages, in the order a layer passes them: `options` (how metrics are
 computed), `selection` (which layers and heads), `reading` (bytes onto the
 device), `loading` (checked weights), `comparing` (a pair's result, through
-`attention_result` and `router_result`), and `tasks` (the loop that ties them).
+`attention_result` (attention_blocks, attention_results) and `router_result`), and `tasks` (the loop that ties them).
 """
 
 from ckptscan.layouts import HeadOverrides

@@ -1,34 +1,51 @@
 """Comparing a layer of two checkpoints: (older, newer) loaded layers -> the
 pair's `LayerResult` (non-finite counts, the fraction of weights changed,
 the attention and router results, and the values of each registered family
-that computes its own)."""
+that computes its own). `compare` does a layer's work on its weights' device
+and leaves the attention's small solve pending; `finish` solves the pending
+layers of several pairs and layers at once (one batched solve, one readback)."""
 
 from __future__ import annotations
 
 import torch
 
+from dataclasses import dataclass
+
 from ckptscan.layouts import LayerWeights
 from ckptscan.monitors import registry
 from ckptscan.schema.results import LayerResult
-from ckptscan.scan.attention_result import attention_result
+from ckptscan.scan.attention_result import PendingAttention, attention_blocks, attention_results
 from ckptscan.scan.loading import LoadedLayer
 from ckptscan.scan.options import ScanOptions
 from ckptscan.scan.router_result import router_result
 from ckptscan.scan.selection import HeadSelection
 
 
+@dataclass
+class Compared:
+    """A pair's layer compared, its attention result still to be solved (`finish`)."""
+
+    result: LayerResult
+    attention: PendingAttention | None = None
+
+    @property
+    def pending_bytes(self) -> int:
+        return 0 if self.attention is None else self.attention.blocks.numel() * 8
+
+
 def compare(
     layer: int, a: LoadedLayer, b: LoadedLayer, options: ScanOptions, selection: HeadSelection | None = None
-) -> LayerResult:
-    dtype = torch.promote_types(a.compute_dtype, b.compute_dtype)
+) -> Compared:
+    dtype = torch.float64 if torch.float64 in (a.compute_dtype, b.compute_dtype) else a.compute_dtype
     result = LayerResult(layer=layer)
     for role in {**a.nonfinite, **b.nonfinite}:
         result.nonfinite[role] = max(a.nonfinite.get(role, 0), b.nonfinite.get(role, 0))
     wa, wb = a.weights, b.weights
     result.stored_dtype = dict(b.stored_dtype)
     result.changed_fraction = _changed_fractions(wa, wb)
+    compared = Compared(result)
     if a.qk_finite and b.qk_finite:
-        result.attention = attention_result(wa, wb, a.grams, dtype, selection, options.full_spectrum)
+        compared.attention = attention_blocks(wa, wb, a.grams, dtype, selection, options.full_spectrum)
     if wa.router is not None and wb.router is not None and "router" not in result.nonfinite:
         result.router = router_result(wa, wb, a.routing, b.routing)
     for family in registry.families():
@@ -36,7 +53,15 @@ def compare(
             values = family.compute(wa, wb)
             if values:  # {}: the family has nothing in this layer (the output family outside the last)
                 result.families[family.name] = values
-    return result
+    return compared
+
+
+def finish(compared: list[Compared]) -> list[LayerResult]:
+    """The results of compared layers, their attention solved together."""
+    pending = [c for c in compared if c.attention is not None]
+    for item, attention in zip(pending, attention_results([c.attention for c in pending if c.attention])):
+        item.result.attention = attention
+    return [c.result for c in compared]
 
 
 def _changed_fractions(a: LayerWeights, b: LayerWeights) -> dict[str, float]:

@@ -30,8 +30,11 @@ class HeadSelection:
 
     @staticmethod
     def every(num_heads: int, num_kv_heads: int) -> HeadSelection:
-        kv = kv_head_index(num_heads, num_kv_heads)
-        return HeadSelection(torch.arange(num_heads), torch.arange(num_kv_heads), kv)
+        kv_head_index(num_heads, num_kv_heads)  # checks the grouping
+        group = num_heads // num_kv_heads
+        # From Python lists: made for every layer of every pair, without an op dispatched.
+        return HeadSelection(torch.tensor(list(range(num_heads))), torch.tensor(list(range(num_kv_heads))),
+                             torch.tensor([h // group for h in range(num_heads)]))
 
     def row_runs(self, role: str | None, shape: tuple[int, ...]) -> list[tuple[int, int]] | None:
         """Row ranges [lo, hi) of W_q or W_k holding the selected heads, or

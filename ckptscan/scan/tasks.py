@@ -15,7 +15,7 @@ from ckptscan.monitors.optimizer_family import FAMILY as OPTIMIZER_FAMILY
 from ckptscan.storage.readahead import ReadAhead
 from ckptscan.readers import Checkpoint
 from ckptscan.schema.results import LayerResult
-from ckptscan.scan.comparing import compare
+from ckptscan.scan.comparing import Compared, compare, finish
 from ckptscan.scan.loading import LoadedLayer, load_layer
 from ckptscan.scan.optimizer_state import optimizer_values
 from ckptscan.scan.options import DEFAULT_TOP_K, ScanOptions
@@ -25,6 +25,11 @@ from ckptscan.storage import RemotePath
 
 if TYPE_CHECKING:
     from ckptscan.executors import Executor
+
+# Gram blocks waiting for their batched solve (`LayerTask.__call__`), at most:
+# 64 MiB is ~18 pair-layers of a 1B model (3.5 MiB each) or ~2 of a 70B one,
+# whose solve then needs about 5x that while it runs.
+PENDING_BYTES = 64 << 20
 
 
 def scan_layers(
@@ -128,7 +133,23 @@ class LayerTask:
                            None if self.probe is None else str(self.probe.path)))
 
     def __call__(self, layers: Sequence[int], stop: threading.Event) -> list[list[LayerResult]]:
-        return [self.layer(layer, stop) for layer in layers]
+        """The layers' results, [layer][pair]. Each layer's device work is done
+        as it is read; the small attention solves of the layers and pairs wait
+        and are done together, in batches of at most `PENDING_BYTES` of Gram
+        blocks (one batched solve and one readback per batch, not per layer)."""
+        done: list[list[Compared]] = []
+        waiting: list[Compared] = []
+        for layer in layers:
+            compared = self.layer(layer, stop)
+            if not compared:  # stopped
+                return []
+            done.append(compared)
+            waiting.extend(compared)
+            if sum(c.pending_bytes for c in waiting) >= PENDING_BYTES:
+                finish(waiting)
+                waiting = []
+        finish(waiting)
+        return [[c.result for c in compared] for compared in done]
 
     def describe(self, layers: Sequence[int]) -> str:
         """The task's work in words, for an error that can only name the task."""
@@ -139,11 +160,12 @@ class LayerTask:
         """Where the checkpoints this task reads are, in step order."""
         return [str(self.checkpoints[i].path) for i in self.used]
 
-    def layer(self, layer: int, stop: threading.Event) -> list[LayerResult]:
-        """This layer of every pair ([] once `stop` is set: the consumer has gone)."""
+    def layer(self, layer: int, stop: threading.Event) -> list[Compared]:
+        """This layer of every pair, compared, its attention still to solve
+        ([] once `stop` is set: the consumer has gone)."""
         options, pairs = self.options, self.pairs
         held: dict[int, LoadedLayer] = {}
-        compared: list[LayerResult | None] = [None] * len(pairs)
+        compared: list[Compared | None] = [None] * len(pairs)
         plan = layer_plan(self.layouts[0], layer)
         # The probe's inputs for this layer are read once and routed by every checkpoint.
         probe_input = self.probe.router_input(layer) if self.probe is not None and router_name(plan) else None
@@ -161,12 +183,12 @@ class LayerTask:
             optimizer = optimizer_values(self.checkpoints[i], plan_i) if any(b == i for _, b in pairs) else None
             for k, (a, b) in enumerate(pairs):
                 if b == i:
-                    result = compare(layer, held[a], held[b], options, self.selection)
+                    pair = compare(layer, held[a], held[b], options, self.selection)
                     if optimizer is not None:  # the newer checkpoint's optimizer state
-                        result.families[OPTIMIZER_FAMILY] = dict(optimizer)
-                    compared[k] = result
+                        pair.result.families[OPTIMIZER_FAMILY] = dict(optimizer)
+                    compared[k] = pair
             held = {j: loaded for j, loaded in held.items() if self.last_use[j] > i}
-        return compared
+        return [c for c in compared if c is not None]
 
     def prefetch_load(self, layer: int, i: int) -> Callable[[], None] | None:
         """Start fetching checkpoint i's `layer` (a `ReadAhead` starter)."""

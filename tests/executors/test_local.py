@@ -27,9 +27,17 @@ def run(tmp_path_factory):
     return write_run(tmp_path_factory.mktemp("runs") / "run", count=6, layers=3, collapse_layer=1, collapse_from=300)
 
 
-def test_local_executor_runs_one_layer_per_task_and_yields_every_position():
+def test_local_executor_groups_layers_evenly_over_its_workers_at_most_eight_a_task():
+    assert LocalExecutor(workers=2).group([3, 5, 8]) == [[3, 5], [8]]
+    assert LocalExecutor(workers=1).group([0, 1, 2, 3]) == [[0, 1, 2, 3]]
+    groups = LocalExecutor(workers=2).group(list(range(22)))
+    assert [layer for group in groups for layer in group] == list(range(22))
+    assert len(groups) % 2 == 0 and max(map(len, groups)) <= 8 and max(map(len, groups)) - min(map(len, groups)) <= 2
+    assert LocalExecutor(workers=2).group([]) == []
+
+
+def test_local_executor_yields_every_position():
     executor = LocalExecutor(workers=2)
-    assert executor.group([3, 5, 8]) == [[3], [5], [8]]
     assert sorted(executor.map(lambda item, stop: item * 10, [1, 2, 3])) == [(0, 10), (1, 20), (2, 30)]
 
 
