@@ -33,8 +33,8 @@ _F64 = torch.float64
 # Elements of a row block upcast to float64 at a time (two live: older and newer). On a CPU a block that
 # stays in cache: the pass makes ~10 sweeps over each block, and at 32 MiB blocks they all go to memory
 # (a 32k × 2k head on one core: 0.7 s in 1 MiB blocks, 1.4 s in 32 MiB ones). On a GPU each sweep is a
-# kernel launch, so fewer, larger blocks (16 at that shape, 64 MiB of device memory).
-BLOCK_ELEMENTS = 1 << 22
+# kernel launch, so fewer, larger blocks (4 at that shape, 256 MiB of device memory).
+BLOCK_ELEMENTS = 1 << 24
 CPU_BLOCK_ELEMENTS = 1 << 17
 ROW_BLOCK = 8192  # the most rows in one block, however narrow the head
 

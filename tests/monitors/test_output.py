@@ -120,8 +120,8 @@ def test_the_default_blocks_are_smaller_than_a_wide_head_on_the_cpu():
 
 
 def test_block_rows_hold_a_cache_sized_block_on_a_cpu_and_a_large_one_elsewhere():
-    assert block_rows(2048, "cpu") == 64 and block_rows(2048, torch.device("cuda")) == 2048
-    assert block_rows(1 << 23, "cuda") == block_rows(1 << 23) == 1  # never no rows
+    assert block_rows(2048, "cpu") == 64 and block_rows(2048, torch.device("cuda")) == 8192
+    assert block_rows(1 << 25, "cuda") == block_rows(1 << 25) == 1  # never no rows
     assert block_rows(8, "cuda") == ROW_BLOCK
 
 
