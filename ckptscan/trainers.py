@@ -45,6 +45,8 @@ NAMINGS: tuple[tuple[str, re.Pattern[str], str], ...] = (
 )
 FRAMEWORK_NAMES = {"hf_trainer": "Hugging Face Trainer", "megatron": "Megatron-LM", "torchtitan": "torchtitan",
                    "olmo_core": "OLMo-core", "maxtext": "MaxText"}
+# The frameworks whose resume arguments skip the plan's range of steps themselves.
+TAKES_A_RANGE = frozenset({FRAMEWORK_NAMES["megatron"], FRAMEWORK_NAMES["olmo_core"]})
 
 
 def framework_of(path: str) -> tuple[str, str] | None:
@@ -64,7 +66,9 @@ def trainer_plan(path: str, step: int | None, skip: tuple[int, int] | None,
     takes a range; `lr_rose`: the LR rose after the checkpoint (a resume with
     other flags), so the rate to keep is the one its saved scheduler state
     holds, where the trainer can be told to prefer it. {"framework",
-    "evidence", "arguments", "skip", "source"}; None where no framework is named.
+    "evidence", "arguments", "skip", "source"}: each of `arguments` is one
+    complete way to resume (the Trainer's flag, or its Python call); None
+    where no framework is named.
     A new learning rate is never given as a flag: the trainers below take a
     schedule's peak, not the rate at one step (the plan's own line says it)."""
     named = framework_of(path)
@@ -86,16 +90,16 @@ def _hf_trainer(path: PurePath, step: int, skip: tuple[int, int] | None, lr_rose
 
 def _megatron(path: PurePath, step: int, skip: tuple[int, int] | None, lr_rose: bool
               ) -> tuple[list[str], str]:
-    arguments = [f"--load {path.parent} --ckpt-step {step}"]
+    flags = [f"--load {path.parent} --ckpt-step {step}"]
     text = "no steps to skip"
     if skip is not None:
         # iterations_to_skip: 1-indexed iterations; iteration s+1 is the update after checkpoint s.
-        arguments.append(f"--iterations-to-skip $(seq {skip[0]} {skip[1]})")
+        flags.append(f"--iterations-to-skip $(seq {skip[0]} {skip[1]})")
         text = f"--iterations-to-skip takes the iterations {skip[0]}–{skip[1]} one by one (1-indexed)"
     if lr_rose:
         # The checkpoint's saved scheduler state (the LR before the rise) over the flags the job was resumed with.
-        arguments.append("--use-checkpoint-opt_param-scheduler")
-    return arguments, text
+        flags.append("--use-checkpoint-opt_param-scheduler")
+    return [" ".join(flags)], text
 
 
 def _torchtitan(path: PurePath, step: int, skip: tuple[int, int] | None, lr_rose: bool

@@ -44,8 +44,8 @@ def test_the_hugging_face_arguments_are_read_by_transformers_own_parser():
 def test_megatron_loads_the_step_from_its_save_folder_and_skips_iterations_one_by_one():
     """iterations_to_skip is 1-indexed: iteration 1301 is the update after iter_0001300."""
     plan = trainer_plan("save/iter_0001300", 1300, (1301, 1400), lr_rose=True)
-    assert plan["arguments"] == ["--load save --ckpt-step 1300", "--iterations-to-skip $(seq 1301 1400)",
-                                 "--use-checkpoint-opt_param-scheduler"]
+    assert plan["arguments"] == ["--load save --ckpt-step 1300 --iterations-to-skip $(seq 1301 1400) "
+                                 "--use-checkpoint-opt_param-scheduler"]  # one resume: every flag together
 
 
 def test_olmo_core_skips_a_half_open_range_of_steps():

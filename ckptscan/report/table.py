@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ckptscan.report.fired import deciding_finding, fired_text
+from ckptscan.report.resume import terminal_lines
 from ckptscan.schema.results import PairResult, ScanReport
 
 STATUS_STYLE = {"ok": "green", "unchanged": "dim", "info": "cyan", "warn": "yellow", "not_judged": "magenta",
@@ -158,8 +159,8 @@ def print_summary(console: Console, report: ScanReport) -> None:
     s = report.summary
     style = STATUS_STYLE.get(s.status, "")
     console.print(Text(s.message or s.status, style=style))
-    if s.rollback_candidate is not None:
-        console.print(f"rollback candidate: {s.rollback_candidate.path} (step {s.rollback_candidate.step})")
+    for line in terminal_lines(s):  # the rollback candidate and the resume plan (report/resume.py)
+        console.print(line, highlight=False)
 
 
 def _step(step: int | None, path: str) -> str:

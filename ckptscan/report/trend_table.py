@@ -9,8 +9,9 @@ made for a terminal of 80 to 120 columns (wider consoles, and a pipe, get
 120): the cells a reader acts on (first alert, what fired, status) are never
 cut, what fired wraps rather than lose its limit, and the sparklines take
 the room left. `--wide` adds each monitor's newest value and its baseline
-(the JSON and HTML reports have every value). Below: the loss, the skipped checkpoints, the verdict, rollback candidate
-and lead time, then each flagged layer's first findings.
+(the JSON and HTML reports have every value). Below: the loss, the skipped checkpoints, the verdict, the rollback
+candidate and the resume plan (`report/resume.py`), what to do and the lead time, then each flagged layer's first
+findings.
 
 It stays one screen however long the run and however many layers: a run of
 any length is folded into the sparklines' cells (each coloured by the worst
@@ -35,6 +36,7 @@ from rich.text import Text
 
 from ckptscan.interventions import family_lines
 from ckptscan.report.fired import fired_text, first_fired
+from ckptscan.report.resume import terminal_lines
 from ckptscan.report.sparkline import cell_statuses, sparkline
 from ckptscan.report.table import STATUS_STYLE, fmt, print_model, print_reference_notes
 from ckptscan.monitors import registry
@@ -339,9 +341,8 @@ def _print_summary(console: Console, report: ScanReport) -> None:
         console.print(f"… and {len(others) - MAX_SKIPPED_LINES} more skipped checkpoints (the JSON report "
                       f"lists them)", highlight=False, style="dim")
     console.print(Text(s.message or s.status, style=STATUS_STYLE.get(s.status, "")))
-    if s.rollback_candidate is not None:
-        console.print(f"rollback candidate: {s.rollback_candidate.path} (step {s.rollback_candidate.step}), the last "
-                      f"checkpoint before the departure that raised the first alert began", highlight=False)
+    for line in terminal_lines(s):  # the rollback candidate and the resume plan (report/resume.py)
+        console.print(line, highlight=False)
     for line in family_lines(s):
         console.print(f"  what to do, {line}", highlight=False)
     if s.interventions:

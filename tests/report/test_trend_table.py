@@ -5,6 +5,7 @@ what to do about an alert comes right after the rollback line."""
 from rich.console import Console
 
 from ckptscan.interventions import family_lines
+from ckptscan.report.resume import terminal_lines
 from ckptscan.report import trend_table
 from ckptscan.report.table import STATUS_STYLE
 from ckptscan.report.trend_table import FoldedLayers, print_trend, shown_layers, trend_table as table_of
@@ -107,8 +108,10 @@ def test_skipped_checkpoints_are_listed_up_to_a_few_lines():
 def test_what_to_do_follows_the_rollback_line(reports):
     lines = printed(reports["loss"], width=400).splitlines()
     rollback = next(i for i, line in enumerate(lines) if line.startswith("rollback candidate:"))
+    # The resume plan's lines, indented, between them (report/resume.py).
+    todo = rollback + len(terminal_lines(reports["loss"].summary))
     expected = [f"  what to do, {line}" for line in family_lines(reports["loss"].summary)]
-    assert expected and [line.rstrip() for line in lines[rollback + 1: rollback + 1 + len(expected)]] == expected
+    assert expected and [line.rstrip() for line in lines[todo: todo + len(expected)]] == expected
 
 
 def test_a_healthy_run_has_nothing_to_do(reports):
