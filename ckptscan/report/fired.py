@@ -10,17 +10,36 @@ value is shown and the statistic against the limit (its baseline is in the
 finding's message); a
 ceiling's or a floor's limit is on the value itself. A finding with no limit
 (the folders' evidence of two runs) shows its value alone.
+
+A headline monitor's value in a report's tables (`headline_cells`: the
+terminal's `--wide`, Markdown and HTML) is one number in every format: the
+series' newest judgement where the summary has one, else the newest value
+over the run (a monitor judged against a ceiling, such as the output logit
+scale, has no series); beside it its baseline where it has one, and its own
+limit where it is judged against a ceiling ("ceiling 9"), never another
+monitor's.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+import math
+from typing import Any, Iterable
 
 from ckptscan.monitors import registry
-from ckptscan.schema.results import Finding, LayerResult
+from ckptscan.monitors.spec import MonitorSpec
+from ckptscan.schema.results import Finding, LayerResult, LayerSummary
 
 # Series rules whose threshold is the CUSUM statistic's, not the value's.
 CUSUM_RULES = ("cusum", "pooled_cusum")
+
+# Monitors judged against a ceiling on their own value (detection/findings.py,
+# detection/output.py): the report's threshold that holds it.
+CEILINGS = {
+    "logit_scale": "logit_scale_ceiling",
+    "qk_norm_logit_bound": "qk_norm_logit_ceiling",
+    "output_logit_rms": "output_logit_scale_ceiling",
+    "output_shift": "output_shift_ceiling",
+}
 
 
 def monitor_label(finding: Finding) -> str:
@@ -81,3 +100,49 @@ def first_fired(layer_by_step: Iterable[tuple[int | None, LayerResult | None]]
             if warn is not None:
                 first_warn = (step, warn)
     return first_warn
+
+
+def ceiling(monitor: str, thresholds: dict[str, Any], hidden_size: int | None) -> float | None:
+    """The ceiling a report judges `monitor` against (its `thresholds`, as the
+    JSON report carries them), None for a monitor judged otherwise. The
+    attention logit scale's grows with the width as detection applies it
+    (`Thresholds.at_width`)."""
+    key = CEILINGS.get(monitor)
+    value = thresholds.get(key) if key is not None else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    width = thresholds.get("logit_scale_width")
+    if monitor == "logit_scale" and isinstance(width, int) and width > 0 and hidden_size and hidden_size > width:
+        return float(value) * math.sqrt(hidden_size / width)
+    return float(value)
+
+
+def headline_values(summary: LayerSummary, monitor: MonitorSpec, values: list[float | None],
+                    thresholds: dict[str, Any], hidden_size: int | None
+                    ) -> tuple[float | None, float | None, float | None]:
+    """A layer's (value now, baseline, ceiling) of a headline monitor, `values`
+    its series over the run's pairs: the summary's newest judgement where it
+    has one, else the newest value of the series."""
+    now = summary.current.get(monitor.name)
+    if now is None:
+        now = next((v for v in reversed(values) if v is not None), None)
+    return now, summary.baseline.get(monitor.name), ceiling(monitor.name, thresholds, hidden_size)
+
+
+def reference_text(baseline: float | None, limit: float | None) -> str:
+    """What a headline value is read against: its baseline ('0.482'), its
+    ceiling ('ceiling 9'), both, or '–'."""
+    parts = ([] if baseline is None else [_number(baseline)]) + ([] if limit is None else [f"ceiling {limit:.3g}"])
+    return "; ".join(parts) or "–"
+
+
+def headline_cells(summary: LayerSummary, monitor: MonitorSpec, values: list[float | None],
+                   thresholds: dict[str, Any], hidden_size: int | None) -> tuple[str, str]:
+    """The two cells beside a headline monitor's sparkline in every format:
+    its value now, and its baseline or its own ceiling (`reference_text`;
+    '–' for a layer without the monitor: the output family's values are the
+    last layer's)."""
+    now, baseline, limit = headline_values(summary, monitor, values, thresholds, hidden_size)
+    if now is None:
+        return "–", reference_text(baseline, None)
+    return _number(now), reference_text(baseline, limit)

@@ -24,8 +24,8 @@ from ckptscan.report.resume import resume_lines
 from ckptscan.system.output import own_descriptor, write_output
 from ckptscan.report.figures import Figure, run_figures
 from ckptscan.schema.load import as_json_values, report_from_dict
-from ckptscan.report.table import fmt
-from ckptscan.report.trend_table import first_alert_text, first_findings, headline_monitors
+from ckptscan.report.fired import headline_cells
+from ckptscan.report.trend_table import first_alert_text, first_findings, headline_monitors, layer_series, pair_layers
 from ckptscan.schema.results import ScanReport
 from ckptscan.schema.results import counted, status_word
 
@@ -205,13 +205,15 @@ def _layers_table(report: ScanReport) -> str:
     monitors = headline_monitors(report)
     header = ["layer", "status", "first alert", "first warning"]
     for m in monitors:
-        header += [f"{m.label} now", "baseline"]
+        header += [f"{m.label} now", "baseline or ceiling"]
     rows = []
+    by_pair = pair_layers(report)
     for summary in report.summary.layers:
         row: list[object] = [summary.layer, summary.status, first_alert_text(summary),
                              summary.first_warn_step if summary.first_warn_step is not None else "–"]
         for m in monitors:
-            row += [fmt(summary.current.get(m.name)), fmt(summary.baseline.get(m.name))]
+            row += headline_cells(summary, m, layer_series(by_pair, summary.layer, m.read), report.thresholds,
+                                  report.model.hidden_size)
         rows.append(row)
     if not rows:
         return "<p>No per-layer summary in this report.</p>"

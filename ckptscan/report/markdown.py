@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ckptscan.system.output import write_output
+from ckptscan.report.fired import headline_cells
 from ckptscan.report.sparkline import sparkline
 from ckptscan.report.resume import resume_lines
 from ckptscan.report.table import fmt
@@ -54,14 +55,15 @@ def _trend_table(report: ScanReport) -> list[str]:
     monitors = headline_monitors(report)
     header = ["layer"]
     for monitor in monitors:
-        header += [f"{monitor.label} over the run", "now", "baseline"]
+        header += [f"{monitor.label} over the run", "now", "baseline or ceiling"]
     header += ["first alert", "status"]
     rows = [header, ["---"] * len(header)]
     for summary in report.summary.layers:
         row = [str(summary.layer)]
         for monitor in monitors:
-            row += [sparkline(series(report, summary.layer, monitor.read), SPARK_WIDTH),
-                    fmt(summary.current.get(monitor.name)), fmt(summary.baseline.get(monitor.name))]
+            values = series(report, summary.layer, monitor.read)
+            row += [sparkline(values, SPARK_WIDTH),
+                    *headline_cells(summary, monitor, values, report.thresholds, report.model.hidden_size)]
         row += [first_alert_text(summary), f"{ICONS.get(summary.status, '')} {summary.status}"]
         rows.append(row)
     if "loss_log" in report.settings:

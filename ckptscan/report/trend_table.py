@@ -35,7 +35,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ckptscan.interventions import family_lines
-from ckptscan.report.fired import fired_text, first_fired
+from ckptscan.report.fired import fired_text, first_fired, headline_cells
 from ckptscan.report.resume import terminal_lines
 from ckptscan.report.sparkline import cell_statuses, sparkline
 from ckptscan.report.table import STATUS_STYLE, fmt, print_model, print_reference_notes
@@ -213,7 +213,7 @@ def trend_table(report: ScanReport, width: int = 160, wide: bool = False) -> Tab
             continue
         row: list[Text | str] = [str(summary.layer)]
         for monitor in monitors:
-            cells = _spark_cells(by_pair, summary.layer, monitor, summary.current, summary.baseline, spark_width)
+            cells = _spark_cells(by_pair, summary, monitor, report, spark_width)
             row += cells if wide else cells[:1]
         row += [fired[summary.layer], Text(summary.status, style=STATUS_STYLE.get(summary.status, ""))]
         table.add_row(*row)
@@ -279,15 +279,17 @@ def print_trend(console: Console, report: ScanReport, wide: bool = False) -> Non
     _print_summary(console, report)
 
 
-def _spark_cells(by_pair: list[dict[int, LayerResult]], layer: int, monitor: MonitorSpec, current: dict,
-                 baseline: dict, width: int) -> list[Text | str]:
+def _spark_cells(by_pair: list[dict[int, LayerResult]], summary: LayerSummary, monitor: MonitorSpec,
+                 report: ScanReport, width: int) -> list[Text | str]:
+    """The sparkline, and the value now and its baseline or ceiling as every format gives them
+    (`report.fired.headline_cells`)."""
+    layer = summary.layer
     values = layer_series(by_pair, layer, monitor.read)
     line = sparkline(values, width)
     text = Text()
     for char, status in zip(line, cell_statuses(layer_family_statuses(by_pair, layer, monitor.family), width)):
         text.append(char, style=STATUS_STYLE.get(status, "") if status in ("warn", "alert") else "")
-    newest = next((v for v in reversed(values) if v is not None), None)
-    return [text, fmt(current.get(monitor.name, newest)), fmt(baseline.get(monitor.name))]
+    return [text, *headline_cells(summary, monitor, values, report.thresholds, report.model.hidden_size)]
 
 
 def _title(report: ScanReport) -> str:
