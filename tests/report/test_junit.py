@@ -31,7 +31,7 @@ def expected_cases(data, fail_on):
             for family in ("attention", "router"):
                 if layer[family] is not None:
                     cases.setdefault((layer["layer"], family), None)
-            for family in layer.get("families", {}):  # the registered families with values here (output: the last layer)
+            for family in layer.get("families", {}):  # registered families with values (output: the last layer)
                 cases.setdefault((layer["layer"], family), None)
     for pair in data["pairs"]:  # in step order: the first failing finding wins
         for layer in pair["layers"]:
@@ -100,6 +100,7 @@ def test_the_schema_is_not_vacuous(reports):
 
 def test_format_junit_and_junit_file_are_the_same_bytes(runs, tmp_path):
     path = tmp_path / "out" / "junit.xml"
+    path.parent.mkdir()  # ckptscan creates no folder for a report file
     result = runner.invoke(app, ["trend", str(runs["collapse"]), "--format", "junit", "--junit", str(path), "-q"])
     assert result.exit_code == 1, result.output
     assert result.stdout == path.read_text(encoding="utf-8")
