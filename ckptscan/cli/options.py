@@ -114,9 +114,9 @@ MarkdownSummary = Annotated[Optional[Path], typer.Option(
     "--markdown-summary", metavar="FILE", help="Append a Markdown summary here (default: $GITHUB_STEP_SUMMARY when "
     "set).")]
 Wide = Annotated[bool, typer.Option(
-    "--wide", help="Every column of the terminal table (each monitor's newest value and baseline in trend, every "
-    "monitor of the pair in diff); by default it fits 80-120 columns, and the JSON and HTML reports have every "
-    "value.")]
+    "--wide", help="Every column of the terminal table (each monitor's newest value and its baseline or ceiling "
+    "in trend, every monitor of the pair in diff); by default it fits 80-120 columns, and the JSON and HTML reports "
+    "have every value.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no notes on stderr.")]
 Device = Annotated[str, typer.Option("--device", metavar="[cpu|cuda|cuda:N|auto]",
                                      help="Where the math runs (auto: cuda when present).")]
