@@ -1,5 +1,8 @@
 """`ckptscan watch RUN_DIR`: follow a live run, judge each checkpoint as it completes.
 
+When the first alert comes, the rollback candidate and the resume plan are
+printed as `trend` prints them (again if a later checkpoint changes them).
+
 Exit codes, as every command: 1 as soon as the verdict reaches --fail-on
 (unless --keep-going), 130 on Ctrl-C. After --timeout seconds without a new
 checkpoint: the gate's code for the run so far (0 or 1), or 2 when no pair
@@ -77,6 +80,7 @@ def watch(
             notify=lambda message: note(message, "yellow" if message.startswith("ignoring") else "dim", quiet),
             on_start=lambda mode: note(f"watching {run_dir} ({mode}); Ctrl-C to stop", quiet=quiet))
         last: WatchEvent | None = None
+        planned: list[str] = []  # the resume plan's lines as last printed
         # The metrics endpoint lives as long as the watch, however it ends.
         with closing(events), closing(outputs.open(quiet)) as destinations:
             try:
@@ -86,6 +90,7 @@ def watch(
                     destinations.write(Delivery(event.report, FailOn(gate_on).value, quiet, new=event.new))
                     last = event  # the reports hold it now, whatever interrupts the printing
                     _print(event, first)
+                    planned = _print_plan(event, planned)
                     # A run not judged yet may be judged at the next checkpoint: only a verdict stops the watch.
                     # ("not_judged" is results.NOT_JUDGED, spelled out: results imports torch, --help must not.)
                     if not keep_going and event.report.summary.status != "not_judged" and fails(event.report, gate_on):
@@ -100,6 +105,21 @@ def watch(
             raise CkptScanError(f"no checkpoint pair was complete within --timeout {timeout:g} s", path=run_dir)
         code = gate(last.report, fail_on or last.spec.config.fail_on)
     raise typer.Exit(code)
+
+
+def _print_plan(event: WatchEvent, printed: list[str]) -> list[str]:
+    """The rollback candidate and resume plan (report/resume.py), as `trend`
+    prints them, when the watch first alerts and whenever they change; the
+    lines now printed."""
+    from ckptscan.report.resume import terminal_lines
+
+    lines = terminal_lines(event.report.summary) if event.report.summary.resume is not None else []
+    if lines and lines != printed:
+        console = out()
+        for line in lines:
+            console.print(line, highlight=False)
+        console.file.flush()
+    return lines or printed
 
 
 def _print(event: WatchEvent, first: bool) -> None:

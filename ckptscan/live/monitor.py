@@ -37,6 +37,14 @@ training thread at the next `step()`, `wait()` or `close()`, and again at
 every later call. `background=False` runs the scan inside `step()` instead
 (acting at the step itself, as before live mode scanned in the background).
 
+Once the report alerts, its resume plan (`summary.resume` in the report
+file, detection/resume.py) is also written as text, `OUT/resume.txt`: the
+rollback candidate that holds on its own (live mode's snapshot of step N
+stands for the trainer's own checkpoint of step N) or that none does, the
+steps to skip, the learning rate to go back to, as `ckptscan trend` prints
+them; and "log", "save" and "stop" log it with their alert. A job that
+stops on an alert (`on_alert="stop"`) leaves the plan beside its report.
+
 The report file holds every pair, so writing it costs O(pairs): it is
 written for each of the first REPORT_SPACING × 2 pairs, then once the
 pairs not yet in it are 1/REPORT_SPACING of those that are (so writing costs
@@ -81,6 +89,8 @@ from ckptscan.inputs.probe import Probe, capture_probe, load_probe
 from ckptscan.readers import Checkpoint
 from ckptscan.readers.trainer_state import interval_lr
 from ckptscan.report.json import PER_HEAD, keeps_heads
+from ckptscan.report.resume import terminal_lines
+from ckptscan.system.atomic import write_atomic
 from ckptscan.schema.results import NOT_JUDGED, SEVERITIES, CheckpointRef, Finding, PairResult, ScanReport
 from ckptscan.scan import ScanOptions
 
@@ -88,6 +98,8 @@ log = logging.getLogger("ckptscan.live")
 
 ON_ALERT = ("log", "save", "stop")
 REPORT_FILE = "report.json"
+# The resume plan as text, beside the report file, once the report alerts (module docstring).
+RESUME_FILE = "resume.txt"
 # The report file is rewritten once the pairs not in it are 1/REPORT_SPACING of those that are (module docstring).
 REPORT_SPACING = 32
 PROBE_FILE = "probe.safetensors"
@@ -216,6 +228,8 @@ class Monitor:
         self.per_head = per_head
         self._file = ReportFile(self.out / REPORT_FILE, per_head)
         self._written: tuple[int, str] | None = None  # (pairs, verdict) of the report file
+        self._plan: list[str] = []  # the resume plan's lines in OUT/resume.txt (scan's thread)
+        self._plan_logged: list[str] = []  # the plan's lines as last logged (training thread)
         self.float64_pairs = 0  # pairs whose Grams were computed in float64 (`pair_scan`)
         # The training loss (and LR) per update, when the loop records them: the
         # loss log `trend` reads from train_log.jsonl (LR warm-up, lead time).
@@ -258,6 +272,17 @@ class Monitor:
     @property
     def report_path(self) -> Path:
         return self.out / REPORT_FILE
+
+    @property
+    def resume_path(self) -> Path:
+        """The resume plan as text (`OUT/resume.txt`), written once the report alerts."""
+        return self.out / RESUME_FILE
+
+    @property
+    def resume_plan(self) -> list[str]:
+        """The rollback candidate and the resume plan of `report`, as `trend` prints them; [] before an alert."""
+        return terminal_lines(self.report.summary) if self.report is not None and self.report.summary.resume \
+            else []
 
     def due(self, step: int) -> bool:
         return step % self.every == 0 and (self._last_step is None or step > self._last_step)
@@ -375,6 +400,7 @@ class Monitor:
         alerts = alerts_of(report, self.thresholds)
         if report_due(self._written, len(report.pairs), report.summary.status, bool(alerts)):
             self._write(report)
+        self._write_plan(report)
         latest = interval_metrics(report.pairs[-1])
         self._log(latest, step)
         return Reported(report, alerts, latest, step)
@@ -414,6 +440,18 @@ class Monitor:
             return
         self._written = (len(report.pairs), report.summary.status)
 
+    def _write_plan(self, report: ScanReport) -> None:
+        """OUT/resume.txt, when the report's resume plan is new or changed (module docstring)."""
+        lines = terminal_lines(report.summary) if report.summary.resume is not None else []
+        if not lines or lines == self._plan:
+            return
+        try:
+            write_atomic(self.resume_path, "\n".join(lines) + "\n")
+        except OSError as e:  # as the report file: a full disk must not end the training run
+            log.warning("ckptscan: cannot write the resume plan: %s (%s)", e.strerror or e, self.resume_path)
+            return
+        self._plan = lines
+
     def _alerts(self) -> list[Alert]:
         """The alerts of the newest interval of `report`."""
         return alerts_of(self.report, self.thresholds) if self.report is not None else []
@@ -427,6 +465,10 @@ class Monitor:
         for alert in alerts:
             log.warning("ckptscan: ALERT at step %d, layer %d: %s (%s)", alert.step, alert.layer,
                         alert.finding.message, self.report_path)
+        plan = self.resume_plan
+        if plan and plan != self._plan_logged:
+            log.warning("ckptscan: resume plan (%s):\n%s", self.resume_path, "\n".join(plan))
+            self._plan_logged = plan
         if self.on_alert == "save":
             self.should_save = True
             if self.save is not None:

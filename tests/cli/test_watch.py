@@ -17,6 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ckptscan.cli import app
+from ckptscan.report.resume import terminal_lines
+from ckptscan.schema.results import Summary, from_dict
 
 from writer_process import GUARD_S, Lines, Writer, environment
 from run_factory import write_run
@@ -245,3 +247,19 @@ def test_a_finding_is_printed_when_it_starts_not_at_every_pair(tmp_path):
     ceiling = [line for line in findings if "attention logit scale" in line and "above the ceiling" in line]
     assert len(ceiling) == 1 and ceiling[0].startswith("    layer 1 [attention] alert: attention logit scale 2.15")
     assert covered(lines) == list(range(100, 3001, 100)), "every pair is a row or counted"
+
+
+def test_the_watch_prints_the_resume_plan_trend_prints_when_it_alerts(writer, tmp_path):
+    """The rollback candidate and the resume plan (report/resume.py) come once, when the first alert does, and say
+    what `ckptscan trend` of the same checkpoints says."""
+    for step in STEPS:
+        writer.publish(f"checkpoint-{step}")
+    result = invoke(writer.target, "--timeout", "1", "--poll", "--interval", "0.05", "--no-cache", "--json",
+                    tmp_path / "watch.json")
+    assert result.exit_code == 1
+    trend = CliRunner().invoke(app, ["trend", str(writer.target), "--no-cache"])
+    plan = terminal_lines(from_dict(Summary, json.loads((tmp_path / "watch.json").read_text())["summary"]))
+    assert plan[0].startswith("rollback candidate: ") and len(plan) > 1
+    watched, trended = (" ".join(text.split()) for text in (result.stdout, trend.stdout))
+    block = " ".join(" ".join(plan).split())
+    assert watched.count(block) == 1 and block in trended

@@ -13,8 +13,9 @@ from safetensors.torch import save_file
 from experiments.model import MixtralConfig, MixtralForCausalLM, hf_state_dict
 
 # What differs between a live report and an offline one by construction:
-# where the checkpoints are (a snapshot has no file) and the live settings.
-PLACES = {"path", "from_path", "to_path", "run", "probe", "loss_log", "live", "tool"}
+# where the checkpoints are (a snapshot has no file) and the live settings; the resume plan's trainer
+# arguments, which the saved checkpoints' folder naming names (a snapshot's "live:step-N" names none).
+PLACES = {"path", "from_path", "to_path", "run", "probe", "loss_log", "live", "tool", "trainer"}
 
 
 def tiny_config() -> MixtralConfig:
