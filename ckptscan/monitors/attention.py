@@ -106,11 +106,16 @@ class QKSpectra:
         return QKSpectra(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
 
-def kv_head_index(num_heads: int, num_kv_heads: int) -> torch.Tensor:
+def kv_heads(num_heads: int, num_kv_heads: int) -> list[int]:
     """KV head of each query head, g = h // (H/G), as `repeat_kv` lays them out."""
     if num_kv_heads < 1 or num_heads % num_kv_heads:
         raise ValueError(f"{num_heads} query heads cannot be grouped over {num_kv_heads} KV heads")
-    return torch.arange(num_heads) // (num_heads // num_kv_heads)
+    return [h // (num_heads // num_kv_heads) for h in range(num_heads)]
+
+
+def kv_head_index(num_heads: int, num_kv_heads: int) -> torch.Tensor:
+    """`kv_heads` as a tensor [H]."""
+    return torch.tensor(kv_heads(num_heads, num_kv_heads))
 
 
 def qk_grams(q: torch.Tensor, k: torch.Tensor, compute_dtype: torch.dtype = torch.float32) -> QKGrams:
@@ -385,14 +390,38 @@ def logit_scale(
     `compute_dtype` (float64 by default; a scan passes its own, float32 by
     default: relative error ~1e-6, against a ceiling) and combined in float64.
     """
+    return logit_scale_from_squares(
+        logit_scale_squares(q, k, input_gain=input_gain, kv_index=kv_index, compute_dtype=compute_dtype), q.shape[1])
+
+
+def logit_scale_squares(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    *,
+    input_gain: torch.Tensor | None = None,
+    kv_index: torch.Tensor | None = None,
+    compute_dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
+    """`logit_scale`'s O(d) part on the weights' device: tr((Q_h D_γ² Q_hᵀ)(K_g D_γ² K_gᵀ))
+    per query head [H], float64; `logit_scale_from_squares` finishes it (a scan
+    finishes several layers' at once, on the host)."""
     num_heads, r, _ = q.shape
-    kv = kv_head_index(num_heads, k.shape[0]) if kv_index is None else kv_index
     q, k = q.to(compute_dtype), k.to(compute_dtype)
     # Q D_γ² Qᵀ as (Q ⊙ γ²) Qᵀ: one scaled copy per projection.
     square = None if input_gain is None else input_gain.to(device=q.device, dtype=compute_dtype).square()
     qq = (q if square is None else q * square) @ q.mT
-    kk = ((k if square is None else k * square) @ k.mT)[kv.to(k.device)]
-    return (qq * kk).sum((-1, -2), dtype=_F64).clamp_min(0).sqrt() / math.sqrt(r)
+    kk = (k if square is None else k * square) @ k.mT
+    if kv_index is None:  # every head, in repeat_kv's groups: a broadcast, not a gather
+        kv_heads(num_heads, k.shape[0])  # checks the grouping
+        products = qq.unflatten(0, (k.shape[0], -1)) * kk[:, None]
+    else:
+        products = qq * kk[kv_index.to(k.device)]
+    return products.sum((-1, -2), dtype=_F64).reshape(num_heads)
+
+
+def logit_scale_from_squares(squares: torch.Tensor, r: int) -> torch.Tensor:
+    """The logit scales from `logit_scale_squares` (any shape), r the head dimension."""
+    return squares.clamp_min(0).sqrt() / math.sqrt(r)
 
 
 def qk_norm_logit_bound(q_norm_gain: torch.Tensor, k_norm_gain: torch.Tensor) -> float:

@@ -9,8 +9,8 @@ from typing import Callable, Sequence
 import torch
 
 from ckptscan.layouts import LayerWeights
-from ckptscan.monitors.attention import (QKGrams, QKSpectra, logit_scale, qk_gram_blocks, qk_norm_logit_bound,
-                                         qk_spectra, qk_spectra_from_blocks)
+from ckptscan.monitors.attention import (QKGrams, QKSpectra, logit_scale_from_squares, logit_scale_squares,
+                                         qk_gram_blocks, qk_norm_logit_bound, qk_spectra, qk_spectra_from_blocks)
 from ckptscan.monitors.spectral import spectral_stats
 from ckptscan.monitors.whole_matrix import whole_matrix_singular_values
 from ckptscan.schema.results import AttentionResult, HeadResult
@@ -27,7 +27,7 @@ class PendingAttention:
     blocks: torch.Tensor  # [K, H + G, r, r] float64, CPU
     selection: HeadSelection
     width: int  # d, the hidden size the heads project from
-    scale: torch.Tensor | None  # [H] the newer checkpoint's logit scale, CPU; None without an input gain
+    scale: torch.Tensor | None  # [H] the newer checkpoint's logit_scale_squares, CPU; None without an input gain
     # What only some layouts have (a QK-norm's bound, MLA's rope part, the whole-matrix
     # spectra), filled into the result once it exists.
     fills: list[Callable[[AttentionResult], None]] = field(default_factory=list)
@@ -48,8 +48,10 @@ def attention_blocks(a: LayerWeights, b: LayerWeights, grams_a: QKGrams | None, 
         bound = finite_or_none(qk_norm_logit_bound(b.q_norm_gain, b.k_norm_gain))
         pending.fills.append(lambda result: setattr(result, "qk_norm_logit_bound", bound))
     elif b.input_gain is not None:
-        pending.scale = logit_scale(b.q, b.k, input_gain=b.input_gain, kv_index=heads.kv_index,
-                                    compute_dtype=dtype).cpu()
+        # Every head: repeat_kv's grouping, a broadcast rather than a gather.
+        pending.scale = logit_scale_squares(b.q, b.k, input_gain=b.input_gain,
+                                            kv_index=None if selection is None else heads.kv_index,
+                                            compute_dtype=dtype).cpu()
     if full_spectrum:
         pending.fills.append(lambda result: _fill_full_spectrum(result, a, b, dtype))
     if a.rope_q is not None and b.rope_q is not None:
@@ -68,7 +70,8 @@ def attention_results(pending: Sequence[PendingAttention]) -> list[AttentionResu
         first = pending[indices[0]]
         spectra = qk_spectra_from_blocks(torch.stack([pending[i].blocks for i in indices]),
                                          len(first.selection.kv_index), first.selection.kv_index, first.width)
-        scales = None if first.scale is None else torch.stack([pending[i].scale for i in indices])
+        scales = None if first.scale is None else logit_scale_from_squares(
+            torch.stack([pending[i].scale for i in indices]), first.blocks.shape[-1])
         for i, result in zip(indices, _from_spectra(spectra, first.selection, scales)):
             for fill in pending[i].fills:
                 fill(result)

@@ -11,7 +11,7 @@ import torch
 
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts import LayerPlan, ModelInfo, ModelLayout
-from ckptscan.monitors.attention import kv_head_index
+from ckptscan.monitors.attention import kv_head_index, kv_heads
 from ckptscan.readers import Checkpoint
 
 
@@ -30,11 +30,9 @@ class HeadSelection:
 
     @staticmethod
     def every(num_heads: int, num_kv_heads: int) -> HeadSelection:
-        kv_head_index(num_heads, num_kv_heads)  # checks the grouping
-        group = num_heads // num_kv_heads
         # From Python lists: made for every layer of every pair, without an op dispatched.
         return HeadSelection(torch.tensor(list(range(num_heads))), torch.tensor(list(range(num_kv_heads))),
-                             torch.tensor([h // group for h in range(num_heads)]))
+                             torch.tensor(kv_heads(num_heads, num_kv_heads)))
 
     def row_runs(self, role: str | None, shape: tuple[int, ...]) -> list[tuple[int, int]] | None:
         """Row ranges [lo, hi) of W_q or W_k holding the selected heads, or
@@ -64,8 +62,8 @@ def select_heads(info: ModelInfo, heads: Sequence[int] | None, path: Path) -> He
     if missing:
         raise CkptScanError(f"no head(s) {missing}; the model has query heads 0..{info.num_heads - 1}", path=path)
     kv_of_head = kv_head_index(info.num_heads, info.num_kv_heads)[wanted]
-    kv_heads, kv_index = torch.unique(kv_of_head, sorted=True, return_inverse=True)
-    return HeadSelection(torch.tensor(wanted), kv_heads, kv_index, info.head_dim, info.num_heads, info.num_kv_heads)
+    kv_rows, kv_index = torch.unique(kv_of_head, sorted=True, return_inverse=True)
+    return HeadSelection(torch.tensor(wanted), kv_rows, kv_index, info.head_dim, info.num_heads, info.num_kv_heads)
 
 
 def select_layers(layout: ModelLayout, layers: Sequence[int] | None, path: Path) -> list[LayerPlan]:

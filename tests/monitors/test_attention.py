@@ -485,6 +485,22 @@ def test_logit_scale_is_the_frobenius_norm_of_the_gain_folded_qk_form(num_kv):
         assert got[head] == pytest.approx(np.linalg.norm(m) / math.sqrt(r), rel=1e-12)
 
 
+def test_logit_scale_of_selected_heads_uses_each_heads_own_kv_head():
+    # A selection's kv_index (here heads 5, 0, 3 over 2 KV heads in an order of
+    # their own) takes a gather instead of repeat_kv's broadcast: same values.
+    rng = np.random.default_rng(43)
+    r, d = 6, 20
+    q = rng.normal(size=(3, r, d))
+    k = rng.normal(size=(2, r, d))
+    gain = rng.uniform(0.2, 3.0, size=d)
+    kv_index = [1, 0, 1]
+    got = logit_scale(torch.tensor(q), torch.tensor(k), input_gain=torch.tensor(gain),
+                      kv_index=torch.tensor(kv_index)).numpy()
+    for row, g in enumerate(kv_index):
+        m = np.diag(gain) @ q[row].T @ k[g] @ np.diag(gain)
+        assert got[row] == pytest.approx(np.linalg.norm(m) / math.sqrt(r), rel=1e-12)
+
+
 def test_logit_scale_is_the_logits_standard_deviation_for_isotropic_unit_rms_inputs():
     rng = np.random.default_rng(47)
     h, r, d, samples = 2, 8, 32, 200_000
