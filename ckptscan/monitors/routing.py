@@ -132,14 +132,20 @@ def routing_stats(
     entropy = token_entropy(log_p)
     normalized = entropy / math.log(num_experts)
     load = topk_load(selection_scores(logits, log_p, scoring, selection_bias), top_k)
+    # Every statistic in one readback (a host sync on a GPU), the load with them.
+    values = torch.cat([torch.stack([
+        entropy.mean(), torch.quantile(entropy, ENTROPY_QUANTILE), normalized.mean(),
+        (normalized < floor).to(_F64).mean(), load.std(correction=0) / load.mean(), (load == 0).sum().to(_F64),
+    ]), load]).cpu()
+    mean, p05, norm, low, cv, dead = values[:6].tolist()
     return RoutingStats(
-        entropy=float(entropy.mean()),
-        entropy_p05=float(torch.quantile(entropy, ENTROPY_QUANTILE)),
-        entropy_norm=float(normalized.mean()),
-        low_entropy_share=float((normalized < floor).to(_F64).mean()),
-        load=load,
-        load_cv=float(load.std(correction=0) / load.mean()),
-        dead_experts=int((load == 0).sum()),
+        entropy=mean,
+        entropy_p05=p05,
+        entropy_norm=norm,
+        low_entropy_share=low,
+        load=values[6:],
+        load_cv=cv,
+        dead_experts=int(dead),
         tokens=tokens,
         top_k=top_k,
         floor=floor,
