@@ -91,4 +91,5 @@ OUTPUT = FamilySpec(
     ),
     headline=("output_logit_rms",),
     compute=output_values,
+    full_compute=lambda a, b: output_values(a, b, spectrum=True),  # --full-spectrum: the update's spectrum too
 )

@@ -52,6 +52,9 @@ class FamilySpec:
     # values on a pair of one layer's weights (older, newer), by monitor
     # name, stored in `LayerResult.families[name]` (`family_value` reads them).
     compute: Callable[[LayerWeights, LayerWeights], dict[str, float | None]] | None = None
+    # `compute` with its costly values too, for a scan with --full-spectrum
+    # (None: the family has none; `compute` is used as it is).
+    full_compute: Callable[[LayerWeights, LayerWeights], dict[str, float | None]] | None = None
 
 
 def family_value(family: str, name: str) -> Callable[[LayerResult], float | None]:

@@ -49,8 +49,9 @@ def compare(
     if wa.router is not None and wb.router is not None and "router" not in result.nonfinite:
         result.router = router_result(wa, wb, a.routing, b.routing)
     for family in registry.families():
-        if family.compute is not None:
-            values = family.compute(wa, wb)
+        compute = (family.full_compute if options.full_spectrum else None) or family.compute
+        if compute is not None:
+            values = compute(wa, wb)
             if values:  # {}: the family has nothing in this layer (the output family outside the last)
                 result.families[family.name] = values
     return compared

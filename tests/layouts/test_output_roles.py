@@ -17,6 +17,7 @@ from ckptscan import scan_run
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts import HeadOverrides, resolve_layout
 from ckptscan.layouts.megatron import norm_offset
+from ckptscan.scan import ScanOptions
 from ckptscan.readers import open_checkpoint
 
 D, V, HEADS = 32, 48, 4
@@ -152,10 +153,15 @@ def test_a_scanned_run_gives_the_last_layer_the_heads_dense_values(tmp_path, tie
         write_hf_checkpoint(tmp_path / f"checkpoint-{100 * k}", tensors, config, dtype=torch.bfloat16)
         stored.append({n: t.to(torch.bfloat16) for n, t in tensors.items()})
     report = scan_run(tmp_path)
+    full = scan_run(tmp_path, ScanOptions(full_spectrum=True))
     for k, pair in enumerate(report.pairs):
         assert ["output" in layer.families for layer in pair.layers] == [False, True]
         values = pair.layers[-1].families["output"]
         a, b = stored[k][head], stored[k + 1][head]
         expected = {**brute_scales(b, stored[k + 1]["model.norm.weight"].to(torch.float64)), **brute_update(a, b)}
+        # The update's spectrum (a V·d² Gram) is computed only when asked for (--full-spectrum).
+        assert full.pairs[k].layers[-1].families["output"] == pytest.approx(expected, rel=1e-9)
+        assert values.pop("dw_head_entropy_norm") is None
+        del expected["dw_head_entropy_norm"]
         assert values == pytest.approx(expected, rel=1e-9)
         assert pair.layers[-1].stored_dtype[("embedding" if tied else "lm_head")] == "BF16"
