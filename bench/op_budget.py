@@ -26,7 +26,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 HERE = Path(__file__).resolve().parent
