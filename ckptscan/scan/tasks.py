@@ -4,12 +4,13 @@ one layer of every pair, visiting the checkpoints in step order."""
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts import ModelInfo, ModelLayout, resolve_layout
+from ckptscan.layouts import LayerPlan, ModelInfo, ModelLayout, resolve_layout
 from ckptscan.inputs.probe import Probe
 from ckptscan.monitors.optimizer_family import FAMILY as OPTIMIZER_FAMILY
 from ckptscan.storage.readahead import ReadAhead
@@ -71,7 +72,7 @@ def scan_layers(
     if executor is None:
         from ckptscan.executors.local import LocalExecutor
 
-        executor = LocalExecutor(options.workers, options.threads)
+        executor = LocalExecutor(options.workers, options.threads, layer_bytes=task_bytes(checkpoints[0], plans))
     groups = executor.group(todo) if todo else []
     done = 0
     # Remote checkpoints: fetch the next layer-loads while the current ones are computed on.
@@ -90,6 +91,20 @@ def scan_layers(
         if task.readahead is not None:
             task.readahead.close()
     return layouts[0].info, [[found[p.layer][k] for p in plans] for k in range(len(pairs))]
+
+
+def task_bytes(checkpoint: Checkpoint, plans: Sequence[LayerPlan]) -> int:
+    """About what one running task holds at most, from the tensors' shapes
+    (headers only): its largest layer of two checkpoints at 4 bytes a value
+    (float32 copies), twice over for the differences and their products, and
+    the Gram blocks waiting for their batched solve with the solve's own
+    working memory (~5x them). The plan keeps the running tasks' sum within a
+    share of the machine's memory (`plan_threads`)."""
+    def elements(plan: LayerPlan) -> int:
+        return sum(math.prod(checkpoint.tensors.shape(name)) for name in plan.tensors)
+
+    largest = max((elements(plan) for plan in plans), default=0)
+    return 2 * 2 * 4 * largest + 6 * PENDING_BYTES
 
 
 class LayerTask:

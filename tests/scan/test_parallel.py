@@ -124,6 +124,26 @@ def test_plan_threads_keeps_the_running_layers_within_the_memory_budget(cpus):
     assert plan_threads(80, cpus=cpus) == plan_threads(80, cpus=cpus, layer_bytes=1, memory_budget=10 * gib)
 
 
+def test_a_scan_tells_the_plan_what_a_task_holds(pair, monkeypatch):
+    # The largest layer of two checkpoints at 4 bytes a value, twice over, and
+    # the waiting Gram blocks with their solve's memory: from the headers alone.
+    from ckptscan.layouts import resolve_layout
+    from ckptscan.readers import open_checkpoint
+
+    seen = []
+    original = LocalExecutor.__init__
+
+    def spy(self, *args, **kwargs):
+        seen.append(kwargs.get("layer_bytes"))
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(LocalExecutor, "__init__", spy)
+    scan_pair(*pair, ScanOptions(workers=1))
+    ckpt = open_checkpoint(pair[0])
+    read = [sum(math.prod(ckpt.tensors.shape(n)) for n in plan.tensors) for plan in resolve_layout(ckpt).layers]
+    assert seen == [2 * 2 * 4 * max(read) + 6 * tasks.PENDING_BYTES]
+
+
 def test_plan_threads_with_workers_given_shares_the_cpus_among_them():
     assert plan_threads(32, workers=4, cpus=2) == (4, 1)
     assert plan_threads(32, workers=2, cpus=16) == (2, 4)  # not 8: the eigensolves lose to their barriers
