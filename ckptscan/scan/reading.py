@@ -19,10 +19,16 @@ def read_layer(ckpt: Checkpoint, plan: LayerPlan, selection: HeadSelection | Non
                device: str) -> dict[str, torch.Tensor]:
     """The layer's monitored tensors as stored, by name, on `device`."""
     prefetch(ckpt, plan, selection)
-    raw = {name: read_tensor(ckpt, plan, name, selection) for name in plan.tensors}
-    if device != "cpu":
-        raw = {name: tensor.to(device) for name, tensor in raw.items()}
-    return raw
+    if device == "cpu":
+        return {name: read_tensor(ckpt, plan, name, selection) for name in plan.tensors}
+    # To a GPU through pinned memory, asynchronously: each tensor's copy runs
+    # on the device's stream while the next one is read, and the math queued
+    # after it on the same stream waits for its inputs, with no host sync.
+    # torch's caching host allocator reuses a pinned block only once the
+    # copy that read it has finished. (A pageable copy would block the
+    # reading thread for every tensor.)
+    return {name: read_tensor(ckpt, plan, name, selection).pin_memory().to(device, non_blocking=True)
+            for name in plan.tensors}
 
 
 def prefetch(ckpt: Checkpoint, plan: LayerPlan, selection: HeadSelection | None) -> Callable[[], None] | None:
