@@ -52,6 +52,7 @@ th { background: #f3f3f3; } td.text, th.text { text-align: left; }
 figure { margin: 1rem 0 1.6rem; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { color: #444; font-size: 0.88rem; max-width: 60rem; }
 footer { margin-top: 3rem; color: #777; font-size: 0.85rem; }
+.note { color: #555; font-size: 0.85rem; }
 """
 
 
@@ -131,6 +132,39 @@ def _e(value: object) -> str:
 
 def _section(anchor: str, heading: str, body: str) -> str:
     return f'<section id="{anchor}">\n<h2>{_e(heading)}</h2>\n{body}\n</section>'
+
+
+def _dl_noted(items: Iterable[tuple[str, object]], notes: dict[str, str]) -> str:
+    """A list of facts, each with what it means where `notes` says (by its words): shown under the value and as the
+    term's tooltip."""
+    rows = []
+    for k, v in items:
+        note = notes.get(k)
+        if note is None:
+            rows.append(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>")
+        else:
+            rows.append(f'<dt title="{_e(note)}">{_e(k)}</dt><dd>{_e(v)}<br><span class="note">{_e(note)}</span></dd>')
+    return "<dl>\n" + "\n".join(rows) + "\n</dl>"
+
+
+def setting_notes(report: ScanReport) -> dict[str, str]:
+    """What the run facts whose names say too little mean, by the words the page gives them."""
+    notes = {
+        "lr warmup end step": "where the learning rate's initial ramp ends in the loss log (the first logged step "
+                              "it does not rise after): no pair starting before it is judged against the run's "
+                              "history",
+        "pending steps": "newer checkpoints not on the stride yet: not scanned",
+    }
+    pairs = report.thresholds.get("warmup_pairs", 2)
+    if report.command == "diff":
+        notes["warmup end step"] = ("the older step of the pair, judged alone: by the rules that need no history "
+                                    "(the non-finite check, the floors and ceilings, the cross-layer rule)")
+    else:
+        notes["warmup end step"] = ("the older step of the first pair judged against the run's own history; the "
+                                    f"pairs before it are the warm-up (the first {pairs} pairs, and those before the "
+                                    "learning rate's warm-up ends), judged only by the non-finite check and the "
+                                    "ceilings (and a reference band, where there is one)")
+    return notes
 
 
 def _dl(items: Iterable[tuple[str, object]]) -> str:
@@ -256,7 +290,8 @@ def _run_facts(report: ScanReport) -> str:
     run += [(key.replace("_", " "), _value(value)) for key, value in report.settings.items()]
     if report.probe is not None:
         run.append(("probe", report.probe))
-    parts = ["<h3>Model</h3>", _dl(model), "<h3>Run</h3>", _dl(run)]
+    notes = setting_notes(report)
+    parts = ["<h3>Model</h3>", _dl(model), "<h3>Run</h3>", _dl_noted(run, notes)]
     if report.skipped:
         rows = [[item.get("path", ""), item.get("reason", "")] for item in report.skipped]
         parts += ["<h3>Skipped checkpoints</h3>", _table(["path", "reason"], rows, text_columns=2)]

@@ -256,3 +256,17 @@ def test_a_run_not_judged_says_so_never_ok(reports, tmp_path):
     assert '<span class="badge not_judged">NOT JUDGED</span>' in text
     assert "<dt>judged</dt><dd>0 of 2 pairs; not judged: 2 pairs: warm-up (the first 2 pairs" in text
     assert "OK" not in text.split("<body>")[1].split("</header>")[0]
+
+
+def test_the_warm_up_steps_say_what_they_are(page, reports):
+    """Issue 52: `warmup end step 99` and `lr warmup end step` stood on the page unexplained."""
+    report = reports["loss"]
+    text = " ".join(parse(page).text)
+    run_facts = text[text.index("Model and run"):]
+    warmup = report.settings["warmup_end_step"]
+    assert f"warmup end step {warmup} the older step of the first pair judged against the run's own history" \
+        in run_facts
+    assert "pairs before it are the warm-up (the first 2 pairs" in run_facts
+    if "lr_warmup_end_step" in report.settings:
+        assert "lr warmup end step" in run_facts and "where the learning rate's initial ramp ends" in run_facts
+    assert '<dt title="the older step of the first pair judged' in page
