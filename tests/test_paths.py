@@ -12,6 +12,7 @@ from run_factory import write_run
 
 import ckptscan
 from ckptscan.inputs.loss_log import read_loss_log
+from ckptscan.pipeline.run import resolve_run
 from ckptscan.system.paths import expand_path
 from ckptscan.report.json import write_json
 from ckptscan.schema.load import load_report
@@ -74,7 +75,7 @@ def test_every_path_option_is_expanded(home: Path, run: Path, capsys: pytest.Cap
 def test_run_directories_checkpoints_and_side_files_are_expanded(home: Path, run: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUN", str(run))
-    assert [c.step for c in ckptscan.resolve_run("$RUN", config=None).checkpoints] == [0, 100, 200, 300]
+    assert [c.step for c in resolve_run("$RUN", config=None).checkpoints] == [0, 100, 200, 300]
     pair = ckptscan.scan_pair("$RUN/checkpoint-100", "${RUN}/checkpoint-200", config=None)
     assert pair.pairs[0].to_path == f"{run}/checkpoint-200"
     write_json(pair, home / "report.json")

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ckptscan import compute, judge, resolve_run
+from ckptscan.detection.judge import judge
 from ckptscan.detection.rules import Thresholds
+from ckptscan.pipeline.metrics import compute
+from ckptscan.pipeline.run import resolve_run
 from ckptscan.report.json import report_dict
 from run_factory import write_run
 
