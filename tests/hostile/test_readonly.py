@@ -66,6 +66,7 @@ PAIRS = {
 def test_diff_changes_nothing_in_the_checkpoints(tmp_path: Path, capsys: pytest.CaptureFixture, make) -> None:
     a, b = make(tmp_path)
     before = tree_snapshot(tmp_path / "ckpts")
+    (tmp_path / "out").mkdir()  # ckptscan makes no folder for a report file (issue 52)
     result = run_cli(capsys, "diff", a, b, "--json", tmp_path / "out" / "report.json")
     assert result.code in (0, 1), result.stderr
     assert tree_snapshot(tmp_path / "ckpts") == before
