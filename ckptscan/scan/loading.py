@@ -49,32 +49,34 @@ def load_layer(
     dtype = options.compute_dtype
     raw = read_layer(ckpt, plan, selection, options.device)
     weights = _build(plan, raw, dtype, selection)
-    # One readback of the layer's checks: each tensor's largest |w| (finite iff
-    # every value is: NaN and ±Inf propagate through a max), those of the
-    # built W_q/W_k blocks being the Gram overflow bound. One multi-tensor op.
+    # One readback of the layer's checks: each tensor's Frobenius norm (finite
+    # iff every value is: NaN and ±Inf propagate through it; an overflowing
+    # sum of squares only sends that tensor to the exact count), those of the
+    # built W_q/W_k blocks bounding their Gram entries. One multi-tensor op,
+    # ~20x faster on a CPU than the same op's max |w| (12 ms a 2048² bf16 tensor).
     floats = {name: t for name, t in raw.items() if t.dtype in _PROVABLE and t.numel()}
     blocks = [w for w in (weights.q, weights.k) if w is not None and w.numel()]
-    peaks = torch._foreach_norm(list(floats.values()) + blocks, float("inf")) if floats or blocks else []
-    checks = torch.cat([p.reshape(1) for p in peaks]).tolist() if peaks else []
+    norms = torch._foreach_norm(list(floats.values()) + blocks) if floats or blocks else []
+    checks = torch.cat([n.reshape(1) for n in norms]).tolist() if norms else []  # cat promotes the dtypes
     nonfinite = {}
     # A tensor of another dtype (fp8 as stored) has no such proof: it is counted.
     unproven = [name for name, t in raw.items() if t.is_floating_point() and t.dtype not in _PROVABLE]
-    for name in [n for n, peak in zip(floats, checks) if not math.isfinite(peak)] + unproven:
+    for name in [n for n, norm in zip(floats, checks) if not math.isfinite(norm)] + unproven:
         bad = int((~torch.isfinite(raw[name])).sum())
         if bad:
             nonfinite[plan.roles.get(name, name)] = bad
-    peak = max(checks[len(floats):], default=0.0)
+    frobenius = max(checks[len(floats):], default=0.0)
     grams = None
     # A non-finite router or head leaves attention judged (the numeric rule names the tensor).
     qk_finite = weights.q is not None and all(r in ROUTER_ROLES or r in OUTPUT_ROLES for r in nonfinite)
     if qk_finite:
-        if _overflows(weights, peak, dtype) and dtype != torch.float64:
+        if _overflows(weights, frobenius, dtype) and dtype != torch.float64:
             # Finite weights so large (|w| ≳ 1e17) that their float32 Grams
             # overflow: this layer is computed in float64, which holds the
             # square of any value a float32 or narrower dtype can store.
             dtype = torch.float64
             weights = _build(plan, raw, dtype, selection)
-        if _overflows(weights, peak, dtype):
+        if _overflows(weights, frobenius, dtype):
             name = next(n for n, role in plan.roles.items() if role not in ROUTER_ROLES and role not in OUTPUT_ROLES)
             raise CkptScanError("values too large for float64 arithmetic", path=ckpt.path, tensor=name)
         grams = qk_grams(weights.q, weights.k, dtype) if as_base else None
@@ -90,9 +92,8 @@ def load_layer(
     return LoadedLayer(weights, nonfinite, qk_finite, grams, routing, stored, dtype)
 
 
-# Dtypes whose max |w| proves every value finite (one fast pass instead of the
-# exact count's three, ~10x cheaper on a 7B q_proj); only a non-finite max pays
-# for the count.
+# Dtypes whose norm proves every value finite (one fast pass instead of the
+# exact count's three); only a non-finite norm pays for the count.
 _PROVABLE = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 
 
@@ -106,16 +107,17 @@ def _build(plan: LayerPlan, raw: dict[str, torch.Tensor], dtype: torch.dtype,
     return weights
 
 
-def _overflows(weights: LayerWeights, peak: float, dtype: torch.dtype) -> bool:
+def _overflows(weights: LayerWeights, frobenius: float, dtype: torch.dtype) -> bool:
     """Whether Gram entries can come within 16x of `dtype`'s range: the ΔQ Grams
     of a pair can be 4x larger than either checkpoint's.
 
-    Every entry of a Gram of rows of length d is at most d·max|w|²
-    (Cauchy–Schwarz), so weights within that bound need no Gram formed; only
-    weights past it pay for the exact check of their Grams."""
+    Every entry of a Gram of rows w_i, w_j is at most ‖w_i‖‖w_j‖ ≤ ‖W‖_F²
+    (Cauchy–Schwarz; `frobenius` the larger of W_q's and W_k's norms), so
+    weights within that bound need no Gram formed; only weights past it (a
+    norm past ~1e18 in float32) pay for the exact check of their Grams."""
     limit = torch.finfo(dtype).max / 16
     q, k = weights.q, weights.k
-    if peak * peak * q.shape[-1] <= limit:  # a Python float: peak² cannot overflow here
+    if frobenius * frobenius <= limit:  # a Python float: its square cannot overflow here
         return False
     grams = qk_grams(q, k, dtype)
     return not all(bool(g.abs().amax() <= limit) for g in (grams.qq, grams.kk) if g.numel())
