@@ -10,8 +10,10 @@ solver call (`cholesky_ex`, `eigh`, …) hundreds of launches. Counted over one
     python bench/op_budget.py [--layers 4] [--json] [--sites]
 
 Targets (issue #50): ≤ 100 kernel ops, ≤ 2 scalar reads and ≤ 2 linalg solver
-calls a layer. The LM head is counted in the row blocks a GPU takes (the CPU
-takes smaller, cache-sized ones: more ops, each cheap). `--sites` prints where the scalar reads and the most frequent
+calls a layer. The scan is counted as a GPU runs it: the LM head in the
+row blocks a GPU takes (a CPU takes smaller, cache-sized ones: more ops,
+each cheap) and the layers' small solves batched as on a GPU (a CPU solves
+fewer at once, to bound their host memory on a small machine). `--sites` prints where the scalar reads and the most frequent
 ops come from (file:line in ckptscan). `--json` ends with one JSON line:
 {"kernel_ops_per_layer", "scalar_reads_per_layer", "solver_calls_per_layer", "layers"}.
 """
@@ -81,7 +83,7 @@ def count(layers: int, workdir: Path, sites: bool = False, spec: Any = None) -> 
     from ckptscan.detection.rules import Thresholds
     from ckptscan.monitors import output
     from ckptscan.pipeline.api import scan_pair
-    from ckptscan.scan import ScanOptions
+    from ckptscan.scan import ScanOptions, tasks
 
     spec = spec or one_b_shape(layers)
     a, b = ensure_run(spec, workdir, [100, 200])
@@ -89,14 +91,15 @@ def count(layers: int, workdir: Path, sites: bool = False, spec: Any = None) -> 
     # The LM head's pass goes in row blocks sized for the device: small, cache-resident ones on a
     # CPU (a ~10x cheaper sweep there, each op a few µs), large ones on a GPU, where each sweep is a
     # launch. What a GPU launches is what is counted, so the head is counted in the GPU's blocks.
-    cpu_blocks = output.CPU_BLOCK_ELEMENTS
-    output.CPU_BLOCK_ELEMENTS = output.BLOCK_ELEMENTS
+    # Likewise the layers whose small solves are batched together: as many as a GPU's batch holds.
+    cpu_blocks, cpu_pending = output.CPU_BLOCK_ELEMENTS, tasks.CPU_PENDING_BYTES
+    output.CPU_BLOCK_ELEMENTS, tasks.CPU_PENDING_BYTES = output.BLOCK_ELEMENTS, tasks.PENDING_BYTES
     try:
         scan_pair(a, b, options, thresholds=Thresholds())  # warm-up: caches, lazy imports
         with OpCount(sites) as counted:
             scan_pair(a, b, options, thresholds=Thresholds())
     finally:
-        output.CPU_BLOCK_ELEMENTS = cpu_blocks
+        output.CPU_BLOCK_ELEMENTS, tasks.CPU_PENDING_BYTES = cpu_blocks, cpu_pending
     return counted, spec.layers
 
 

@@ -27,10 +27,18 @@ from ckptscan.storage import RemotePath
 if TYPE_CHECKING:
     from ckptscan.executors import Executor
 
-# Gram blocks waiting for their batched solve (`LayerTask.__call__`), at most:
-# 64 MiB is ~18 pair-layers of a 1B model (3.5 MiB each) or ~2 of a 70B one,
-# whose solve then needs about 5x that while it runs.
-PENDING_BYTES = 64 << 20
+# Gram blocks waiting for their batched solve (`LayerTask.__call__`), at most.
+# The solve runs on the host in float64 whatever the device, and its working
+# memory is about SOLVE_FACTOR times its blocks (measured: 0.95 GB for the
+# 28 MB of 8 layers of a 1B model). With a GPU the batch is the point (each
+# batch is one transfer and one readback): 16 MiB, ~4 pair-layers of a 1B
+# model, ~0.5 GB of host memory a worker while it solves. On a CPU a batch
+# saves only Python and small ops, and two workers' solves must fit a 2-core
+# machine's memory: 2 MiB, one pair-layer of a 1B model at a time (~120 MB),
+# several of a smaller one.
+SOLVE_FACTOR = 34
+PENDING_BYTES = 16 << 20
+CPU_PENDING_BYTES = 2 << 20
 
 
 def scan_layers(
@@ -97,14 +105,14 @@ def task_bytes(checkpoint: Checkpoint, plans: Sequence[LayerPlan]) -> int:
     """About what one running task holds at most, from the tensors' shapes
     (headers only): its largest layer of two checkpoints at 4 bytes a value
     (float32 copies), twice over for the differences and their products, and
-    the Gram blocks waiting for their batched solve with the solve's own
-    working memory (~5x them). The plan keeps the running tasks' sum within a
+    the working memory of its batched solve (at most SOLVE_FACTOR times the
+    largest batch of Gram blocks, a GPU's). The plan keeps the running tasks' sum within a
     share of the machine's memory (`plan_threads`)."""
     def elements(plan: LayerPlan) -> int:
         return sum(math.prod(checkpoint.tensors.shape(name)) for name in plan.tensors)
 
     largest = max((elements(plan) for plan in plans), default=0)
-    return 2 * 2 * 4 * largest + 6 * PENDING_BYTES
+    return 2 * 2 * 4 * largest + SOLVE_FACTOR * PENDING_BYTES
 
 
 class LayerTask:
@@ -150,8 +158,10 @@ class LayerTask:
     def __call__(self, layers: Sequence[int], stop: threading.Event) -> list[list[LayerResult]]:
         """The layers' results, [layer][pair]. Each layer's device work is done
         as it is read; the small attention solves of the layers and pairs wait
-        and are done together, in batches of at most `PENDING_BYTES` of Gram
-        blocks (one batched solve and one readback per batch, not per layer)."""
+        and are done together, in batches of about `PENDING_BYTES` of Gram
+        blocks (`CPU_PENDING_BYTES` on a CPU): one batched solve and one
+        readback per batch, not per layer."""
+        limit = CPU_PENDING_BYTES if self.options.device == "cpu" else PENDING_BYTES
         done: list[list[Compared]] = []
         waiting: list[Compared] = []
         for layer in layers:
@@ -160,7 +170,7 @@ class LayerTask:
                 return []
             done.append(compared)
             waiting.extend(compared)
-            if sum(c.pending_bytes for c in waiting) >= PENDING_BYTES:
+            if sum(c.pending_bytes for c in waiting) >= limit:
                 finish(waiting)
                 waiting = []
         finish(waiting)
