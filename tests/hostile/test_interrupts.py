@@ -17,6 +17,7 @@ from hostile.helpers import assert_one_line_error, run_cli, write_pair
 
 import ckptscan.cli
 import ckptscan.scan
+from ckptscan.executors import local as local_executor
 from ckptscan.readers import SafetensorsSource
 
 TREND = hasattr(ckptscan.cli, "trend")
@@ -35,7 +36,7 @@ def test_keyboard_interrupt_mid_scan(tmp_path: Path, capsys: pytest.CaptureFixtu
         raise KeyboardInterrupt
 
     monkeypatch.setattr(SafetensorsSource, "get", interrupted)
-    monkeypatch.setattr(ckptscan.executors.local, "plan_threads", lambda tasks, chosen=None: (min(workers, tasks), 1))
+    monkeypatch.setattr(local_executor, "plan_threads", lambda tasks, chosen=None, **_: (min(workers, tasks), 1))
     result = run_cli(capsys, "diff", a, b, "--json", tmp_path / "report.json")
     assert calls
     assert result.code == 130
