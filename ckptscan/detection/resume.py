@@ -35,7 +35,7 @@ from ckptscan.detection.thresholds import Thresholds
 from ckptscan.monitors.optimizer_family import FAMILY as OPTIMIZER
 from ckptscan.monitors.optimizer_family import V_BELOW_EPS2
 from ckptscan.monitors.output_family import NAME as OUTPUT
-from ckptscan.schema.results import CheckpointRef, Finding, PairResult, Resume
+from ckptscan.schema.results import UNMEASURED, CheckpointRef, Finding, PairResult, Resume
 from ckptscan.trainers import trainer_plan
 
 # Findings that are a checkpoint's absolute signals (checked from the values themselves) or say nothing
@@ -43,9 +43,6 @@ from ckptscan.trainers import trainer_plan
 NOT_DEPARTURES = ("ceiling", "nonfinite", RULE_DECAYED, "precision")
 # How many passed-over checkpoints the reason names (the JSON's `rejected` lists them all).
 NAMED = 3
-# Why a first checkpoint other than the initialisation is not proposed.
-UNMEASURED = ("its own signals were not measured: it is the older checkpoint of the first pair, and ckptscan "
-              "measures a checkpoint as the newer one of a pair")
 
 
 @dataclass

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ckptscan.detection.resume import UNMEASURED
-from ckptscan.schema.results import CheckpointRef, Resume, Summary
+from ckptscan.schema.results import UNMEASURED, CheckpointRef, Resume, Summary
 from ckptscan.trainers import TAKES_A_RANGE
 
 # Live mode's snapshots are named "live:step-N" (live/snapshot.py): no file, the trainer's own save at step N.

@@ -252,6 +252,12 @@ class CheckpointRef:
     step: int | None
 
 
+# The words of a plan's reason (and a rejected candidate's "why") for a first checkpoint other than the
+# initialisation, which is not proposed: written by detection/resume.py, shortened by report/resume.py.
+UNMEASURED = ("its own signals were not measured: it is the older checkpoint of the first pair, and ckptscan "
+              "measures a checkpoint as the newer one of a pair")
+
+
 @dataclass
 class Resume:
     """Where to resume training after an alert, and how (`summary.resume`;
