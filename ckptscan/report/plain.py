@@ -13,7 +13,8 @@ from typing import Any
 
 from ckptscan import __version__
 from ckptscan.errors import CkptScanError
-from ckptscan.schema.results import SCHEMA_VERSION, AttentionResult, LayerResult, PairResult, ScanReport
+from ckptscan.schema.results import (SCHEMA_VERSION, WRITTEN_WITHOUT, AttentionResult, LayerResult, PairResult,
+                                     ScanReport)
 
 # --per-head: which layers keep their per-head results in the report; "all"
 # (the library's default) writes every one. The others leave `heads` empty
@@ -39,6 +40,10 @@ def report_dict(report: ScanReport, per_head: str = "all") -> dict[str, Any]:
                       if name == "pairs" else plain(value))
     if per_head != "all":
         body["settings"]["per_head"] = per_head
+    for key in getattr(report.summary, WRITTEN_WITHOUT, ()):
+        # A report loaded from a file written before the key existed: still without it, unless set since.
+        if body["summary"].get(key) is None:
+            del body["summary"][key]
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "ckptscan", "version": __version__},

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from ckptscan.errors import CkptScanError
 from ckptscan.report.parts import PARTS_SCHEMA_VERSION, expand, pair_columns
 from ckptscan.report.rebuild import build
-from ckptscan.schema.results import PairResult, ScanReport, from_dict
+from ckptscan.schema.results import ADDED_SUMMARY_KEYS, WRITTEN_WITHOUT, PairResult, ScanReport, from_dict
 from ckptscan.storage import RemotePath, as_path
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -137,6 +137,11 @@ def report_from_dict(data: dict[str, Any], path: str | Path | None = None) -> Sc
     version does not know are ignored, missing optional ones take defaults."""
     check_report(data, path)
     try:
-        return from_dict(ScanReport, data)
+        report: ScanReport = from_dict(ScanReport, data)
     except (TypeError, ValueError, KeyError, AttributeError) as e:
         raise CkptScanError(f"the report's contents cannot be read ({e})", path=path) from None
+    summary = data["summary"]
+    absent = tuple(key for key in ADDED_SUMMARY_KEYS if isinstance(summary, dict) and key not in summary)
+    if absent:  # written again without them (results.ADDED_SUMMARY_KEYS)
+        setattr(report.summary, WRITTEN_WITHOUT, absent)
+    return report

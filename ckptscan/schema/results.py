@@ -336,6 +336,14 @@ class Summary:
     resume: Resume | None = None
 
 
+# Keys of the summary added since reports were first written, which a report loaded from a file without one
+# leaves out again when it writes that report (`report/plain.py`): absent says the version that wrote it
+# did not compute it, where `null` says there is nothing (`resume`: no alert, or not one run). The loader
+# (`schema/load.py`) names them on the loaded Summary under the attribute WRITTEN_WITHOUT, not a field.
+ADDED_SUMMARY_KEYS = ("resume",)
+WRITTEN_WITHOUT = "_written_without"
+
+
 @dataclass
 class ScanReport:
     command: str

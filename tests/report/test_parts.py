@@ -23,6 +23,7 @@ from ckptscan.report import parts
 from ckptscan.report.json import report_json, write_json
 from ckptscan.schema.load import as_json_values, load_report, read_json_file, report_from_dict
 from ckptscan.report.plain import report_dict
+from ckptscan.schema.results import Resume
 
 FIXTURE = Path(__file__).parent / "fixtures" / "schema1-healthy.json"
 PER_HEAD = "flagged+newest"
@@ -87,7 +88,8 @@ def test_the_document_holds_every_key_of_schema_1_and_the_pairs_as_documented(re
     assert set(pairs["parts"]) == {"file", "bytes", "count", "chunks", "digest"}
     assert pairs["parts"]["file"].startswith("report.json.pairs-") and pairs["parts"]["count"] == len(report.pairs) - 1
     (count, size, _sha), = pairs["parts"]["chunks"]
-    assert (count, size) == (len(report.pairs) - 1, pairs["parts"]["bytes"]) == (count, parts_file(tmp_path / "report.json").stat().st_size)
+    on_disk = parts_file(tmp_path / "report.json").stat().st_size
+    assert (count, size) == (len(report.pairs) - 1, pairs["parts"]["bytes"]) == (count, on_disk)
 
 
 def test_a_reader_of_schema_1_sees_version_2_and_no_list_of_pairs(reports, tmp_path):
@@ -279,6 +281,21 @@ def test_a_schema_1_file_still_loads_and_as_schema_2_loads_the_same(tmp_path):
     assert document(tmp_path / "report.json")["schema_version"] == 2
     assert load_report(tmp_path / "report.json") == loaded
 
+
+
+def test_a_summary_key_added_since_is_left_out_again_for_a_file_without_it_and_null_kept_where_written(tmp_path):
+    """`summary.resume` (issue 51) is absent from a file written before it: absent says not computed, where
+    null says no plan (no alert). Written again, such a report stays without it; one that has it keeps it."""
+    old = json.loads(FIXTURE.read_text())
+    assert "resume" not in old["summary"]
+    assert "resume" not in report_dict(report_from_dict(old))["summary"]
+    write_json(report_from_dict(old), tmp_path / "old.json", PER_HEAD)
+    assert "resume" not in document(tmp_path / "old.json")["summary"]
+    today = {**old, "summary": {**old["summary"], "resume": None}}
+    assert report_dict(report_from_dict(today))["summary"]["resume"] is None
+    planned = report_from_dict(old)
+    planned.summary.resume = Resume(checkpoint=None, reason="no saved checkpoint before the departure holds")
+    assert report_dict(planned)["summary"]["resume"]["reason"] == "no saved checkpoint before the departure holds"
 
 def test_the_live_report_file_of_a_long_run_is_schema_2_and_appends_each_step(grown, tmp_path):
     before, after = grown
