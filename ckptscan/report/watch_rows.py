@@ -2,9 +2,11 @@
 
 A row: the newer step, the pair, each family's headline monitor (attention:
 Δ2 H/ln n; router: routing entropy with a probe, else ε; only for models with
-routers) at the pair's worst layer for that family, each with that layer's
-baseline, the pair's loss (with a loss log), its status and its flagged
-layers. The same cells make the Markdown rows appended to --markdown-summary.
+routers; output: the output logit scale) at the pair's worst layer for that
+family, each with that layer's baseline, or the monitor's own ceiling where
+it is judged against one (`fired.reference_text`, as in every format), the
+pair's loss (with a loss log), its status and its flagged layers. The same
+cells make the Markdown rows appended to --markdown-summary.
 
 A finding is printed when it starts or changes, not at every pair: under a
 row, the warnings and alerts the previous pair did not have (a standing
@@ -20,6 +22,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
+from ckptscan.report.fired import ceiling, reference_text
 from ckptscan.report.markdown import ICONS, escape
 from ckptscan.report.table import STATUS_STYLE, fmt
 from ckptscan.monitors.spec import MonitorSpec
@@ -51,11 +54,17 @@ def pair_cells(report: ScanReport, index: int) -> list[str]:
             cells += ["–", "–"]
             continue
         judged = layer.judgements.get(monitor.name)
-        cells += [f"{fmt(monitor.read(layer))} (L{layer.layer})", fmt(judged.expected if judged else None)]
+        cells += [f"{fmt(monitor.read(layer))} (L{layer.layer})",
+                  reference_text(judged.expected if judged else None, _ceiling(report, monitor))]
     if "loss_log" in report.settings:
         cells.append(fmt(pair.loss))
     flagged = [str(layer.layer) for layer in pair.layers if layer.status in ("warn", "alert")]
     return cells + [pair.status, ",".join(flagged) or "–"]
+
+
+def _ceiling(report: ScanReport, monitor: MonitorSpec) -> float | None:
+    """The monitor's own ceiling in this report (the output logit scale's), None for one judged otherwise."""
+    return ceiling(monitor.name, report.thresholds, report.model.hidden_size)
 
 
 def worst_layer(pair: PairResult, monitor: MonitorSpec) -> LayerResult | None:
@@ -107,7 +116,7 @@ def shown_rows(report: ScanReport, new: list[int]) -> list[int]:
 def legend(report: ScanReport) -> str:
     """Which monitor each family's column gives, at the pair's worst layer (Ln)."""
     return "columns: " + ", ".join(f"{short_family(m.family)} {m.label}" for m in headline_monitors(report)) + \
-        " at the pair's worst layer (Ln), each with that layer's baseline"
+        " at the pair's worst layer (Ln), each with that layer's baseline or its own ceiling"
 
 
 def skipped_line(report: ScanReport, skipped: list[int]) -> str:
@@ -125,7 +134,7 @@ def print_rows(console: Console, report: ScanReport, new: list[int], header: boo
     names = columns(report, short=True)
     if header:
         console.print(Text(legend(report), style="dim"))
-        console.print(Text(_line(names, names), style="bold"))
+        console.print(Text(_line(names, names, base_widths(report)), style="bold"))
     shown = shown_rows(report, new)
     kept = set(shown)
     skipped: list[int] = []
@@ -138,7 +147,7 @@ def print_rows(console: Console, report: ScanReport, new: list[int], header: boo
             skipped = []
         cells = pair_cells(report, index)
         status = report.pairs[index].status
-        line = Text(_line(names, cells[:-2]) + " ")
+        line = Text(_line(names, cells[:-2], base_widths(report)) + " ")
         line.append(cells[-2].ljust(WIDTHS["status"]), style=STATUS_STYLE.get(status, ""))
         line.append(" " + cells[-1])
         console.print(line)
@@ -165,11 +174,19 @@ def markdown_rows(report: ScanReport, new: list[int]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _line(names: list[str], cells: list[str]) -> str:
-    """Fixed-width cells: rows printed one at a time still line up."""
+def base_widths(report: ScanReport) -> list[int]:
+    """Each headline monitor's "base" column width: WIDTHS's, or its ceiling's cell ("ceiling 2") where wider."""
+    return [max(WIDTHS["base"], len(reference_text(None, _ceiling(report, monitor))))
+            for monitor in headline_monitors(report)]
+
+
+def _line(names: list[str], cells: list[str], bases: list[int] | None = None) -> str:
+    """Fixed-width cells: rows printed one at a time still line up. `bases`:
+    the width of each "base" column in turn (`base_widths`), else WIDTHS's."""
     widths = [WIDTHS["step"], WIDTHS["pair"]]
+    base = iter(bases or [])
     for name in names[2:]:
-        widths.append(WIDTHS.get(name, WIDTHS["base"] if name == "base" else WIDTHS["value"]))
+        widths.append(next(base, WIDTHS["base"]) if name == "base" else WIDTHS.get(name, WIDTHS["value"]))
     return " ".join(cell.rjust(width) if i == 0 else cell.ljust(width)
                     for i, (cell, width) in enumerate(zip(cells, widths)))
 

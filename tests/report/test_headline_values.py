@@ -1,7 +1,7 @@
 """One headline value in every format (issue 52 item 5): for the same layer of
 a sample run, the JSON report's value of the output logit scale (the newest
-pair's), the terminal's `--wide` table, the Markdown summary and the HTML
-page show the same number, and beside it the output logit scale's own
+pair's), the terminal's `--wide` table, the Markdown summary, the HTML
+page and `watch`'s row of the newest pair show the same number, and beside it the output logit scale's own
 ceiling, never the attention logit scale's."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from ckptscan.report.html import html_page
 from ckptscan.report.json import report_dict
 from ckptscan.report.markdown import markdown_report
 from ckptscan.report.trend_table import print_trend
+from ckptscan.report.watch_rows import columns, markdown_rows, pair_cells, print_rows
 from ckptscan.schema.load import as_json_values, report_from_dict
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_checkpoints"
@@ -92,6 +93,28 @@ def test_the_output_logit_scale_is_one_number_in_every_format(data, run):
     header, row = html_cells(report, layer)
     at = header.index(f"{LABEL} now")
     assert row[at:at + 2] == [expected, OUTPUT_CEILING], (header, row)
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_watch_shows_the_output_logit_scale_beside_its_own_ceiling(data, run):
+    """`watch`'s row of the newest pair, in the terminal and in the Markdown summary's rows: its output column
+    is the head layer's value in the JSON, and its "base" the output logit scale's ceiling (no series)."""
+    report = report_from_dict(data[run])
+    newest = len(report.pairs) - 1
+    expected = f"{three(json_value(data[run], head_layer(data[run])))} (L{head_layer(data[run])})"
+    names, cells = columns(report, short=True), pair_cells(report, newest)
+    at = names.index("output")
+    assert cells[at:at + 2] == [expected, OUTPUT_CEILING], (names, cells)
+
+    console = Console(width=120, record=True, color_system=None)
+    print_rows(console, report, [newest], header=True)
+    step = report.pairs[newest].to_step
+    row = next(line for line in console.export_text().splitlines() if re.match(rf"\s+{step} ", line))
+    assert f"{expected}     {OUTPUT_CEILING}" in row and len(row) <= 120, row
+
+    table = markdown_rows(report, [newest]).splitlines()
+    row = next(line for line in table if line.startswith(f"| {report.pairs[newest].to_step} |"))
+    assert f"| {expected} | {OUTPUT_CEILING} |" in row, row
 
 
 def test_a_layer_without_the_head_shows_no_value_and_no_ceiling(data):
