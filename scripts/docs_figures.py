@@ -106,6 +106,12 @@ def run_facts(name: str, report: ScanReport) -> dict[str, Fact]:
         f"{name}.rollback": s.rollback_candidate.step if s.rollback_candidate is not None else None,
         f"{name}.flagged_layers": list(s.flagged_layers),
     }
+    # The newer candidates the resume plan passed over, each failing its own check (issue 51): the newest and
+    # the oldest of them, where it passed over any.
+    passed_over = [item["step"] for item in s.resume.rejected] if s.resume is not None else []
+    if passed_over:
+        facts[f"{name}.passed_over.newest"] = max(passed_over)
+        facts[f"{name}.passed_over.oldest"] = min(passed_over)
     for family, step in sorted(s.first_alert_step.items()):
         facts[f"{name}.first_alert.{family}"] = step
     # The first alert of each monitor (any layer; a hard ceiling's or floor's gets its rule in its key,
