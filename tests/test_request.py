@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from ckptscan.pipeline.api import resolve_references, scan, scan_run
+from ckptscan.pipeline.api import reference_scanner, resolve_references, scan, scan_run
 from ckptscan.errors import CkptScanError
 from ckptscan.report.json import write_json
 from ckptscan.pipeline.request import AUTO, Reference, ScanRequest, reference_sources
@@ -90,3 +90,16 @@ def test_the_old_scan_reference_callback_still_works_with_a_deprecation_warning(
         spec = resolve_run(judged, reference=healthy, config=None, scan_reference=scan_reference)
     assert scanned == [str(healthy)] and spec.reference_path == str(healthy)
     assert any(issubclass(w.category, DeprecationWarning) and "scan_reference" in str(w.message) for w in caught)
+
+
+def test_the_old_reference_scanner_warns_at_its_caller_and_still_scans_the_reference(runs):
+    """`reference_scanner` (deprecated for `resolve_references`): a DeprecationWarning naming what replaces it,
+    raised at the line that called it, and the callback it returns still gives the reference run's report."""
+    _, healthy = runs
+    with pytest.warns(DeprecationWarning, match=r"reference_scanner is deprecated.*resolve_references") as caught:
+        scan_reference = reference_scanner(config=None)
+    assert [w.filename for w in caught if issubclass(w.category, DeprecationWarning)] == [__file__]
+    report = scan_reference(str(healthy))
+    alone = scan_run(healthy, config=None)
+    assert [(p.from_step, p.to_step, p.status) for p in report.pairs] == \
+        [(p.from_step, p.to_step, p.status) for p in alone.pairs]
