@@ -262,7 +262,11 @@ def qk_spectra_from_blocks(blocks: torch.Tensor, num_heads: int, kv_index: torch
     # The Δ3 and logit-bound cores, and the Grams whose own spectra are wanted
     # (ΔQΔQᵀ, Q_aQ_aᵀ, Q_bQ_bᵀ per query head, ΔKΔKᵀ per KV head): [L, 5H + G, r, r].
     narrow = torch.cat([narrow.flatten(1, 2), gather((0, 0), (2, 0), (3, 0)).flatten(1, 2), x[:, 0, heads:]], 1)
+    # The eigensolve copies its input and needs working memory of its own: the
+    # blocks assembled so far (several times the cores) are let go first.
+    del x, x_h, flat, top_left, bottom_right, cross, key_cross, corner, grams, factors, factor_a, narrow_factors
     wide_values, narrow_values = eigvalsh_two_sizes(wide.flatten(0, 2), narrow)
+    del wide, narrow
     core_rank, head_rank = min(2 * r, d), min(r, d)
     wide_sv = _singular_values(wide_values, core_rank).unflatten(0, (layers, 2, heads))
     wide_sv = wide_sv.masked_fill(bad_h[:, None, :, None], float("nan"))

@@ -107,7 +107,10 @@ def eigvalsh_two_sizes(wide: torch.Tensor, narrow: torch.Tensor) -> tuple[torch.
     packed[:, :, :k, :k] = narrow[:, :half] / safe[:, :half, None, None]
     torch.div(narrow[:, half:], -safe[:, half:, None, None], out=packed[:, :count - half, k:, k:])
     packed[..., k:, k:].diagonal(dim1=-2, dim2=-1).sub_(1.0)
-    values = torch.linalg.eigvalsh(torch.cat([wide, packed.flatten(0, 1)]))
+    stacked = torch.cat([wide, packed.flatten(0, 1)])
+    del packed  # the solver copies its input: one copy of the matrices live, not two
+    values = torch.linalg.eigvalsh(stacked)
+    del stacked
     wide_values = values[:wide.shape[0]]
     packed_values = values[wide.shape[0]:].unflatten(0, (narrow.shape[0], half))
     narrow_values = torch.cat([packed_values[..., k:], packed_values[..., :k].flip(-1).neg_().sub_(1.0)], 1)
