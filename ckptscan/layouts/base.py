@@ -24,6 +24,8 @@ ROUTER_ROLES = ("router", "router_bias")
 # Roles of the output family's tensors (read with the model's last layer):
 # the LM head, the token embedding standing in for a tied head, the final norm.
 OUTPUT_ROLES = ("lm_head", "embedding", "final_norm")
+# The LM head's roles: read a block of rows at a time (readers/rows.py), never whole.
+HEAD_ROLES = ("lm_head", "embedding")
 
 
 @dataclass
@@ -52,10 +54,11 @@ class LayerWeights:
     q_norm_gain: torch.Tensor | None = None
     k_norm_gain: torch.Tensor | None = None
     # The output family (monitors/output.py), on the model's last layer only:
-    # the LM head [V, d] as stored (upcast a row block at a time: a 128k × 8k
-    # head is never copied whole), the token embedding when the head is tied
-    # to it (`head_tied`), and the final norm's gain [d] in float64.
-    head: torch.Tensor | None = None
+    # the LM head [V, d] as stored, or a scan's `readers.rows.StoredRows`
+    # giving it a block of rows at a time (a 128k × 8k head is never read or
+    # copied whole), the token embedding when the head is tied to it
+    # (`head_tied`), and the final norm's gain [d] in float64.
+    head: Any = None
     head_tied: bool = False
     final_gain: torch.Tensor | None = None
 

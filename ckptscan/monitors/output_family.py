@@ -92,4 +92,5 @@ OUTPUT = FamilySpec(
     headline=("output_logit_rms",),
     compute=output_values,
     full_compute=lambda a, b: output_values(a, b, spectrum=True),  # --full-spectrum: the update's spectrum too
+    proves_head_finite=True,  # values only from finite float64 sums over both heads and the gain
 )

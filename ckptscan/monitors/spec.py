@@ -55,6 +55,10 @@ class FamilySpec:
     # `compute` with its costly values too, for a scan with --full-spectrum
     # (None: the family has none; `compute` is used as it is).
     full_compute: Callable[[LayerWeights, LayerWeights], dict[str, float | None]] | None = None
+    # Its values, where `compute` gives any, prove every value of both
+    # checkpoints' LM heads finite (its pass over them is their check: the
+    # scan counts a head's non-finite values only where no such family did).
+    proves_head_finite: bool = False
 
 
 def family_value(family: str, name: str) -> Callable[[LayerResult], float | None]:

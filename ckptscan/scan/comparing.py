@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ckptscan.layouts import LayerWeights
 from ckptscan.monitors import registry
+from ckptscan.readers.rows import StoredRows
 from ckptscan.schema.results import LayerResult
 from ckptscan.scan.attention_result import PendingAttention, attention_blocks, attention_results
 from ckptscan.scan.loading import LoadedLayer
@@ -48,12 +49,24 @@ def compare(
         compared.attention = attention_blocks(wa, wb, a.grams, dtype, selection, options.full_spectrum)
     if wa.router is not None and wb.router is not None and "router" not in result.nonfinite:
         result.router = router_result(wa, wb, a.routing, b.routing)
+    head_proven = False
     for family in registry.families():
         compute = (family.full_compute if options.full_spectrum else None) or family.compute
         if compute is not None:
             values = compute(wa, wb)
             if values:  # {}: the family has nothing in this layer (the output family outside the last)
                 result.families[family.name] = values
+                head_proven |= family.proves_head_finite
+    # The LM head is read a chunk at a time (`StoredRows`), not checked with the
+    # layer's tensors: the output family's pass proves it finite; where it did
+    # not, its non-finite values are counted for the numeric rule.
+    for weights in (wa, wb):
+        if isinstance(weights.head, StoredRows):
+            if not weights.head.keep:  # read by its one pair: the chunk held goes now
+                weights.head.release()
+            if not head_proven and (bad := weights.head.count_nonfinite()):
+                role = "embedding" if weights.head_tied else "lm_head"
+                result.nonfinite[role] = max(result.nonfinite.get(role, 0), bad)
     return compared
 
 

@@ -42,25 +42,30 @@ def load_layer(
     top_k: int = DEFAULT_TOP_K,
     selection: HeadSelection | None = None,
     as_base: bool = True,
+    keep_head: bool = False,
 ) -> LoadedLayer:
     """One checkpoint's layer, read and checked. `as_base`: the checkpoint is
     the older side of some pair, whose Grams `qk_spectra` reuses; the newer
-    side's are assembled from the difference blocks, so they are not formed."""
+    side's are assembled from the difference blocks, so they are not formed.
+    `keep_head`: several pairs read this checkpoint's LM head, which is then
+    kept as it is read instead of being read again (`StoredRows`)."""
     dtype = options.compute_dtype
-    raw = read_layer(ckpt, plan, selection, options.device)
+    raw = read_layer(ckpt, plan, selection, options.device, keep_head)
     weights = _build(plan, raw, dtype, selection)
     # One readback of the layer's checks: each tensor's Frobenius norm (finite
     # iff every value is: NaN and ±Inf propagate through it; an overflowing
     # sum of squares only sends that tensor to the exact count), those of the
     # built W_q/W_k blocks bounding their Gram entries. One multi-tensor op,
     # ~20x faster on a CPU than the same op's max |w| (12 ms a 2048² bf16 tensor).
-    floats = {name: t for name, t in raw.items() if t.dtype in _PROVABLE and t.numel()}
+    # (The LM head is `StoredRows`: its pass counts what it reads, `comparing.compare`.)
+    tensors = {name: t for name, t in raw.items() if isinstance(t, torch.Tensor)}
+    floats = {name: t for name, t in tensors.items() if t.dtype in _PROVABLE and t.numel()}
     blocks = [w for w in (weights.q, weights.k) if w is not None and w.numel()]
     norms = torch._foreach_norm(list(floats.values()) + blocks) if floats or blocks else []
     checks = torch.cat([n.reshape(1) for n in norms]).tolist() if norms else []  # cat promotes the dtypes
     nonfinite = {}
     # A tensor of another dtype (fp8 as stored) has no such proof: it is counted.
-    unproven = [name for name, t in raw.items() if t.is_floating_point() and t.dtype not in _PROVABLE]
+    unproven = [name for name, t in tensors.items() if t.is_floating_point() and t.dtype not in _PROVABLE]
     for name in [n for n, norm in zip(floats, checks) if not math.isfinite(norm)] + unproven:
         bad = int((~torch.isfinite(raw[name])).sum())
         if bad:

@@ -4,31 +4,39 @@ math runs on."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts import LayerPlan
+from ckptscan.layouts.base import HEAD_ROLES
 from ckptscan.readers import Checkpoint
+from ckptscan.readers.rows import StoredRows
 from ckptscan.scan.selection import HeadSelection
 from ckptscan.system.linalg_warmup import warm_linalg
 
 
 def read_layer(ckpt: Checkpoint, plan: LayerPlan, selection: HeadSelection | None,
-               device: str) -> dict[str, torch.Tensor]:
-    """The layer's monitored tensors as stored, by name, on `device`."""
+               device: str, keep_head: bool = False) -> dict[str, Any]:
+    """The layer's monitored tensors as stored, by name, on `device`; the LM
+    head as `StoredRows`, read a chunk of rows at a time by the output
+    family's pass (the last layer's largest tensors by far: never whole
+    unless `keep_head`, for a checkpoint several pairs read)."""
     prefetch(ckpt, plan, selection)
+    heads = {name: StoredRows(ckpt.tensors, name, device, keep=keep_head) for name in plan.tensors
+             if plan.roles.get(name) in HEAD_ROLES}
+    read = [name for name in plan.tensors if name not in heads]
     if device == "cpu":
-        return {name: read_tensor(ckpt, plan, name, selection) for name in plan.tensors}
+        return {**{name: read_tensor(ckpt, plan, name, selection) for name in read}, **heads}
     # To a GPU through pinned memory, asynchronously: each tensor's copy runs
     # on the device's stream while the next one is read, and the math queued
     # after it on the same stream waits for its inputs, with no host sync.
     # torch's caching host allocator reuses a pinned block only once the
     # copy that read it has finished. (A pageable copy would block the
     # reading thread for every tensor.)
-    return {name: read_tensor(ckpt, plan, name, selection).pin_memory().to(device, non_blocking=True)
-            for name in plan.tensors}
+    return {**{name: read_tensor(ckpt, plan, name, selection).pin_memory().to(device, non_blocking=True)
+               for name in read}, **heads}
 
 
 def prefetch(ckpt: Checkpoint, plan: LayerPlan, selection: HeadSelection | None) -> Callable[[], None] | None:
@@ -42,6 +50,8 @@ def prefetch(ckpt: Checkpoint, plan: LayerPlan, selection: HeadSelection | None)
         return None
     wanted: list[tuple[str, tuple[int, int] | None]] = []
     for name in plan.tensors:
+        if plan.roles.get(name) in HEAD_ROLES:  # read by chunks as the output family's pass goes
+            continue
         runs = selection.row_runs(plan.roles.get(name), ckpt.tensors.shape(name)) if selection is not None else None
         wanted.extend([(name, None)] if runs is None else [(name, run) for run in runs])
     return prefetch(wanted)

@@ -144,6 +144,8 @@ class LayerTask:
         self.selection = select_heads(self.layouts[0].info, options.heads, self.checkpoints[0].path)
         self.used = sorted({i for pair in self.pairs for i in pair})
         self.last_use = {i: max(b for a, b in self.pairs if i in (a, b)) for i in self.used}
+        # Checkpoints more than one pair reads: their LM head is kept as it is read, not re-read.
+        self.reread = {i for i in self.used if sum(i in pair for pair in self.pairs) > 1}
         self.bases = {a for a, _ in self.pairs}  # checkpoints whose Grams a pair reuses
         self.readahead: ReadAhead | None = None  # set by `scan_layers` for remote checkpoints
 
@@ -204,7 +206,7 @@ class LayerTask:
             if self.readahead is not None:
                 self.readahead.reach(layer, i)
             held[i] = load_layer(self.checkpoints[i], plan_i, options, probe_input, self.top_k, self.selection,
-                                  as_base=i in self.bases)
+                                  as_base=i in self.bases, keep_head=i in self.reread)
             optimizer = optimizer_values(self.checkpoints[i], plan_i) if any(b == i for _, b in pairs) else None
             for k, (a, b) in enumerate(pairs):
                 if b == i:
