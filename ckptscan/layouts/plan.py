@@ -172,7 +172,9 @@ def _standard_builder(
             weights.q = _folded(q, raw[qk.q_norm] if qk.q_norm else None, qk.gain_offset, dtype)
             weights.k = _folded(k, raw[qk.k_norm] if qk.k_norm else None, qk.gain_offset, dtype)
             if qk.input_norm is not None:
-                weights.input_gain = _gain(raw[qk.input_norm], qk.gain_offset)
+                # As stored where there is no offset: its one use (the logit scale) casts it to the compute dtype.
+                gain = raw[qk.input_norm]
+                weights.input_gain = _gain(gain, qk.gain_offset) if qk.gain_offset else gain
             if qk.q_norm and qk.k_norm and raw[qk.q_norm].numel() == d and raw[qk.k_norm].numel() == d:
                 # Per-head QK-norm (Qwen3, Gemma3): each head normalised on its own.
                 weights.q_norm_gain = _gain(raw[qk.q_norm], qk.gain_offset).reshape(d)
