@@ -234,13 +234,13 @@ def qk_spectra_from_blocks(blocks: torch.Tensor, num_heads: int, kv_index: torch
     # side 0 the query head's own, 1 its KV head's.
     flat = x_h.flatten(1, 2)
 
-    def gather(*spec: tuple[int, int]) -> torch.Tensor:
+    def gather(flat: torch.Tensor, *spec: tuple[int, int]) -> torch.Tensor:
         return flat[:, torch.tensor([[kind * 2 * heads + side * heads + h for h in range(heads)]
                                      for kind, side in spec])]
 
-    top_left = gather((0, 0), (2, 1), (3, 1), (0, 0))
-    bottom_right = gather((2, 0), (0, 1), (0, 1), (3, 0))
-    cross = gather((1, 0), (1, 1))  # ΔQQ_aᵀ, ΔKK_aᵀ
+    top_left = gather(flat, (0, 0), (2, 1), (3, 1), (0, 0))
+    bottom_right = gather(flat, (2, 0), (0, 1), (0, 1), (3, 0))
+    cross = gather(flat, (1, 0), (1, 1))  # ΔQQ_aᵀ, ΔKK_aᵀ
     key_cross = cross[:, 1].mT  # K_aΔKᵀ
     corner = torch.stack([cross[:, 0], key_cross, key_cross + bottom_right[:, 1], torch.zeros_like(key_cross)], 1)
     zero_qb = traces[:, 3, :heads] == 0
@@ -258,10 +258,10 @@ def qk_spectra_from_blocks(blocks: torch.Tensor, num_heads: int, kv_index: torch
     wide = factor_a.mT @ grams[:, [2, 1]] @ factor_a  # Δ1, Δ2 cores [L, 2, H, 2r, 2r]
     narrow_factors = torch.stack([factors[:, 1, :, :r, :r], factors[:, 1, :, r:, r:]], 1)
     keep = ~torch.stack([zero[:, 0], zero_qb], 1)  # Δ3 = 0 when ΔQ = 0; no logits when Q_b = 0
-    narrow = narrow_factors.mT @ (gather((0, 1), (3, 1)) * keep[..., None, None]) @ narrow_factors
+    narrow = narrow_factors.mT @ (gather(flat, (0, 1), (3, 1)) * keep[..., None, None]) @ narrow_factors
     # The Δ3 and logit-bound cores, and the Grams whose own spectra are wanted
     # (ΔQΔQᵀ, Q_aQ_aᵀ, Q_bQ_bᵀ per query head, ΔKΔKᵀ per KV head): [L, 5H + G, r, r].
-    narrow = torch.cat([narrow.flatten(1, 2), gather((0, 0), (2, 0), (3, 0)).flatten(1, 2), x[:, 0, heads:]], 1)
+    narrow = torch.cat([narrow.flatten(1, 2), gather(flat, (0, 0), (2, 0), (3, 0)).flatten(1, 2), x[:, 0, heads:]], 1)
     # The eigensolve copies its input and needs working memory of its own: the
     # blocks assembled so far (several times the cores) are let go first.
     del x, x_h, flat, top_left, bottom_right, cross, key_cross, corner, grams, factors, factor_a, narrow_factors
