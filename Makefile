@@ -47,8 +47,8 @@ bench-scale: setup   # ~27 GB of generated checkpoints under /tmp/ckptscan-bench
 bench-trend: setup   # 20 checkpoints of a 1.1B-shaped model
 	.venv/bin/python bench/trend_run.py
 
-bench-diff: setup    # 1B-shaped pair: diff vs a hand-written floor, start-up, worker overlap
-	.venv/bin/python bench/diff_overhead.py --before 2ac9f66
+bench-diff: setup    # 1B-shaped pair: diff vs a hand-written floor (head included), peak RSS, start-up, worker overlap; before = the regressed 2d305f8 (#50)
+	.venv/bin/python bench/diff_overhead.py --before 2d305f8
 
 bench-watch: setup   # ~1.3 GB of generated checkpoints under /tmp/ckptscan-bench
 	.venv/bin/python bench/watch_latency.py

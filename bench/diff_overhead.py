@@ -7,9 +7,10 @@ figure counts), on this shared machine:
 
 * `ckptscan diff A B --json F` as a whole process, and a minimal script
   (`bench/minimal_diff.py`: Python + torch + safetensors reading the same
-  q/k bytes and solving the same per-head cores with ckptscan's monitor
-  functions, one plain loop) as a whole process. Both include start-up.
-  Target: ckptscan ≤ 1.25× the minimal script.
+  q/k bytes and the LM head's, solving the same per-head cores and the
+  head's one pass with ckptscan's monitor functions, one plain loop) as a
+  whole process. Both include start-up; each one's peak RSS is reported.
+  Target (issue #50): ckptscan ≤ 1.2× the minimal script, ≤ 600 MB.
 * the same diff of another revision (`--before REV`, e.g. the commit before
   the run-spec redesign), checked out into a temporary worktree and run with
   the same interpreter: the before/after ratio.
@@ -94,6 +95,7 @@ def main() -> None:
             sources["before"] = worktree
         try:
             timed: dict[str, list[float]] = {}
+            peaks: dict[str, list[int]] = {}
             for _ in range(args.rounds):
                 for name, source in sources.items():
                     env_cmd = ["env", f"PYTHONPATH={source}", python, "-m", "ckptscan"]
@@ -102,12 +104,14 @@ def main() -> None:
                     if run.returncode not in (0, 1):
                         raise SystemExit(f"{name} diff failed:\n{run.output[-2000:]}")
                     timed.setdefault(f"diff {name}", []).append(run.wall_s)
+                    peaks.setdefault(f"diff {name}", []).append(run.peak_rss_bytes)
                     one, two = overlap(python, source)
                     timed.setdefault(f"overlap {name}", []).append(two / one)
                 minimal = run_child([python, str(HERE / "minimal_diff.py"), str(a), str(b)])
                 if minimal.returncode != 0:
                     raise SystemExit(f"minimal script failed:\n{minimal.output[-2000:]}")
                 timed.setdefault("minimal", []).append(minimal.wall_s)
+                peaks.setdefault("minimal", []).append(minimal.peak_rss_bytes)
                 for flag in ("--help", "--version"):
                     for name, source in sources.items():
                         env_cmd = ["env", f"PYTHONPATH={source}", python, "-m", "ckptscan", flag]
@@ -124,7 +128,9 @@ def main() -> None:
     for name, value in best.items():
         unit = "" if name.startswith("overlap") else " s"
         print(f"{name:<28}{value:>16.3f}{unit}")
-    print(f"{'diff after / minimal':<28}{best['diff after'] / best['minimal']:>16.3f}x  (target ≤ 1.25)")
+    for name, values in peaks.items():
+        print(f"{'peak RSS ' + name:<28}{max(values) / 1e6:>16.0f} MB")
+    print(f"{'diff after / minimal':<28}{best['diff after'] / best['minimal']:>16.3f}x  (target ≤ 1.2)")
     if "diff before" in best:
         print(f"{'diff before / minimal':<28}{best['diff before'] / best['minimal']:>16.3f}x")
     print("overlap = (two layers on two threads) / (one layer on one thread): 1.0 side by side, 2.0 serialised")
