@@ -172,8 +172,11 @@ def test_debug_shows_the_traceback_of_an_internal_error_in_a_worker(debug, repor
 # head -0`; `| head -1` leaves after a line), and writes "EXIT <code>" on
 # stderr after each: one start-up (importing torch is most of a process's
 # time) for all of them. SLOW runs the one command line in argv[2:], tensor
-# reads and report loads waiting 0.2 s each, the first announcing itself, so
-# that a signal lands mid-command.
+# reads and report loads waiting 0.2 s each, the first announcing itself and
+# waiting 1 s more, so that a signal sent 0.3 s after the announcement lands
+# mid-command however little is left after it (`report` reads its file once,
+# and its last 0.15 s are the process's exit, when a signal is no longer the
+# command's).
 CONSOLE = """
 import signal; signal.signal(signal.SIGINT, signal.default_int_handler)
 import json, os, sys, threading, time
@@ -200,6 +203,7 @@ def slowed(real):
         if not started.is_set():
             started.set()
             print("WORKING", file=sys.stderr, flush=True)
+            time.sleep(1.0)
         time.sleep(0.2)
         return real(*args, **kwargs)
     return slow
