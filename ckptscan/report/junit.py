@@ -27,7 +27,7 @@ import socket
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from ckptscan.system.atomic import write_atomic
+from ckptscan.system.output import write_output
 from ckptscan.errors import CkptScanError
 from ckptscan.monitors import registry
 from ckptscan.schema.results import (DEFAULT_FAIL_ON, FAIL_ON_LEVELS, NOT_JUDGED, SEVERITIES, Finding, ScanReport,
@@ -93,9 +93,11 @@ def junit_xml(report: ScanReport, fail_on: str = DEFAULT_FAIL_ON, timestamp: dat
 
 
 def write_junit(document: str, path: str | Path) -> None:
-    """Write a `junit_xml` document (made once, so stdout and file are the same bytes)."""
+    """Write a `junit_xml` document (made once, so stdout and file are the same bytes)
+    by `system.output`'s rules: `-` and the process's own descriptors in place, a file
+    atomically (it wrote a file named `-` into the working directory)."""
     try:
-        write_atomic(Path(path), document)
+        write_output(path, document)
     except OSError as e:
         raise CkptScanError(f"cannot write the JUnit report: {e.strerror or e}", path=path) from None
 
