@@ -224,47 +224,57 @@ def qk_spectra_from_blocks(blocks: torch.Tensor, num_heads: int, kv_index: torch
     ratio = (numerator / denominator).masked_fill((numerator <= 0) | zero, 1.0).sqrt()  # α, β
     inverse = ratio.reciprocal().masked_fill(zero, 0.0)  # B's scales 1/α, 1/β, or 0
     scales = torch.cat([ratio, inverse, torch.ones_like(ratio)], 1)  # [L, 6, H]
-    top, bottom = scales[:, [0, 2, 2, 4], :, None, None], scales[:, [1, 3, 3, 5], :, None, None]
+    top, bottom = scales[:, [0, 4, 2, 2], :, None, None], scales[:, [1, 5, 3, 3], :, None, None]
 
     # Four 2r × 2r matrices per head, [[s_t² X, s_t s_b Z], [·ᵀ, s_b² Y]]:
-    # G_A, the Gram of [αΔQ; βQ_a]; the Grams of Δ2's B = [K_a/α; ΔK/β] and of
-    # Δ1's B = [K_b/α; ΔK/β] (Δ1 = ΔQᵀK_b + Q_aᵀΔK, K_bΔKᵀ = K_aΔKᵀ + ΔKΔKᵀ);
-    # and diag(ΔQΔQᵀ, Q_bQ_bᵀ), whose Cholesky blocks factor the Δ3 and
-    # logit-bound cores. Blocks by (kind, side): kinds as `qk_gram_blocks`,
-    # side 0 the query head's own, 1 its KV head's.
+    # G_A, the Gram of [αΔQ; βQ_a]; diag(ΔQΔQᵀ, Q_bQ_bᵀ), whose Cholesky
+    # blocks factor the Δ3 and logit-bound cores; and the Grams of Δ1's
+    # B = [K_b/α; ΔK/β] (Δ1 = ΔQᵀK_b + Q_aᵀΔK, K_bΔKᵀ = K_aΔKᵀ + ΔKΔKᵀ) and
+    # of Δ2's B = [K_a/α; ΔK/β]: in this order, so that the two factored and
+    # the two cored are slices, not copies. Blocks by (kind, side): kinds as
+    # `qk_gram_blocks`, side 0 the query head's own, 1 its KV head's.
     flat = x_h.flatten(1, 2)
 
     def gather(flat: torch.Tensor, *spec: tuple[int, int]) -> torch.Tensor:
         return flat[:, torch.tensor([[kind * 2 * heads + side * heads + h for h in range(heads)]
                                      for kind, side in spec])]
 
-    top_left = gather(flat, (0, 0), (2, 1), (3, 1), (0, 0))
-    bottom_right = gather(flat, (2, 0), (0, 1), (0, 1), (3, 0))
+    top_left = gather(flat, (0, 0), (0, 0), (3, 1), (2, 1))
+    bottom_right = gather(flat, (2, 0), (3, 0), (0, 1), (0, 1))
     cross = gather(flat, (1, 0), (1, 1))  # ΔQQ_aᵀ, ΔKK_aᵀ
     key_cross = cross[:, 1].mT  # K_aΔKᵀ
-    corner = torch.stack([cross[:, 0], key_cross, key_cross + bottom_right[:, 1], torch.zeros_like(key_cross)], 1)
+    corner = torch.stack([cross[:, 0], torch.zeros_like(key_cross), key_cross + bottom_right[:, 3], key_cross], 1)
     zero_qb = traces[:, 3, :heads] == 0
     no = torch.zeros_like(zero_qb)
     identity = torch.eye(r, dtype=_F64)
-    top_left = torch.where(torch.stack([zero[:, 0], no, no, zero[:, 0]], 1)[..., None, None], identity, top_left)
-    bottom_right = torch.where(torch.stack([zero[:, 1], no, no, zero_qb], 1)[..., None, None], identity,
+    top_left = torch.where(torch.stack([zero[:, 0], zero[:, 0], no, no], 1)[..., None, None], identity, top_left)
+    bottom_right = torch.where(torch.stack([zero[:, 1], zero_qb, no, no], 1)[..., None, None], identity,
                                bottom_right)
     corner = corner * (top * bottom)
     grams = torch.cat([torch.cat([top_left * top.square(), corner], -1),
                        torch.cat([corner.mT, bottom_right * bottom.square()], -1)], -2)  # [L, 4, H, 2r, 2r]
-
-    factors = _cholesky(grams[:, [0, 3]], r)  # [L, 2, H, 2r, 2r]: L_A, diag(L_ΔQ, L_Qb)
-    factor_a = factors[:, :1]
-    wide = factor_a.mT @ grams[:, [2, 1]] @ factor_a  # Δ1, Δ2 cores [L, 2, H, 2r, 2r]
-    narrow_factors = torch.stack([factors[:, 1, :, :r, :r], factors[:, 1, :, r:, r:]], 1)
+    del top_left, bottom_right, cross, key_cross, corner
+    # What the narrow cores need of the blocks, taken now so that the blocks can go before the solves.
     keep = ~torch.stack([zero[:, 0], zero_qb], 1)  # Δ3 = 0 when ΔQ = 0; no logits when Q_b = 0
-    narrow = narrow_factors.mT @ (gather(flat, (0, 1), (3, 1)) * keep[..., None, None]) @ narrow_factors
+    narrow_inner = gather(flat, (0, 1), (3, 1)) * keep[..., None, None]
+    own = gather(flat, (0, 0), (2, 0), (3, 0)).flatten(1, 2)
+    key_updates = x[:, 0, heads:].clone()
+    del x, x_h, flat
+
+    factors = _cholesky(grams[:, :2], r)  # [L, 2, H, 2r, 2r]: L_A, diag(L_ΔQ, L_Qb)
+    factor_a = factors[:, :1]
+    wide = factor_a.mT @ grams[:, 2:] @ factor_a  # Δ1, Δ2 cores [L, 2, H, 2r, 2r]
+    del grams
+    narrow_factors = torch.stack([factors[:, 1, :, :r, :r], factors[:, 1, :, r:, r:]], 1)
+    del factors, factor_a
+    narrow = narrow_factors.mT @ narrow_inner @ narrow_factors
+    del narrow_factors, narrow_inner
     # The Δ3 and logit-bound cores, and the Grams whose own spectra are wanted
     # (ΔQΔQᵀ, Q_aQ_aᵀ, Q_bQ_bᵀ per query head, ΔKΔKᵀ per KV head): [L, 5H + G, r, r].
-    narrow = torch.cat([narrow.flatten(1, 2), gather(flat, (0, 0), (2, 0), (3, 0)).flatten(1, 2), x[:, 0, heads:]], 1)
-    # The eigensolve copies its input and needs working memory of its own: the
-    # blocks assembled so far (several times the cores) are let go first.
-    del x, x_h, flat, top_left, bottom_right, cross, key_cross, corner, grams, factors, factor_a, narrow_factors
+    narrow = torch.cat([narrow.flatten(1, 2), own, key_updates], 1)
+    del own, key_updates
+    # The eigensolve copies its input and needs working memory of its own:
+    # the blocks assembled before are gone (several times the cores).
     wide_values, narrow_values = eigvalsh_two_sizes(wide.flatten(0, 2), narrow)
     del wide, narrow
     core_rank, head_rank = min(2 * r, d), min(r, d)
