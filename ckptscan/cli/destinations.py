@@ -130,10 +130,12 @@ class JunitFile(Destination):
 
     def write(self, delivery: Delivery) -> None:
         from ckptscan.report.junit import write_junit
+        from ckptscan.system.output import own_descriptor
 
         write_junit(delivery.junit(), self.path)
-        wrote(self.path)
-        note(f"wrote {self.path}", quiet=delivery.quiet)
+        if own_descriptor(str(self.path)) is None:  # a file, not '-' (stdout) or a descriptor
+            wrote(self.path)
+            note(f"wrote {self.path}", quiet=delivery.quiet)
 
 
 @dataclass

@@ -105,8 +105,8 @@ SetThreshold = Annotated[Optional[list[str]], typer.Option(
 FormatOpt = Annotated[Format, typer.Option("--format", help="Report on stdout as a table, JSON, Markdown or JUnit "
                                            "XML.")]
 JunitOut = Annotated[Optional[Path], typer.Option(
-    "--junit", metavar="FILE", help="Write a JUnit XML report here (atomically): one test case per layer and family, "
-    "failing at the gate level.")]
+    "--junit", metavar="FILE", help="Write a JUnit XML report here (atomically; '-' for stdout): one test case per "
+    "layer and family, failing at the gate level.")]
 TensorBoardDir = Annotated[Optional[Path], typer.Option(
     "--tensorboard", metavar="DIR", help="Append the monitors, per-family summaries and findings to TensorBoard event "
     "files in this directory (new steps only; needs pip install 'ckptscan[tensorboard]').")]
