@@ -39,8 +39,8 @@ def resume_lines(summary: Summary, interventions: bool = False) -> list[str]:
     where = plan.checkpoint.path if plan.checkpoint is not None else "none"
     lines = [f"resume from: {where}: {plan.reason}"]
     if plan.skip_first_step is not None and plan.skip_last_step is not None:
-        lines.append(f"  skip: the updates of steps {plan.skip_first_step}–{plan.skip_last_step}, in which the "
-                     "departure grew (from the resume point to the first alert)")
+        lines.append(f"  skip: the updates of steps {plan.skip_first_step}–{plan.skip_last_step}, within which the "
+                     "departure began (from the resume point to the first alert)")
     if plan.lr is not None:
         lines.append("  " + lr_text(plan))
     if interventions and plan.interventions:
@@ -70,8 +70,8 @@ def terminal_lines(summary: Summary) -> list[str]:
         reason = shorter(plan.reason).removeprefix("no saved checkpoint before the departure holds: ")
     lines += [f"  {clause}" for clause in reason.split("; ")]
     if plan.skip_first_step is not None and plan.skip_last_step is not None:
-        lines.append(f"  skip: the updates of steps {plan.skip_first_step}–{plan.skip_last_step}, in which the "
-                     "departure grew")
+        lines.append(f"  skip: the updates of steps {plan.skip_first_step}–{plan.skip_last_step}, within which the "
+                     "departure began")
     if plan.lr is not None:
         lr = plan.lr
         lines.append(f"  learning rate: back to {lr['resume_with']:.3g} from {lr['current']:.3g} (it rose into the "

@@ -271,7 +271,7 @@ class Resume:
     reason: str
     # The newer candidates passed over, newest first: [{"path", "step", "why"}] (why each fails its own check).
     rejected: list[dict[str, Any]] = field(default_factory=list)
-    # The updates in which the departure grew, from the resume point to the first alert: a trainer
+    # The updates within which the departure began, from the resume point to the first alert: a trainer
     # may skip their batches. First and last update, both included; None when the steps are not named.
     skip_first_step: int | None = None
     skip_last_step: int | None = None

@@ -29,7 +29,7 @@ def test_the_lines_say_where_why_what_to_skip_and_the_trainers_words():
     assert lines == [
         "resume from: out/checkpoint-800: step 800 holds: attention logit scale 1 under the ceiling 2 for d_model "
         "64, the update into it (step 700 → 800) within the run's healthy history",
-        "  skip: the updates of steps 801–900, in which the departure grew (from the resume point to the first "
+        "  skip: the updates of steps 801–900, within which the departure began (from the resume point to the first "
         "alert)",
         "  Hugging Face Trainer (its checkpoint-N folders are the Hugging Face Trainer's naming): "
         "--resume_from_checkpoint out/checkpoint-800, or trainer.train(resume_from_checkpoint=\"out/checkpoint-800\"); "
@@ -47,7 +47,7 @@ def test_when_none_holds_the_first_line_says_so_and_no_trainer_line_follows():
                                                      skip_first_step=1, skip_last_step=200))
     assert resume_lines(summary) == [
         "resume from: none: no saved checkpoint before the departure holds: …",
-        "  skip: the updates of steps 1–200, in which the departure grew (from the resume point to the first alert)"]
+        "  skip: the updates of steps 1–200, within which the departure began (from the resume point to the first alert)"]
 
 
 def test_the_learning_rate_line_goes_back_to_the_rate_before_the_rise_with_its_source():

@@ -26,7 +26,7 @@ def test_a_candidate_that_holds_is_named_with_why_the_steps_to_skip_and_the_trai
         "the first alert began",
         "  it holds on its own: attention logit scale 1 ≤ 2 (d_model 64), its update 700 → 800 within the run's "
         "healthy history",
-        "  skip: the updates of steps 801–900, in which the departure grew",
+        "  skip: the updates of steps 801–900, within which the departure began",
         "  Hugging Face Trainer: --resume_from_checkpoint out/checkpoint-800 (it takes no range of steps to skip)",
     ]
 
@@ -45,7 +45,7 @@ def test_when_none_holds_the_terminal_says_so_and_gives_each_reason_on_its_own_l
         "  at the first alert, step 200, attention logit scale 2.5 > 2 (d_model ≤ 64)",
         "  restart from initialisation with the interventions below, or from an earlier save that a trend over the "
         "saves up to step 100 finds to hold",
-        "  skip: the updates of steps 1–200, in which the departure grew",
+        "  skip: the updates of steps 1–200, within which the departure began",
     ]
 
 
@@ -63,7 +63,7 @@ def test_the_learning_rate_line_and_a_walk_back():
         "its own (1 newer one fails its own check)",
         "  it holds on its own: attention logit scale 1.2 ≤ 2 (d_model 64)",
         "  passed over: step 700, attention logit scale 2.4 > 2 (d_model 64)",
-        "  skip: the updates of steps 601–800, in which the departure grew",
+        "  skip: the updates of steps 601–800, within which the departure began",
         "  learning rate: back to 0.003 from 0.03 (it rose into the updates from step 600 to 700)",
         "  Megatron-LM: --load save --ckpt-step 600 --iterations-to-skip $(seq 601 800)",
     ]
