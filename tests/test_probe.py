@@ -282,7 +282,8 @@ def test_without_a_probe_routing_fields_are_null(moe_run):
 def test_diff_with_probe_shows_routing_columns_and_writes_json(moe_run, tmp_path):
     pa, pb, probe, *_ = moe_run
     out = tmp_path / "report.json"
-    result = runner.invoke(app, ["diff", str(pa), str(pb), "--probe", str(probe), "--json", str(out)])
+    # The routing columns are among the table's value columns: --wide (the default table fits 80-120 columns).
+    result = runner.invoke(app, ["diff", str(pa), str(pb), "--probe", str(probe), "--json", str(out), "--wide"])
     assert result.exit_code in (0, 1), result.output
     assert "route H" in result.output and "load CV" in result.output and f"probe: {probe}" in result.output
     assert "assumes" not in result.output  # the config gives top-k
@@ -291,10 +292,10 @@ def test_diff_with_probe_shows_routing_columns_and_writes_json(moe_run, tmp_path
     for key in ("routing_entropy", "routing_entropy_p05", "load_cv", "dead_experts", "routing_entropy_change"):
         assert router[key] is not None, key
     assert doc["probe"] == str(probe)
-    plain = runner.invoke(app, ["diff", str(pa), str(pb), "--no-probe"])
+    plain = runner.invoke(app, ["diff", str(pa), str(pb), "--no-probe", "--wide"])
     assert "route H" not in plain.output
     # Without --probe, diff of two checkpoints of the run uses the run's probe, as trend does.
-    found = runner.invoke(app, ["diff", str(pa), str(pb)])
+    found = runner.invoke(app, ["diff", str(pa), str(pb), "--wide"])
     assert "route H" in found.output and "using the run's probe" in found.output
 
 

@@ -46,6 +46,7 @@ def test_a_secret_appears_in_no_output_of_a_healthy_or_a_failing_run(store, prox
     hf_run(tmp_path / "run", steps=(100, 200, 300))
     url = store.upload(tmp_path / "run", "run")
     out = tmp_path / "out"
+    out.mkdir()  # ckptscan makes no folder for a report file (issue 52)
     healthy = runner.invoke(app, ["trend", url, "--format", "json", "--cache-dir", str(out / "cache"),
                                   "--tensorboard", str(out / "tb"), "--html", str(out / "report.html"),
                                   "--json", str(out / "report.json")])
