@@ -29,14 +29,14 @@ if TYPE_CHECKING:
 
 # Gram blocks waiting for their batched solve (`LayerTask.__call__`), at most.
 # The solve runs on the host in float64 whatever the device, and its working
-# memory is about SOLVE_FACTOR times its blocks (measured: 0.95 GB for the
-# 28 MB of 8 layers of a 1B model). With a GPU the batch is the point (each
-# batch is one transfer and one readback): 16 MiB, ~4 pair-layers of a 1B
-# model, ~0.5 GB of host memory a worker while it solves. On a CPU a batch
-# saves only Python and small ops, and two workers' solves must fit a 2-core
-# machine's memory: 2 MiB, one pair-layer of a 1B model at a time (~120 MB),
-# several of a smaller one.
-SOLVE_FACTOR = 34
+# memory is up to about SOLVE_FACTOR times its blocks (measured: 47 MB above
+# the 3.4 MB of one 1B layer's blocks; 34x before the solve let its assembled
+# blocks go early). With a GPU the batch is the point (each batch is one
+# transfer and one readback): 16 MiB, ~4 pair-layers of a 1B model, ~0.25 GB
+# of host memory a worker while it solves. On a CPU a batch saves only Python
+# and small ops, and two workers' solves must fit a 2-core machine's memory:
+# 2 MiB, one pair-layer of a 1B model at a time, several of a smaller one.
+SOLVE_FACTOR = 16
 PENDING_BYTES = 16 << 20
 CPU_PENDING_BYTES = 2 << 20
 
