@@ -126,8 +126,7 @@ def _difference(a: Path, b: Path) -> float | None:
 
 def _run_log(run: Path) -> dict[int, float]:
     """Step → loss from the run folder's loss log; empty without a readable one."""
-    from ckptscan.inputs.loss_log import read_loss_log
-    from ckptscan.pipeline.run import DEFAULT_LOSS_LOG
+    from ckptscan.inputs.loss_log import DEFAULT_LOSS_LOG, read_loss_log
 
     try:
         log = read_loss_log(run / DEFAULT_LOSS_LOG)

@@ -31,6 +31,9 @@ from ckptscan.errors import CkptScanError
 from ckptscan.schema.results import PairResult
 from ckptscan.storage import RemotePath, as_path
 
+# The loss log a run directory may carry, read without being named (`pipeline.run`).
+DEFAULT_LOSS_LOG = "train_log.jsonl"
+
 
 @dataclass
 class LossLog:

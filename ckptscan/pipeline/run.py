@@ -37,7 +37,7 @@ from typing import Any, Callable, Sequence
 from ckptscan.pipeline.config import Config, load_config
 from ckptscan.pipeline.discovery import discover_run, run_directory
 from ckptscan.errors import CkptScanError
-from ckptscan.inputs.loss_log import LossLog, read_loss_log
+from ckptscan.inputs.loss_log import DEFAULT_LOSS_LOG, LossLog, read_loss_log
 from ckptscan.pipeline.opened import OpenedRecord
 from ckptscan.inputs.probe import Probe, load_probe
 from ckptscan.readers import Checkpoint, open_checkpoints
@@ -52,7 +52,6 @@ __all__ = ["AUTO", "BASES", "ReferenceSources", "RunSpec", "SideFile", "check_pa
 
 # Files a run directory may carry that a scan uses without being told.
 DEFAULT_PROBE = "probe.safetensors"
-DEFAULT_LOSS_LOG = "train_log.jsonl"
 BASES = ("previous", "first")
 
 
