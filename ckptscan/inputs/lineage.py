@@ -68,21 +68,19 @@ def other_run_evidence(older: str, older_step: int | None, newer: str) -> str | 
 
 
 def _is_run_folder(folder: Path) -> bool:
-    from ckptscan.pipeline.discovery import looks_like_run
+    from ckptscan.readers.steps import looks_like_run
 
     return looks_like_run(folder)
 
 
 def _own_checkpoint(run: Path, step: int, older: Path) -> Path | None:
     """The entry of `run` named for `step` (checkpoint-1700, step_1700.pt), unless it is `older` itself."""
-    from ckptscan.readers import step_from_name
+    from ckptscan.readers.steps import file_step, step_from_name
 
     for entry in sorted(run.iterdir()):
         name_step = step_from_name(entry.name)
         if name_step is None and entry.is_file():
-            from ckptscan.pipeline.discovery import FILE_STEP
-            match = FILE_STEP.search(entry.name.rsplit(".", 1)[0])
-            name_step = int(match.group(1)) if match else None
+            name_step = file_step(entry.name)
         if name_step == step and not _same_file(entry, older):
             return entry
     return None

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Collection
 
 from ckptscan.errors import CkptScanError
 from ckptscan.readers import Checkpoint, open_checkpoint, open_each, step_from_name
-from ckptscan.readers.orbax import CHECKPOINT_METADATA
+from ckptscan.readers.steps import (ACCELERATE, CHECKPOINT_FILE_SUFFIXES, NESTED, file_step,
+                                     looks_like_run, orbax_step)
 from ckptscan.storage import RemotePath, as_path
 from ckptscan.schema.results import CORRUPT, DUPLICATE, IN_PROGRESS, NO_STEP
 
@@ -45,15 +46,6 @@ POINTERS = {"latest": re.compile(r"^global_step(\d+)$"), "latest_checkpointed_it
 # Staging names around a checkpoint name: HF Trainer's tmp-checkpoint-N, and
 # N.tmp / N-tmp / tmp_N from other writers.
 TEMPORARY = re.compile(r"^(tmp[-_.]|\.tmp[-_.]?)|([-_.]tmp\d*)$", re.IGNORECASE)
-# accelerate's ProjectConfiguration(automatic_checkpoint_naming=True): K is a save index.
-ACCELERATE = re.compile(r"^checkpoint_(\d+)$")
-# Where frameworks put checkpoints below the directory users name (torchtitan
-# `dump/checkpoint/`, accelerate `project/checkpoints/`, Lightning `version_K/checkpoints/`).
-NESTED = ("checkpoint", "checkpoints")
-# Checkpoint files of a run saved as files (Lightning .ckpt, torch.save .pt/.pth).
-CHECKPOINT_FILE_SUFFIXES = (".ckpt", ".pt", ".pth")
-# A step in a file name: Lightning `epoch=0-step=200.ckpt`, `step_200.pt`, `iter-200.pth`.
-FILE_STEP = re.compile(r"(?:^|[-_=.])(?:step|iter|global_step)[-_=]?(\d+)(?:$|[-_.])")
 # litgpt's pretrain ends with out/final/lit_model.pth beside the step-N folders.
 LITGPT_FINAL = "final"
 # Lightning's copy of the newest checkpoint (`last.ckpt`, `last-v1.ckpt`).
@@ -85,7 +77,7 @@ def discover_run(run_dir: str | Path | RemotePath, opened: OpenedRecord | None =
     for entry in entries:
         step = step_from_name(entry.name)
         if step is None:
-            step = _orbax_step(entry)
+            step = orbax_step(entry)
         if step is not None and entry.is_dir():
             if newest is not None and step > newest:
                 run.skipped.append({"path": str(entry), "reason": f"newer than the 'latest' pointer (step {newest}):"
@@ -103,12 +95,12 @@ def discover_run(run_dir: str | Path | RemotePath, opened: OpenedRecord | None =
         # A safetensors file is a save of the run only when its name has a step (step_100.safetensors):
         # model-00001-of-00002.safetensors is a shard of the folder's one checkpoint.
         files = [e for e in entries if e.is_file() and (e.suffix in CHECKPOINT_FILE_SUFFIXES or (
-            e.suffix == ".safetensors" and _file_step(e.name) is not None))]
+            e.suffix == ".safetensors" and file_step(e.name) is not None))]
         # Two files or more, each named with a step, are a run's saves even where they would open
         # together as one checkpoint (safetensors files side by side read as its shards).
-        if sum(_file_step(e.name) is not None for e in files) < 2:
+        if sum(file_step(e.name) is not None for e in files) < 2:
             _refuse_single_checkpoint(folder)
-        candidates = [(e, _file_step(e.name), None) for e in files]
+        candidates = [(e, file_step(e.name), None) for e in files]
     found: list[tuple[int, int, str, Checkpoint]] = []
     for (entry, name_step, index), checkpoint in zip(candidates, _open_candidates([c[0] for c in candidates], opened)):
         if isinstance(checkpoint, CkptScanError):
@@ -187,29 +179,6 @@ def sweep_runs(directory: str | Path | RemotePath) -> list[Path | RemotePath] | 
     return runs if len(runs) >= 2 else None
 
 
-def looks_like_run(path: Path | RemotePath) -> bool:
-    """A directory holding checkpoints by any of the names `discover_run` knows."""
-    if not path.is_dir():
-        return False
-    entries = list(path.iterdir())
-    return any(step_from_name(e.name) is not None or ACCELERATE.match(e.name) or _orbax_step(e) is not None or
-               (e.name in NESTED and e.is_dir()) or (e.is_file() and e.suffix in CHECKPOINT_FILE_SUFFIXES)
-               for e in entries)
-
-
-def _orbax_step(entry: Path) -> int | None:
-    """Orbax's CheckpointManager names step folders by the bare step (`1000/`)."""
-    if entry.name.isdigit() and (entry / CHECKPOINT_METADATA).is_file():
-        return int(entry.name)
-    return None
-
-
-def _file_step(name: str) -> int | None:
-    stem = name.rsplit(".", 1)[0]
-    match = FILE_STEP.search(stem)
-    return int(match.group(1)) if match else None
-
-
 def _step(checkpoint: Checkpoint, entry: Path, name_step: int | None, index: int | None, run: Run) -> int | None:
     """The step recorded inside the checkpoint, else the one in its name, else
     (accelerate's checkpoint_K) the save index K, said so in the run's notes."""
@@ -230,7 +199,7 @@ def _step(checkpoint: Checkpoint, entry: Path, name_step: int | None, index: int
 
 def checkpoint_folder(run_dir: Path) -> Path:
     """`run_dir`, or its `checkpoint(s)/` subfolder when the checkpoints are there."""
-    if any(step_from_name(e.name) is not None or ACCELERATE.match(e.name) or _orbax_step(e) is not None
+    if any(step_from_name(e.name) is not None or ACCELERATE.match(e.name) or orbax_step(e) is not None
            for e in run_dir.iterdir()):
         return run_dir
     for name in NESTED:
