@@ -244,12 +244,15 @@ def judge_runs(corpus: Path, worktree: Path, names: list[str] | None = None) -> 
                     j.none_holds = True
                 else:
                     j.after = s.resume.checkpoint.step
-                    j.ceilings, j.ceiling_problems, j.closest_ratio, j.closest_signal = \
-                        ceiling_check(report, j.after)
+                    if j.after is None:  # every corpus checkpoint names its step
+                        j.ceilings, j.ceiling_problems = "NO", [f"{s.resume.checkpoint.path}: no step"]
+                    else:
+                        j.ceilings, j.ceiling_problems, j.closest_ratio, j.closest_signal = \
+                            ceiling_check(report, j.after)
             j.logit_at_step = logit_at(steps, logits, STEP)
             j.healthy_largest = largest
             j.checkable = largest is not None and bool(steps)
-            if j.checkable:
+            if largest is not None and steps:
                 j.passes_step = first_past(steps, logits, FACTOR * largest)
             j.before_holds = None
             out.append((j, report, t))
@@ -265,7 +268,8 @@ def judge_runs(corpus: Path, worktree: Path, names: list[str] | None = None) -> 
             "ceilings": j.ceilings != "NO",
             "kept": (not j.before_holds) or (j.alerted and not j.none_holds and j.after == j.before),
             "precedes": None if not j.checkable else (
-                not j.alerted or j.none_holds or j.passes_step is None or j.after < j.passes_step),
+                not j.alerted or j.none_holds or j.passes_step is None
+                or j.after is not None and j.after < j.passes_step),
         }
         result.append(j)
     return result, {recipe: {"largest": v, "healthy": n} for recipe, (v, n) in healthy.items()}
@@ -310,9 +314,9 @@ def main(argv: list[str] | None = None) -> None:
         values = [j.checks[name] for j in judgements]
         print(f"{name}: {values.count(True)} pass, {values.count(False)} fail, {values.count(None)} uncheckable")
     held = [j for j in judgements if j.before_holds]
-    print(f"candidates before that hold now: {len(held)}, kept: {sum(j.checks['kept'] for j in held)}")
+    print(f"candidates before that hold now: {len(held)}, kept: {sum(bool(j.checks['kept']) for j in held)}")
     margins = [(j.passes_step - j.after, j.run, j.saved_with_zero, j.after, j.passes_step) for j in judgements
-               if j.checkable and j.alerted and not j.none_holds and j.passes_step is not None]
+               if j.after is not None and j.passes_step is not None]
     if margins:
         print("closest to the 5x step: {1} ({2}): candidate {3} against {4}, {0} steps".format(
             *min(margins)).replace("(True)", "(saved)").replace("(False)", "(no ckpt-0)"))
