@@ -26,6 +26,14 @@ judge those pairs), and the report says so. Monitors of the update between
 two checkpoints (Δ2 and ΔW entropies) depend on how many steps apart they
 are, so a reference saved at another interval (more than 1.5× apart) is not
 compared on them. References of another architecture are refused.
+
+Two types: a `ReferenceRun` is one known-healthy run as the user named it,
+resolved (its report, and the file or run directory it came from): what a
+request's references become (`api.resolve_references`), what a run spec
+holds and what the judge is given, one type all the way. `Expectations` is
+what the judge makes of them under its thresholds (`expectations`): the
+members' pairs after warm-up, aligned by step, asked for an expected value
+and sigma per judged point.
 """
 
 from __future__ import annotations
@@ -99,8 +107,39 @@ class Widening:
     band_factor: float = 1.0
 
 
+@dataclass(frozen=True)
+class ReferenceRun:
+    """A known-healthy run to judge against, resolved: its report (read
+    from a JSON file, or the scan of its run directory) and where it came
+    from (the file or run directory as named; None for a report object
+    given as it is). One type from the request to the judge."""
+
+    report: ScanReport
+    path: str | None = None
+
+    @property
+    def name(self) -> str:
+        """How the report names this reference: its path, else the run its report was made of."""
+        return self.path or str(self.report.settings.get("run", "the reference report"))
+
+
+def reference_runs(reports: ScanReport | Sequence[ScanReport] | None,
+                   paths: str | Sequence[str | None] | None = None) -> tuple[ReferenceRun, ...]:
+    """The reference runs of the older shapes: one report or several (or
+    None), and the path of each (one path, a list, or None: from no file;
+    missing paths are None)."""
+    listed = [reports] if isinstance(reports, ScanReport) else list(reports or [])
+    named: list[str | None] = [paths] if paths is None or isinstance(paths, str) else list(paths)
+    named = (named + [None] * len(listed))[:len(listed)]
+    return tuple(ReferenceRun(report, path) for report, path in zip(listed, named))
+
+
 @dataclass
-class Reference:
+class Expectations:
+    """What known-healthy runs expect of a judged run (the module docstring):
+    one member per `ReferenceRun`, asked for an expected value and sigma per
+    (layer, monitor, step)."""
+
     path: str  # the references' files, comma-separated
     model: dict
     members: list[Member]
@@ -314,15 +353,15 @@ def _by_layer(pairs: Sequence[PairResult]) -> dict[int, list[LayerResult]]:
     return layers
 
 
-def _member(report: ScanReport, warmup_pairs: int, warmup_steps: int, path: str | None) -> Member:
-    pairs = report.pairs
+def _member(run: ReferenceRun, warmup_pairs: int, warmup_steps: int) -> Member:
+    pairs = run.report.pairs
     start = first_judged([p.from_step for p in pairs], warmup_pairs, warmup_steps)
     judged = pairs[start:] or pairs
 
     def steps(chosen: Sequence[PairResult]) -> list[float]:
         return [float(p.to_step) if p.to_step is not None else float(i) for i, p in enumerate(chosen)]
     lrs = sorted((float(p.to_step), p.lr) for p in pairs if p.to_step is not None and p.lr is not None)
-    return Member(path or str(report.settings.get("run", "the reference report")), steps(judged), _by_layer(judged),
+    return Member(run.name, steps(judged), _by_layer(judged),
                   steps(pairs), _by_layer(pairs), _median_interval(pairs), lrs, [s for s, _ in lrs])
 
 
@@ -339,24 +378,38 @@ def _model_fields(model: ModelInfo) -> dict:
     return fields
 
 
-def reference_from_reports(reports: Sequence[ScanReport], warmup_pairs: int, warmup_steps: int,
-                           paths: Sequence[str | None] | None = None) -> Reference:
-    """The expectations of known-healthy runs' reports (trend or diff); all
-    of one model, else a CkptScanError naming the odd one."""
-    if not reports:
+def expectations(runs: Sequence[ReferenceRun], warmup_pairs: int, warmup_steps: int) -> Expectations:
+    """The expectations of known-healthy runs (their reports: trend or diff),
+    each known by its pairs after warm-up; all of one model, else a
+    CkptScanError naming the odd one."""
+    if not runs:
         raise CkptScanError("no reference report given")
-    paths = list(paths) if paths is not None else [None] * len(reports)
-    members = [_member(r, warmup_pairs, warmup_steps, p) for r, p in zip(reports, paths)]
-    models = [_model_fields(r.model) for r in reports]
+    members = [_member(run, warmup_pairs, warmup_steps) for run in runs]
+    models = [_model_fields(run.report.model) for run in runs]
     for member, model in zip(members[1:], models[1:]):
         mismatched = [f"{k}: {v} vs {models[0].get(k)}" for k, v in model.items() if models[0].get(k) != v]
         if mismatched:
             raise CkptScanError(f"the references are of different models ({'; '.join(mismatched)}; "
                                 f"against {members[0].path})", path=member.path)
-    return Reference(", ".join(m.path for m in members), models[0], members)
+    return Expectations(", ".join(m.path for m in members), models[0], members)
+
+
+def reference_from_reports(reports: Sequence[ScanReport], warmup_pairs: int, warmup_steps: int,
+                           paths: Sequence[str | None] | None = None) -> Expectations:
+    """`expectations` of these reports, from the files `paths` (the older
+    shape: the reports and their paths as two lists)."""
+    named = list(paths) if paths is not None else [None] * len(reports)
+    return expectations([ReferenceRun(report, path) for report, path in zip(reports, named)],
+                        warmup_pairs, warmup_steps)
 
 
 def reference_from_report(report: ScanReport, warmup_pairs: int, warmup_steps: int, path: str | None = None
-                          ) -> Reference:
+                          ) -> Expectations:
     """The expectations of one known-healthy run's report, from its pairs after warm-up."""
-    return reference_from_reports([report], warmup_pairs, warmup_steps, [path])
+    return expectations([ReferenceRun(report, path)], warmup_pairs, warmup_steps)
+
+
+# The expectations' old name: the judge's modules still import it. It named a
+# second class too (the resolved run, `ckptscan.pipeline.request.Reference`,
+# now `ReferenceRun`); `Expectations` is the name to import.
+Reference = Expectations
