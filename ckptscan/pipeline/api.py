@@ -28,11 +28,12 @@ from ckptscan.detection.judge import SeriesJudge
 from ckptscan.caches.judge_cache import JudgeCache
 from ckptscan.pipeline.metrics import compute
 from ckptscan.schema.load import load_report
-from ckptscan.pipeline.request import AUTO, Reference, ReferenceSource, ScanRequest
+from ckptscan.detection.reference import ReferenceRun
+from ckptscan.pipeline.request import AUTO, ReferenceSource, ScanRequest
 from ckptscan.schema.results import ScanReport
 from ckptscan.pipeline.run import RunSpec, resolve_pair, resolve_run
 from ckptscan.scan import ScanOptions
-from ckptscan.storage import RemotePath, as_path
+from ckptscan.storage import as_path
 
 Progress = Callable[[int, int], None]  # (layer tasks done, in all)
 
@@ -76,23 +77,26 @@ def scan(spec: RunSpec, request: ScanRequest | ScanOptions | None = None, *, pro
 
 def resolve_references(request: ScanRequest) -> ScanRequest:
     """The request with each reference resolved, once, before the judged
-    run's spec is made: a JSON report file (local or a URL) read, a run
-    directory (or a URL prefix) scanned as the judged run is (its options,
-    cache, executor, pairing, config and settings; the reference's own probe
-    and loss log; not `thresholds`, which replace the judged run's alone),
-    each run once however often it is named."""
-    scanned: dict[str, Reference] = {}
+    run's spec is made, each to a `ReferenceRun`: a JSON report file (local
+    or a URL) read, a run directory (or a URL prefix) scanned as the judged
+    run is (its options, cache, executor, pairing, config and settings; the
+    reference's own probe and loss log; not `thresholds`, which replace the
+    judged run's alone), each run once however often it is named; a report
+    object taken as it is, from no file."""
+    scanned: dict[str, ReferenceRun] = {}
     references = request.references
     as_run = replace(request, probe=AUTO, loss_log=AUTO, references=(), thresholds=None)
 
-    def resolved(source: ReferenceSource | Reference) -> ReferenceSource | Reference:
-        if not isinstance(source, (str, Path, RemotePath)):
-            return source  # a report object, or resolved already
+    def resolved(source: ReferenceSource | ReferenceRun) -> ReferenceRun:
+        if isinstance(source, ReferenceRun):
+            return source
+        if isinstance(source, ScanReport):
+            return ReferenceRun(source, None)
         path = as_path(source)
         if not path.is_dir():
-            return Reference(load_report(path), str(path))
+            return ReferenceRun(load_report(path), str(path))
         if str(path) not in scanned:
-            scanned[str(path)] = Reference(scan(resolve_run(path, as_run), as_run), str(path))
+            scanned[str(path)] = ReferenceRun(scan(resolve_run(path, as_run), as_run), str(path))
         return scanned[str(path)]
     return replace(request, references=tuple(resolved(source) for source in references))
 
@@ -108,6 +112,6 @@ def reference_scanner(options: ScanOptions | None = None, **fields: Any) -> Call
 
     def scan_reference(run_dir: str) -> ScanReport:
         reference = resolve_references(replace(request, references=(run_dir,))).references[0]
-        assert isinstance(reference, Reference)  # a run directory resolves to its scanned report
+        assert isinstance(reference, ReferenceRun)  # every source resolves to one
         return reference.report
     return scan_reference

@@ -11,16 +11,19 @@ options (the device among them) to `compute`, the thresholds to the judge.
 The references are resolved once, up front (`api.resolve_references`): a
 reference given as a run is scanned, a report file read, before the judged
 run's spec is made, so that nothing below the library's entry points calls
-back up to scan. `Reference` is one resolved: its report, and where it came
-from.
+back up to scan. A resolved reference is a `ReferenceRun` (its report, and
+where it came from), the one type the run spec holds and the judge is
+given; `Reference`, its old name here, still imports (deprecated).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence, Union
 
+from ckptscan.detection.reference import ReferenceRun
 from ckptscan.schema.results import ScanReport
 from ckptscan.scan import ScanOptions
 from ckptscan.storage import RemotePath
@@ -44,16 +47,8 @@ SideFile = Union[str, Path, _Auto, None]
 # What `--reference` names: a report file, a run directory, a URL of either,
 # or an already loaded report; one, or several for a band.
 ReferenceSource = Union[str, Path, RemotePath, ScanReport]
-ReferenceSources = Union[ReferenceSource, Sequence[ReferenceSource], None]
-
-
-@dataclass(frozen=True)
-class Reference:
-    """A reference resolved: the report judged against, and the file or run
-    directory it came from (None for a report object given as it is)."""
-
-    report: ScanReport
-    path: str | None
+# A resolved `ReferenceRun` may be given too (resolved already: taken as it is).
+ReferenceSources = Union[ReferenceSource, ReferenceRun, Sequence[Union[ReferenceSource, ReferenceRun]], None]
 
 
 @dataclass(frozen=True)
@@ -65,7 +60,7 @@ class ScanRequest:
     `loss_log`, `config`: each `AUTO` (the run's own, or the nearest
     ckptscan.toml), None (off) or a path; `probe` may also be a loaded
     `Probe`. `references`: known-healthy runs or their reports, several for
-    a band; `Reference` once resolved. `settings`: "KEY=VALUE" overrides of
+    a band; each a `ReferenceRun` once resolved. `settings`: "KEY=VALUE" overrides of
     the config's thresholds; `thresholds` replaces them. `cache`, `executor`:
     where pairs are cached and where the layer tasks run."""
 
@@ -74,7 +69,7 @@ class ScanRequest:
     base: str = "previous"
     probe: SideFile | Probe = AUTO
     loss_log: SideFile = AUTO
-    references: tuple[ReferenceSource | Reference, ...] = ()
+    references: tuple[ReferenceSource | ReferenceRun, ...] = ()
     config: SideFile = AUTO
     settings: tuple[str, ...] = ()
     thresholds: Thresholds | None = None
@@ -101,10 +96,21 @@ class ScanRequest:
         return request
 
 
-def reference_sources(sources: ReferenceSources) -> tuple[ReferenceSource, ...]:
+def reference_sources(sources: ReferenceSources) -> tuple[ReferenceSource | ReferenceRun, ...]:
     """One source, several or None, as a tuple."""
     if sources is None:
         return ()
-    if isinstance(sources, (str, Path, RemotePath, ScanReport)):
+    if isinstance(sources, (str, Path, RemotePath, ScanReport, ReferenceRun)):
         return (sources,)
     return tuple(sources)
+
+
+def __getattr__(name: str) -> Any:
+    """`Reference`, the resolved reference's old name (a second class of that
+    name was the judge's expectations): `ReferenceRun` itself, with a
+    DeprecationWarning."""
+    if name == "Reference":
+        warnings.warn("ckptscan.pipeline.request.Reference is deprecated: it is "
+                      "ckptscan.detection.reference.ReferenceRun", DeprecationWarning, stacklevel=2)
+        return ReferenceRun
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

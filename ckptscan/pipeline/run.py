@@ -17,7 +17,9 @@ onto these arguments, so the library and the command line see the same run:
 - reference: none. When given, one known-healthy run or several (a band),
   resolved before the spec is made (`api.resolve_references`: a run is
   scanned as the judged run is, a JSON report read); a report file named
-  here is read, a run named here unresolved is an error.
+  here is read, a run named here unresolved is an error. The spec holds
+  each as a `ReferenceRun` (its report and where it came from), as the
+  judge is given them.
 
 What to scan besides the checkpoints is a `ScanRequest` (`ckptscan.pipeline.request`);
 the keyword arguments of `resolve_run` and `resolve_pair` are its fields.
@@ -32,7 +34,7 @@ import os
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, Union
 
 from ckptscan.pipeline.config import Config, load_config
 from ckptscan.pipeline.discovery import discover_run, run_directory
@@ -42,12 +44,13 @@ from ckptscan.pipeline.opened import OpenedRecord
 from ckptscan.inputs.probe import Probe, load_probe
 from ckptscan.readers import Checkpoint, open_checkpoints
 from ckptscan.schema.load import load_report
-from ckptscan.pipeline.request import AUTO, Reference, ReferenceSource, ReferenceSources, ScanRequest, SideFile, _Auto
+from ckptscan.detection.reference import ReferenceRun, reference_runs
+from ckptscan.pipeline.request import AUTO, ReferenceSource, ReferenceSources, ScanRequest, SideFile, _Auto
 from ckptscan.schema.results import ScanReport
 from ckptscan.storage import RemotePath, as_path
 
-__all__ = ["AUTO", "BASES", "ReferenceSources", "RunSpec", "SideFile", "check_pair", "load_reference", "plan_pairs",
-           "resolve_pair", "resolve_run", "run_spec"]
+__all__ = ["AUTO", "BASES", "ReferenceRun", "ReferenceSources", "RunSpec", "SideFile", "check_pair", "load_reference",
+           "plan_pairs", "reference_run", "resolve_pair", "resolve_run", "run_spec"]
 
 
 # Files a run directory may carry that a scan uses without being told.
@@ -55,7 +58,13 @@ DEFAULT_PROBE = "probe.safetensors"
 BASES = ("previous", "first")
 
 
-@dataclass
+# The spec's references in their older shape (`RunSpec.reference`, `.reference_path`): one report and the
+# file or run directory it came from, lists of them when several were given (a band), None without any.
+OldReports = Union[ScanReport, list[ScanReport], None]
+OldPaths = Union[str, list[Union[str, None]], None]
+
+
+@dataclass(init=False)
 class RunSpec:
     kind: str  # "pair" (two checkpoints) | "run" (a run directory)
     path: str  # the run directory, or the newer checkpoint of a pair, as the user named it
@@ -63,14 +72,63 @@ class RunSpec:
     pairs: list[tuple[int, int]]  # (older, newer) indices into `checkpoints`
     probe: Probe | None = None
     loss_log: LossLog | None = None
-    # A known-healthy run's report, or a list of them when several were given (a band).
-    reference: ScanReport | list[ScanReport] | None = None
-    reference_path: str | list[str | None] | None = None  # the file or run directory each came from
+    references: tuple[ReferenceRun, ...] = ()  # known-healthy runs to judge against (several: a band)
     config: Config = field(default_factory=Config)
     skipped: list[dict[str, str]] = field(default_factory=list)  # checkpoints that looked usable but were not
     pairing: dict[str, object] = field(default_factory=dict)  # how `pairs` were formed (stride, base, pending)
     notes: list[str] = field(default_factory=list)  # which side files were used or ignored, and why
     run_notes: list[str] = field(default_factory=list)  # discovery's notes, e.g. steps that are save indices
+
+    def __init__(self, kind: str, path: str, checkpoints: list[Checkpoint], pairs: list[tuple[int, int]],
+                 probe: Probe | None = None, loss_log: LossLog | None = None,
+                 reference: OldReports = None, reference_path: OldPaths = None, config: Config | None = None,
+                 skipped: list[dict[str, str]] | None = None, pairing: dict[str, object] | None = None,
+                 notes: list[str] | None = None, run_notes: list[str] | None = None, *,
+                 references: Sequence[ReferenceRun] = ()) -> None:
+        """The fields, in their old order: `reference` and `reference_path`
+        (the older shape, deprecated) where `references` (keyword only) was
+        added."""
+        self.kind, self.path, self.checkpoints, self.pairs = kind, path, checkpoints, pairs
+        self.probe, self.loss_log, self.references = probe, loss_log, tuple(references)
+        self.config = config if config is not None else Config()
+        self.skipped = skipped if skipped is not None else []
+        self.pairing = pairing if pairing is not None else {}
+        self.notes = notes if notes is not None else []
+        self.run_notes = run_notes if run_notes is not None else []
+        if reference is not None or reference_path is not None:
+            _old_shape_warning(3)
+            self.references = reference_runs(reference, reference_path)
+
+    @property
+    def reference(self) -> OldReports:
+        """The references' reports in the older shape: the one reference's
+        report, a list of them (a band), or None (what `judge`'s `reference`
+        takes, with `reference_path`)."""
+        reports = [run.report for run in self.references]
+        return reports[0] if len(reports) == 1 else reports or None
+
+    @reference.setter
+    def reference(self, reports: OldReports) -> None:
+        _old_shape_warning(3)
+        self.references = reference_runs(reports, self.reference_path)
+
+    @property
+    def reference_path(self) -> OldPaths:
+        """Where each reference came from, in the older shape: a path (None
+        for a report object) with one reference, a list with several, None
+        without any."""
+        paths = [run.path for run in self.references]
+        return paths[0] if len(paths) == 1 else paths or None
+
+    @reference_path.setter
+    def reference_path(self, paths: OldPaths) -> None:
+        _old_shape_warning(3)
+        self.references = reference_runs(self.reference, paths)
+
+
+def _old_shape_warning(stacklevel: int) -> None:
+    warnings.warn("a RunSpec's reference and reference_path (reports and paths, one or lists) are deprecated: "
+                  "give its references, a tuple of ReferenceRun", DeprecationWarning, stacklevel=stacklevel)
 
 
 def resolve_run(run_dir: str | Path | RemotePath, request: ScanRequest | None = None, *,
@@ -162,7 +220,7 @@ def _request(request: ScanRequest | None, fields: dict[str, Any]) -> ScanRequest
                   "(ckptscan.pipeline.api.resolve_references)",
                   DeprecationWarning, stacklevel=3)
     return replace(request, references=tuple(
-        Reference(scan_reference(str(as_path(s))), str(as_path(s)))
+        ReferenceRun(scan_reference(str(as_path(s))), str(as_path(s)))
         if isinstance(s, (str, Path, RemotePath)) and as_path(s).is_dir() else s for s in request.references))
 
 
@@ -214,31 +272,35 @@ def _probe(probe: str | Path | Probe | None) -> Probe | None:
     return probe if probe is None or isinstance(probe, Probe) else load_probe(probe)
 
 
-def _reference(spec: RunSpec, sources: Sequence[ReferenceSource | Reference]) -> None:
-    """The references' reports and where each came from: one stays one
-    report (and one path), several make lists (a band)."""
-    loaded = [load_reference(source) for source in sources]
-    if len(loaded) == 1:
-        spec.reference, spec.reference_path = loaded[0]
-    elif loaded:
-        spec.reference, spec.reference_path = [r for r, _ in loaded], [p for _, p in loaded]
+def _reference(spec: RunSpec, sources: Sequence[ReferenceSource | ReferenceRun]) -> None:
+    """The spec's references, each a `ReferenceRun`, in the order given."""
+    spec.references = tuple(reference_run(source) for source in sources)
 
 
-def load_reference(source: ReferenceSource | Reference) -> tuple[ScanReport, str | None]:
-    """One reference's report and where it came from: a resolved one as it
-    is, a JSON report file (local or a URL) read, a report object taken as
-    it is. A run directory (or a URL prefix) is scanned before the spec is
-    made (`api.resolve_references`): unresolved here, it is an error."""
-    if isinstance(source, Reference):
-        return source.report, source.path
+def reference_run(source: ReferenceSource | ReferenceRun) -> ReferenceRun:
+    """One reference, resolved: a `ReferenceRun` as it is, a JSON report file
+    (local or a URL) read, a report object taken as it is (from no file). A
+    run directory (or a URL prefix) is scanned before the spec is made
+    (`api.resolve_references`): unresolved here, it is an error."""
+    if isinstance(source, ReferenceRun):
+        return source
     if isinstance(source, ScanReport):
-        return source, None
+        return ReferenceRun(source, None)
     path = as_path(source)
     if path.is_dir():
         raise CkptScanError("is a run: a reference run is scanned before the spec is made "
                             "(ckptscan.pipeline.api.resolve_references, or ckptscan.scan_run), or give its JSON report",
                             path=path)
-    return load_report(path), str(path)
+    return ReferenceRun(load_report(path), str(path))
+
+
+def load_reference(source: ReferenceSource | ReferenceRun) -> tuple[ScanReport, str | None]:
+    """Deprecated: one reference's report and where it came from, as two
+    values; `reference_run` gives them as one `ReferenceRun`."""
+    warnings.warn("load_reference is deprecated: reference_run gives the report and its path as one ReferenceRun",
+                  DeprecationWarning, stacklevel=2)
+    run = reference_run(source)
+    return run.report, run.path
 
 
 def _config(config: SideFile, settings: Sequence[str]) -> Config:
