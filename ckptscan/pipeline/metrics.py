@@ -82,7 +82,7 @@ def compute(
     if model is None:
         model = resolve_layout(ckpts[0], options.overrides, options.tensor_map).info
 
-    results = [PairResult(ckpts[a].step, ckpts[b].step, found, str(ckpts[a].path), str(ckpts[b].path))
+    results = [PairResult(ckpts[a].step, ckpts[b].step, _found(found), str(ckpts[a].path), str(ckpts[b].path))
                for (a, b), found in zip(pairs, layers)]
     run_settings: dict[str, Any] = {}
     if spec.kind == "run":
@@ -111,6 +111,12 @@ def compute(
         cached=cached,
         pair_keys=[cache.identity(k) for k in keys] if cache is not None else [],
     )
+
+
+def _found(layers: list[LayerResult] | None) -> list[LayerResult]:
+    """A pair's layers, from the cache or computed: every pair has them by now."""
+    assert layers is not None, "a pair was neither in the cache nor computed"
+    return layers
 
 
 def _resume(keys: list[dict[str, Any]], cache: PairStore | None) -> dict[str, Any]:
