@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import torch
+
+if TYPE_CHECKING:  # a URL's path; importing the stores at run time is not needed here
+    from ckptscan.storage.remote_path import RemotePath
 
 # safetensors dtype -> torch attribute. Types this torch lacks (the unsigned
 # ones before 2.3) are left out, so reading them is a clear "unknown dtype"
@@ -76,12 +79,12 @@ class Checkpoint:
     keys), `omitted` (tensors present on disk but not exposed, and why).
     """
 
-    path: Path
+    path: Path | RemotePath
     format: str
     step: int | None
     tensors: TensorSource
     config: dict[str, Any] | None = None
-    files: list[Path] = field(default_factory=list)
+    files: list[Path | RemotePath] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     # Its identity in the pair cache (`cache.checkpoint_identity`), where it is
     # already known: a checkpoint unchanged since it was recorded (`ckptscan.pipeline.opened`).
@@ -104,7 +107,7 @@ class Format:
     """
 
     name: str
-    open: Callable[[Path], Checkpoint]
-    in_file: Callable[[Path], Path | None] | None = None
-    in_folder: Callable[[Path], Path | None] | None = None
+    open: Callable[[Path | RemotePath], Checkpoint]
+    in_file: Callable[[Path | RemotePath], Path | RemotePath | None] | None = None
+    in_folder: Callable[[Path | RemotePath], Path | RemotePath | None] | None = None
     nests: bool = False

@@ -61,7 +61,7 @@ def read_limited(path: Path | RemotePath, limit: int, what: str) -> bytes:
     return b"".join(chunks)
 
 
-def load_json(path: Path, limit: int, what: str) -> Any:
+def load_json(path: Path | RemotePath, limit: int, what: str) -> Any:
     """Parse JSON file `path` within `limit` bytes and MAX_DEPTH levels."""
     raw = read_limited(path, limit, what)
     try:
@@ -74,12 +74,12 @@ def load_json(path: Path, limit: int, what: str) -> Any:
     return value
 
 
-def open_limited(path: Path, limit: int, what: str) -> io.BytesIO:
+def open_limited(path: Path | RemotePath, limit: int, what: str) -> io.BytesIO:
     """File `path` (within `limit` bytes) as an in-memory binary stream, for unpicklers."""
     return io.BytesIO(read_limited(path, limit, what))
 
 
-def check_depth(value: Any, path: Path, what: str) -> None:
+def check_depth(value: Any, path: Path | RemotePath, what: str) -> None:
     """Refuse containers (dicts, lists, tuples, sets, objects' attributes)
     nested deeper than MAX_DEPTH. Iterative, each object visited once, so a
     deep or self-referencing structure costs its size, never the C stack."""
@@ -111,6 +111,6 @@ def _children(node: Any) -> Iterable[Any] | None:
     return list(attributes.values()) if isinstance(attributes, dict) else None
 
 
-def _check_size(path: Path, size: int, limit: int, what: str) -> None:
+def _check_size(path: Path | RemotePath, size: int, limit: int, what: str) -> None:
     if size > limit:
         raise CkptScanError(f"{what} is larger than {limit // 2**20} MiB (corrupt or not a {what}?)", path=path)

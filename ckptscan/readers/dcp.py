@@ -101,7 +101,7 @@ class _MetadataUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"'{module}.{name}' is not a DCP metadata type")
 
 
-def read_metadata(directory: Path) -> Metadata:
+def read_metadata(directory: Path | RemotePath) -> Metadata:
     path = directory / DCP_METADATA_FILE
     stream = open_limited(path, MAX_DCP_METADATA_BYTES, "DCP metadata")
     try:
@@ -182,11 +182,14 @@ class _RemoteReader:
                 taken = {span: self._prefetched.pop((relative, *span), None) for span in ranges}
             missing = [span for span, pending in taken.items() if pending is None]
             fetched = (self.directory / relative).read_ranges(missing, name) if missing else []
+            # The keys are built before indexing: mypy reads `chunks[(a, *b)]` as 3.11's `chunks[a, *b]`.
             for span, data in zip(missing, fetched):
-                chunks[(relative, *span)] = data
+                key = (relative, *span)
+                chunks[key] = data
             for span, pending in taken.items():
                 if pending is not None:  # waits for a prefetch still in flight; its error is raised here
-                    chunks[(relative, *span)] = pending[0].result()[pending[1]]
+                    key = (relative, *span)
+                    chunks[key] = pending[0].result()[pending[1]]
         for item, info in zip(items, infos):
             raw = io.BytesIO(chunks[(info.relative_path, info.offset, info.offset + info.length)])
             if item.type == LoadItemType.BYTE_IO:
@@ -205,9 +208,10 @@ class _RemoteReader:
 
 class _IntoTensor:
     """The two planner callbacks `read_data` makes for tensor items: where each
-    overlap lands in `out`; byte items are kept as raw bytes, never unpickled."""
+    overlap lands in `out`; byte items are kept as raw bytes, never unpickled
+    (a read of bytes only is given an empty `out`, which no tensor item reaches)."""
 
-    def __init__(self, out: torch.Tensor | None = None):
+    def __init__(self, out: torch.Tensor):
         self.out = out
         self.filled = 0
         self.raw = b""
@@ -229,12 +233,12 @@ class DcpSource:
     """Tensors of a DCP checkpoint. `names` maps the names we expose to the
     stored keys (wrapper prefixes removed)."""
 
-    def __init__(self, directory: Path, metadata: Metadata, names: dict[str, str]):
+    def __init__(self, directory: Path | RemotePath, metadata: Metadata, names: dict[str, str]):
         self.directory = directory
         self.metadata = metadata
         self.names = names
         self._remote = _RemoteReader(directory, metadata) if isinstance(directory, RemotePath) else None
-        self._reader = None if self._remote else _KnownMetadataReader(directory, metadata)
+        self._reader = _KnownMetadataReader(directory, metadata) if not isinstance(directory, RemotePath) else None
 
     def keys(self) -> list[str]:
         return list(self.names)
@@ -303,7 +307,7 @@ class DcpSource:
         item = ReadItem(type=LoadItemType.BYTE_IO, dest_index=MetadataIndex(key), dest_offsets=torch.Size((0,)),
                         storage_index=MetadataIndex(key), storage_offsets=torch.Size((0,)),
                         lengths=torch.Size((0,)))
-        target = _IntoTensor()
+        target = _IntoTensor(torch.empty(0))
         self._read([item], target, key)
         return target.raw
 
@@ -311,7 +315,7 @@ class DcpSource:
         try:
             if self._remote is not None:
                 self._remote.read(items, target, name)
-            else:
+            elif self._reader is not None:  # one of the two is set, by where the directory is
                 self._reader.read_data(LoadPlan(items), target).wait()
         except CkptScanError:
             raise
@@ -320,7 +324,7 @@ class DcpSource:
                                 tensor=name) from None
 
 
-def model_names(metadata: Metadata, directory: Path) -> tuple[dict[str, str], str]:
+def model_names(metadata: Metadata, directory: Path | RemotePath) -> tuple[dict[str, str], str]:
     """Model tensor names -> stored keys, and the wrapper prefix removed.
 
     Training state (optimizer, dataloader, ...) is left out. OLMo-core and HF
@@ -350,7 +354,7 @@ def model_names(metadata: Metadata, directory: Path) -> tuple[dict[str, str], st
     return names, prefix
 
 
-def check_files(metadata: Metadata, directory: Path) -> list[Path]:
+def check_files(metadata: Metadata, directory: Path | RemotePath) -> list[Path | RemotePath]:
     """Every `.distcp` file the metadata points at exists and is long enough."""
     ends: dict[str, int] = {}
     for info in (metadata.storage_data or {}).values():
@@ -375,7 +379,7 @@ def check_files(metadata: Metadata, directory: Path) -> list[Path]:
     return files
 
 
-def open_dcp(directory: Path) -> tuple[DcpSource, dict[str, Any], list[Path]]:
+def open_dcp(directory: Path | RemotePath) -> tuple[DcpSource, dict[str, Any], list[Path | RemotePath]]:
     metadata = read_metadata(directory)
     files = check_files(metadata, directory)
     names, prefix = model_names(metadata, directory)
@@ -393,7 +397,7 @@ def open_dcp(directory: Path) -> tuple[DcpSource, dict[str, Any], list[Path]]:
 TRAIN_STATE_STEP = "train_state.step"
 
 
-def _train_state_step(source: DcpSource, metadata: Metadata, directory: Path) -> int | None:
+def _train_state_step(source: DcpSource, metadata: Metadata, directory: Path | RemotePath) -> int | None:
     entry = metadata.state_dict_metadata.get(TRAIN_STATE_STEP)
     if isinstance(entry, BytesStorageMetadata):
         value = load_pickle(io.BytesIO(source.read_bytes(TRAIN_STATE_STEP)), where=directory / DCP_METADATA_FILE)

@@ -14,17 +14,18 @@ from ckptscan.readers import megatron, orbax, safetensors, torch_pickle
 from ckptscan.readers.base import DCP_METADATA_FILE, Checkpoint, Format
 from ckptscan.readers.sidecars import read_config
 from ckptscan.readers.steps import step_from_name
+from ckptscan.storage import RemotePath
 
 
-def _metadata_file(path: Path) -> Path | None:
+def _metadata_file(path: Path | RemotePath) -> Path | RemotePath | None:
     return path.parent if path.name == DCP_METADATA_FILE else None
 
 
-def _metadata_in(folder: Path) -> Path | None:
+def _metadata_in(folder: Path | RemotePath) -> Path | RemotePath | None:
     return folder if (folder / DCP_METADATA_FILE).is_file() else None
 
 
-def _open_dcp(directory: Path) -> Checkpoint:
+def _open_dcp(directory: Path | RemotePath) -> Checkpoint:
     from ckptscan.readers import dcp  # imports torch.distributed.checkpoint (~1 s): only for DCP
 
     source, meta, files = dcp.open_dcp(directory)
@@ -67,7 +68,7 @@ EXPECTED = ("*.safetensors (+ *.safetensors.index.json), pytorch_model.bin (+ in
             "Orbax step directory (_CHECKPOINT_METADATA + an item with _METADATA)")
 
 
-def recognise(path: Path, folder: bool) -> tuple[Format, Path] | None:
+def recognise(path: Path | RemotePath, folder: bool) -> tuple[Format, Path | RemotePath] | None:
     """The first format that recognises `path` (a folder, or a file), and
     the path it opens; None when none does."""
     for known in FORMATS:

@@ -19,6 +19,7 @@ import torch
 
 from ckptscan.errors import CkptScanError
 from ckptscan.readers.base import TensorSource
+from ckptscan.storage import RemotePath
 
 FP8_DTYPES = ("F8_E4M3", "F8_E5M2")
 SCALE_SUFFIX = "_scale_inv"
@@ -31,7 +32,7 @@ def has_block_scaled_fp8(source: TensorSource) -> bool:
     return any(k + SCALE_SUFFIX in keys and source.dtype(k) in FP8_DTYPES for k in keys)
 
 
-def block_size(config: dict[str, Any] | None, path: Path) -> tuple[int, int]:
+def block_size(config: dict[str, Any] | None, path: Path | RemotePath) -> tuple[int, int]:
     """`quantization_config.weight_block_size` from the config.json of the
     checkpoint at `path`, else 128x128."""
     block = ((config or {}).get("quantization_config") or {}).get("weight_block_size")
@@ -56,7 +57,7 @@ class BlockFp8Source:
     """Wraps a source; FP8 tensors that have `<name>_scale_inv` come back as
     dequantised float32. Every other tensor (the scales too) passes through."""
 
-    def __init__(self, source: TensorSource, block: tuple[int, int], path: Path):
+    def __init__(self, source: TensorSource, block: tuple[int, int], path: Path | RemotePath):
         self.source = source
         self.block = block
         self.path = path

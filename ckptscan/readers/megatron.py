@@ -49,6 +49,7 @@ from ckptscan.readers.megatron_schedule import learning_rate
 from ckptscan.readers.sidecars import check_counts
 from ckptscan.readers.steps import step_from_name
 from ckptscan.readers.torch_pickle import flat_tensors, load_pickle, plain
+from ckptscan.storage import RemotePath
 
 if TYPE_CHECKING:  # torch.distributed.checkpoint costs ~1 s to import: only when a DCP is opened
     from ckptscan.readers.dcp import DcpSource
@@ -67,11 +68,11 @@ COMMON_STATE_KEY = "common_state/shard_0_1"  # ShardedObject("common_state", ...
 COMMON_FILE = "common.pt"  # torch_dist's state that is not sharded (args, iteration, scheduler)
 
 
-def is_legacy_dir(directory: Path) -> bool:
+def is_legacy_dir(directory: Path | RemotePath) -> bool:
     return any(RANK_DIR.match(d.name) and (d / RANK_FILE).is_file() for d in directory.iterdir() if d.is_dir())
 
 
-def is_torch_dist(directory: Path) -> bool:
+def is_torch_dist(directory: Path | RemotePath) -> bool:
     config = directory / "metadata.json"
     if not config.is_file():
         return False
@@ -81,10 +82,10 @@ def is_torch_dist(directory: Path) -> bool:
         return False
 
 
-def meta_from(common: dict[str, Any], where: str | Path, held_in: str) -> dict[str, Any]:
+def meta_from(common: dict[str, Any], where: str | Path | RemotePath, held_in: str) -> dict[str, Any]:
     """`args`, `iteration`, `checkpoint_version` and the learning rate
     (`lr`, `lr_source`) of Megatron's common state, read from `where`."""
-    meta = {k: plain(common[k]) for k in ("args", "iteration", "checkpoint_version") if k in common}
+    meta: dict[str, Any] = {k: plain(common[k]) for k in ("args", "iteration", "checkpoint_version") if k in common}
     if meta.get("args") is not None and not isinstance(meta["args"], dict):
         meta.pop("args")
     if "args" in meta:
@@ -100,11 +101,11 @@ class _Merged:
     """One global tensor: shards to concatenate along dim 0 (one when replicated)."""
 
     shards: list[torch.Tensor]
-    file: Path
+    file: Path | RemotePath
 
 
 class MegatronLegacySource:
-    def __init__(self, tensors: dict[str, _Merged], where: Path):
+    def __init__(self, tensors: dict[str, _Merged], where: Path | RemotePath):
         self.tensors = tensors
         self.where = where
 
@@ -141,7 +142,7 @@ class MegatronLegacySource:
         return torch.cat(parts) if parts else merged.shards[0][:0].clone()
 
 
-def _parallel_sizes(args: dict[str, Any], where: Path) -> tuple[int, int, int]:
+def _parallel_sizes(args: dict[str, Any], where: Path | RemotePath) -> tuple[int, int, int]:
     def size(key: str) -> int:
         value = args.get(key) or 1
         if not isinstance(value, int) or value < 1:
@@ -152,7 +153,7 @@ def _parallel_sizes(args: dict[str, Any], where: Path) -> tuple[int, int, int]:
             size("expert_model_parallel_size"))
 
 
-def open_legacy(directory: Path) -> tuple[MegatronLegacySource, dict[str, Any], list[Path]]:
+def open_legacy(directory: Path | RemotePath) -> tuple[MegatronLegacySource, dict[str, Any], list[Path | RemotePath]]:
     """An `iter_NNNNNNN/` (or `release/`) directory of `mp_rank_*` shards."""
     rank_dirs = {d.name: d for d in directory.iterdir() if d.is_dir() and RANK_DIR.match(d.name)}
     first = sorted(rank_dirs)[0]
@@ -170,7 +171,7 @@ def open_legacy(directory: Path) -> tuple[MegatronLegacySource, dict[str, Any], 
         return f"mp_rank_{t:02d}" + (f"_{p:03d}" if pp > 1 else "") + (f"_{e:03d}" if ep > 1 else "")
 
     # Only expert rank 0 is read: attention and router are replicated across expert ranks.
-    files: dict[tuple[int, int], Path] = {}
+    files: dict[tuple[int, int], Path | RemotePath] = {}
     for p in range(pp):
         for t in range(tp):
             name = dir_name(t, p, 0)
@@ -186,8 +187,8 @@ def open_legacy(directory: Path) -> tuple[MegatronLegacySource, dict[str, Any], 
                                 path=files[key])
 
     # Chunks in global layer order: (virtual stage, pipeline rank).
-    chunk_keys = sorted({k for s in states.values() for k in s if MODEL_KEY.match(k)},
-                        key=lambda k: int(MODEL_KEY.match(k).group(1) or 0))
+    chunks = {k: m for s in states.values() for k in s if (m := MODEL_KEY.match(k))}
+    chunk_keys = sorted(chunks, key=lambda k: int(chunks[k].group(1) or 0))
     if not chunk_keys:
         raise CkptScanError("Megatron checkpoint without a 'model' entry", path=first_file)
     tensors: dict[str, _Merged] = {}
@@ -206,8 +207,8 @@ def open_legacy(directory: Path) -> tuple[MegatronLegacySource, dict[str, Any], 
                 if why:
                     omitted[global_name] = why
                     continue
-                shards = [r.get(name) for r in per_rank]
-                if any(s is None for s in shards):
+                shards = [r[name] for r in per_rank if name in r]
+                if len(shards) < len(per_rank):
                     raise CkptScanError("tensor missing from some tensor-parallel shards", path=files[(0, p)],
                                         tensor=name)
                 if tp > 1 and not COLUMN_PARALLEL.search(name):
@@ -284,6 +285,7 @@ def open_torch_dist(source: DcpSource) -> tuple[StackedLayers, dict[str, Any]]:
     """Unstacked layers plus `args`/`iteration` from the common state."""
     directory = source.directory
     meta: dict[str, Any] = {"sharded_backend": "torch_dist"}
+    where: str | Path | RemotePath
     where, held_in = directory / COMMON_FILE, COMMON_FILE
     if (directory / COMMON_FILE).is_file():
         common = load_pickle(directory / COMMON_FILE)
@@ -303,16 +305,16 @@ def open_torch_dist(source: DcpSource) -> tuple[StackedLayers, dict[str, Any]]:
     return stacked, meta
 
 
-def _rank_file(path: Path) -> Path | None:
+def _rank_file(path: Path | RemotePath) -> Path | RemotePath | None:
     """A legacy rank file stands for its whole iteration folder."""
     return path.parent.parent if path.name == RANK_FILE and RANK_DIR.match(path.parent.name) else None
 
 
-def _legacy_in(folder: Path) -> Path | None:
+def _legacy_in(folder: Path | RemotePath) -> Path | RemotePath | None:
     return folder if is_legacy_dir(folder) else None
 
 
-def _open_legacy(directory: Path) -> Checkpoint:
+def _open_legacy(directory: Path | RemotePath) -> Checkpoint:
     source, meta, files = open_legacy(directory)
     return Checkpoint(directory, "megatron", step_from_name(directory.name), source, None, files, meta)
 

@@ -20,16 +20,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ckptscan.errors import CkptScanError
+from ckptscan.storage import RemotePath
 
 SCHEDULER_KEY = "opt_param_scheduler"
 DECAY_STYLES = ("constant", "linear", "cosine", "inverse-square-root", "WSD")
 WSD_STYLES = ("linear", "cosine", "exponential", "minus_sqrt")
 
 
-def learning_rate(common: Mapping[str, Any], args: Mapping[str, Any], where: str | Path,
+def learning_rate(common: Mapping[str, Any], args: Mapping[str, Any], where: str | Path | RemotePath,
                   held_in: str) -> tuple[float, str] | None:
     """(LR of the next update, where it came from) for a Megatron state dict
     `common` (read from `where`, named `held_in` for the user) with its plain
@@ -49,11 +50,11 @@ def learning_rate(common: Mapping[str, Any], args: Mapping[str, Any], where: str
     return None if lr is None else (lr, f"Megatron {SCHEDULER_KEY} in {held_in}")
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _number(mapping: Mapping[str, Any], key: str, where: str | Path, what: str) -> float:
+def _number(mapping: Mapping[str, Any], key: str, where: str | Path | RemotePath, what: str) -> float:
     value = mapping.get(key)
     if not _is_number(value) or value < 0:
         raise CkptScanError(f"{what}.{key} is {value!r}, expected a non-negative number", path=where)
@@ -65,7 +66,7 @@ def _number(mapping: Mapping[str, Any], key: str, where: str | Path, what: str) 
 SCHEDULE_FIELDS = ("max_lr", "min_lr", "lr_warmup_steps", "lr_decay_steps", "num_steps", "lr_decay_style")
 
 
-def _scheduled(state: Mapping[str, Any], args: Mapping[str, Any], where: str | Path) -> float | None:
+def _scheduled(state: Mapping[str, Any], args: Mapping[str, Any], where: str | Path | RemotePath) -> float | None:
     """None when a field is missing; a field of the wrong type is refused."""
     what = SCHEDULER_KEY
     if any(state.get(field) is None for field in SCHEDULE_FIELDS):
@@ -90,6 +91,7 @@ def _scheduled(state: Mapping[str, Any], args: Mapping[str, Any], where: str | P
         raise CkptScanError(f"{what}.lr_decay_steps is {state['lr_decay_steps']!r}, not above lr_warmup_steps "
                             f"{state['lr_warmup_steps']!r}", path=where)
     ratio = (steps - warmup) / (decay - warmup)
+    coeff: float | None
     if style == "linear":
         coeff = 1.0 - ratio
     elif style == "cosine":
@@ -101,7 +103,8 @@ def _scheduled(state: Mapping[str, Any], args: Mapping[str, Any], where: str | P
     return min_lr + coeff * (max_lr - min_lr)
 
 
-def _wsd_coefficient(steps: float, decay: float, args: Mapping[str, Any], where: str | Path) -> float | None:
+def _wsd_coefficient(steps: float, decay: float, args: Mapping[str, Any],
+                     where: str | Path | RemotePath) -> float | None:
     """Warmup-stable-decay: 1 until the last `wsd_decay_steps` of the decay, then annealed."""
     if args.get("lr_wsd_decay_samples") is not None:
         anneal = _number(args, "lr_wsd_decay_samples", where, "args")

@@ -103,7 +103,7 @@ META_STEPS = ("iteration", "step_count", "iter_num", "global_steps", "global_ste
               "custom_step", "step")
 
 
-def open_checkpoint(path: str | Path) -> Checkpoint:
+def open_checkpoint(path: str | Path | RemotePath) -> Checkpoint:
     """Open a checkpoint directory or file. Reads headers, indexes and pickle
     structure (memory-mapped), never tensor data. `path` may be a URL
     (s3://, gs://, …): the same files are then read by byte range."""
@@ -169,7 +169,7 @@ def _read_early(path: RemotePath) -> None:
     for pattern, limit in EARLY_WHOLE:
         first = min(fnmatch.filter(names, pattern), default=None)
         info = listing.files.get(first) if first is not None else None
-        if info is not None and 0 < info.size <= limit:
+        if first is not None and info is not None and 0 < info.size <= limit:
             path.store.read_early((folder / first).key, 0, info.size)
     for name in names:
         info = listing.files.get(name)
@@ -177,7 +177,7 @@ def _read_early(path: RemotePath) -> None:
             path.store.read_early((folder / name).key, 0, min(info.size, 8 + safetensors.REMOTE_HEADER_GUESS))
 
 
-def _open_file(path: Path) -> Checkpoint:
+def _open_file(path: Path | RemotePath) -> Checkpoint:
     recognised = formats.recognise(path, folder=False)
     if recognised is None:
         raise CkptScanError(f"unsupported checkpoint file; expected {formats.EXPECTED}", path=path)
@@ -191,7 +191,7 @@ OLMO_CORE_MODEL_DIR = "model_and_optim"
 OLMO_CORE_DONE = ".metadata.json"
 
 
-def _open_dir(path: Path) -> Checkpoint:
+def _open_dir(path: Path | RemotePath) -> Checkpoint:
     recognised = formats.recognise(path, folder=True)
     if recognised is not None:
         known, target = recognised
@@ -199,7 +199,8 @@ def _open_dir(path: Path) -> Checkpoint:
     # The checkpoint one level down: OLMo-core `stepN/model_and_optim/`, HF FSDP
     # `pytorch_model_fsdp_0/` (beside `optimizer_0/`), DeepSpeed `checkpoint-N/global_stepN/`.
     nesting = [known.in_folder for known in formats.FORMATS if known.nests and known.in_folder is not None]
-    inner = [d for d in sorted(path.iterdir()) if d.is_dir() and not d.name.startswith("optim") and
+    children: list[Path | RemotePath] = sorted(path.iterdir())
+    inner = [d for d in children if d.is_dir() and not d.name.startswith("optim") and
              any(recogniser(d) is not None for recogniser in nesting)]
     if len(inner) == 1:
         if inner[0].name == OLMO_CORE_MODEL_DIR and not (path / OLMO_CORE_DONE).is_file():
@@ -223,11 +224,12 @@ ACCELERATE_CUSTOM = "custom_checkpoint_*.pkl"
 CUSTOM_STEP_KEYS = ("step", "global_step", "step_count", "iteration")
 
 
-def _registered_step(folder: Path) -> int | None:
+def _registered_step(folder: Path | RemotePath) -> int | None:
     """The step an accelerate registered object records (its state dict's
     `step`, `global_step`, ...), if one does. An object that cannot be
     unpickled safely is not a step counter: it is ignored, never run."""
-    for file in sorted(folder.glob(ACCELERATE_CUSTOM)):
+    files: list[Path | RemotePath] = sorted(folder.glob(ACCELERATE_CUSTOM))
+    for file in files:
         try:
             state = torch_pickle.load_pickle(file)
         except CkptScanError:

@@ -29,6 +29,7 @@ import torch
 from ckptscan.errors import CkptScanError
 from ckptscan.readers.base import Checkpoint, Format, dtype_name
 from ckptscan.readers.sidecars import read_config
+from ckptscan.storage import RemotePath
 
 CHECKPOINT_METADATA = "_CHECKPOINT_METADATA"
 ITEM_METADATA = "_METADATA"
@@ -38,13 +39,14 @@ SCAN_AXIS = 1
 _SCANNED = re.compile(r"^(?P<prefix>(?:.*\.)?layers)\.(?P<rest>[^\d].*)$")
 
 
-def is_item_dir(path: Path) -> bool:
+def is_item_dir(path: Path | RemotePath) -> bool:
     return (path / ITEM_METADATA).is_file() and (path / OCDBT_MANIFEST).is_file()
 
 
-def item_dir(step_dir: Path) -> Path | None:
+def item_dir(step_dir: Path | RemotePath) -> Path | RemotePath | None:
     """The one item folder of an Orbax step folder (`default`, `items`, `state`)."""
-    items = [d for d in sorted(step_dir.iterdir()) if d.is_dir() and is_item_dir(d)]
+    children: list[Path | RemotePath] = sorted(step_dir.iterdir())
+    items = [d for d in children if d.is_dir() and is_item_dir(d)]
     if len(items) > 1:
         raise CkptScanError(f"several Orbax items ({', '.join(d.name for d in items)}); open one of them",
                             path=step_dir)
@@ -71,11 +73,12 @@ class OrbaxSource:
         self._names: dict[str, tuple[str, int | None]] = {}
         self._shapes: dict[str, tuple[int, ...]] = {}
         self._arrays: dict[str, Any] = {}
-        scanned = {k: s for k, s in stored.items() if _SCANNED.match(k) and len(s) > SCAN_AXIS + 1}
+        matches = {k: m for k in stored if (m := _SCANNED.match(k))}
+        scanned = {k: s for k, s in stored.items() if k in matches and len(s) > SCAN_AXIS + 1}
         layers = {s[SCAN_AXIS] for s in scanned.values()}
         for key, shape in stored.items():
             if key in scanned and len(layers) == 1:
-                match = _SCANNED.match(key)
+                match = matches[key]
                 for i in range(shape[SCAN_AXIS]):
                     name = f"{match.group('prefix')}.{i}.{match.group('rest')}"
                     self._names[name] = (key, i)
@@ -131,11 +134,11 @@ class OrbaxSource:
         return _to_torch(numpy.ascontiguousarray(values))
 
 
-def _uses_zarr3(directory: Path) -> bool:
+def _uses_zarr3(directory: Path | RemotePath) -> bool:
     return bool(_metadata(directory).get("use_zarr3"))
 
 
-def _metadata(directory: Path) -> dict[str, Any]:
+def _metadata(directory: Path | RemotePath) -> dict[str, Any]:
     path = directory / ITEM_METADATA
     try:
         metadata = json.loads(path.read_text(encoding="utf-8"))
@@ -148,7 +151,7 @@ def _metadata(directory: Path) -> dict[str, Any]:
     return metadata
 
 
-def _stored_shapes(directory: Path) -> dict[str, tuple[int, ...]]:
+def _stored_shapes(directory: Path | RemotePath) -> dict[str, tuple[int, ...]]:
     """Array key (key path joined with dots, as Orbax names the zarr arrays) -> shape."""
     shapes = {}
     for tree_key, entry in _metadata(directory)["tree_metadata"].items():
@@ -185,7 +188,7 @@ def _to_torch(values: numpy.ndarray) -> torch.Tensor:
     return torch.from_numpy(values)
 
 
-def _item_in(folder: Path) -> Path | None:
+def _item_in(folder: Path | RemotePath) -> Path | RemotePath | None:
     """An item folder itself, or the one item of a step folder."""
     if is_item_dir(folder):
         return folder
@@ -194,8 +197,10 @@ def _item_in(folder: Path) -> Path | None:
     return None
 
 
-def _open_item(item: Path) -> Checkpoint:
+def _open_item(item: Path | RemotePath) -> Checkpoint:
     """An Orbax item folder; its step folder (`<step>/`) is the checkpoint."""
+    if isinstance(item, RemotePath):  # tensorstore is given a file:// URI, and the files are listed by rglob
+        raise CkptScanError("Orbax checkpoints are read from local disk only; copy this one locally", path=item)
     source = OrbaxSource(item)
     step_dir = item.parent if (item.parent / CHECKPOINT_METADATA).is_file() else item
     step = int(step_dir.name) if step_dir.name.isdigit() else None

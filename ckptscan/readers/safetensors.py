@@ -159,17 +159,22 @@ def read_tensor(entry: TensorEntry, name: str, rows: tuple[int, int] | None = No
     """Read one tensor, or rows [start, stop) of its first dimension. `data`:
     its bytes already fetched (a remote prefetch)."""
     start, nbytes, shape = _span(entry, name, rows)
-    if data is None and isinstance(entry.file, RemotePath):
+    if data is None:
+        if not isinstance(entry.file, RemotePath):
+            return _from_buffer(_read_local(entry.file, start, nbytes, name), entry.dtype, shape)
         data = entry.file.read_ranges([(start, start + nbytes)], name)[0]
-    if data is not None:
-        # torch wants a writable buffer; a view of one we assembled is used as is.
-        buf = data.obj if isinstance(data.obj, bytearray) and data.nbytes == len(data.obj) else bytearray(data)
-        if len(buf) != nbytes:
-            raise CkptScanError(f"got {len(buf)} of this tensor's {nbytes} bytes", path=entry.file, tensor=name)
-        return _from_buffer(buf, entry.dtype, shape)
+    # torch wants a writable buffer; a view of one we assembled is used as is.
+    buf = data.obj if isinstance(data.obj, bytearray) and data.nbytes == len(data.obj) else bytearray(data)
+    if len(buf) != nbytes:
+        raise CkptScanError(f"got {len(buf)} of this tensor's {nbytes} bytes", path=entry.file, tensor=name)
+    return _from_buffer(buf, entry.dtype, shape)
+
+
+def _read_local(file: Path, start: int, nbytes: int, name: str) -> bytearray:
+    """Bytes [start, start + nbytes) of local file `file`, read with pread."""
     buf = bytearray(nbytes)
     try:
-        fd = os.open(entry.file, os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)
         try:
             view, done = memoryview(buf), 0
             while done < nbytes:
@@ -178,13 +183,13 @@ def read_tensor(entry: TensorEntry, name: str, rows: tuple[int, int] | None = No
                     # The file shrank after its header was validated: never
                     # hand back a tensor whose tail is zeros.
                     raise CkptScanError("file ends inside this tensor's data (truncated?)",
-                                        path=entry.file, tensor=name)
+                                        path=file, tensor=name)
                 done += got
         finally:
             os.close(fd)
     except OSError as e:
-        raise CkptScanError(f"cannot read: {e.strerror or e}", path=entry.file, tensor=name) from None
-    return _from_buffer(buf, entry.dtype, shape)
+        raise CkptScanError(f"cannot read: {e.strerror or e}", path=file, tensor=name) from None
+    return buf
 
 
 def _from_buffer(buf: bytearray, dtype: str, shape: tuple[int, ...]) -> torch.Tensor:
@@ -221,7 +226,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return found
 
 
-def _parse_json(path: Path, raw: bytes) -> Any:
+def _parse_json(path: Path | RemotePath, raw: bytes) -> Any:
     try:
         return json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
     except _DuplicateKey as e:
@@ -246,7 +251,7 @@ def _pread_exactly(fd: int, size: int, offset: int) -> bytes:
     return b"".join(chunks)
 
 
-def _entry(path: Path, name: str, info: object, data_start: int) -> TensorEntry:
+def _entry(path: Path | RemotePath, name: str, info: object, data_start: int) -> TensorEntry:
     def bad(why: str) -> CkptScanError:
         return CkptScanError(f"corrupt safetensors header: {why}", path=path, tensor=name)
 
@@ -290,7 +295,7 @@ def _check_in_file(path: Path | RemotePath, entries: dict[str, TensorEntry], dat
                         f" outside the file's {size - data_start} data bytes", path=path, tensor=name)
 
 
-def _check_no_overlap(path: Path, entries: dict[str, TensorEntry]) -> None:
+def _check_no_overlap(path: Path | RemotePath, entries: dict[str, TensorEntry]) -> None:
     spans = sorted((e.start, e.end, n) for n, e in entries.items() if e.end > e.start)
     for (_, prev_end, prev), (start, _, name) in zip(spans, spans[1:]):
         if start < prev_end:
@@ -300,7 +305,8 @@ def _check_no_overlap(path: Path, entries: dict[str, TensorEntry]) -> None:
 class SafetensorsSource:
     """One or more safetensors files (a sharded checkpoint) as one tensor map."""
 
-    def __init__(self, files: list[Path], weight_map: dict[str, str] | None = None, index_path: Path | None = None):
+    def __init__(self, files: list[Path | RemotePath], weight_map: dict[str, str] | None = None,
+                 index_path: Path | RemotePath | None = None):
         self.files = files
         self.metadata: dict[str, str] = {}
         # Remote shards: (fetch, position) of each read `prefetch` started, taken by the `get` that asked for it.
@@ -361,7 +367,7 @@ class SafetensorsSource:
         return abandoner(self._lock, self._prefetched, started)
 
 
-def _read_headers(files: list[Path]) -> list[tuple[dict[str, TensorEntry], dict[str, str]]]:
+def _read_headers(files: list[Path | RemotePath]) -> list[tuple[dict[str, TensorEntry], dict[str, str]]]:
     """Each file's header; a sharded checkpoint's remote shards all at once
     (each header is a GET, tens of ms to first byte), local ones in turn."""
     if len(files) < 2 or not isinstance(files[0], RemotePath):
@@ -374,15 +380,15 @@ def _read_headers(files: list[Path]) -> list[tuple[dict[str, TensorEntry], dict[
 SHARD_NAME = re.compile(r"^(.*)-(\d+)-of-(\d+)\.safetensors$")
 
 
-def _index_file(path: Path) -> Path | None:
+def _index_file(path: Path | RemotePath) -> Path | RemotePath | None:
     return path if path.name.endswith(".safetensors.index.json") else None
 
 
-def _index_in(folder: Path) -> Path | None:
+def _index_in(folder: Path | RemotePath) -> Path | RemotePath | None:
     return min(folder.glob("*.safetensors.index.json"), default=None)
 
 
-def _open_indexed(index_path: Path) -> Checkpoint:
+def _open_indexed(index_path: Path | RemotePath) -> Checkpoint:
     """A sharded checkpoint through its index: every shard it names must be there."""
     shards = sidecars.weight_map(index_path)
     files = []
@@ -398,29 +404,29 @@ def _open_indexed(index_path: Path) -> Checkpoint:
                       [index_path, *files])
 
 
-def _single_file(path: Path) -> Path | None:
+def _single_file(path: Path | RemotePath) -> Path | RemotePath | None:
     return path if path.name.endswith(".safetensors") else None
 
 
-def _open_file(path: Path) -> Checkpoint:
+def _open_file(path: Path | RemotePath) -> Checkpoint:
     folder = path.parent
     return Checkpoint(path, "safetensors", step_from_name(folder.name), SafetensorsSource([path]),
                       sidecars.read_config(folder / "config.json"), [path])
 
 
-def _shards_in(folder: Path) -> Path | None:
+def _shards_in(folder: Path | RemotePath) -> Path | RemotePath | None:
     return folder if any(folder.glob("*.safetensors")) else None
 
 
-def _open_shards(folder: Path) -> Checkpoint:
+def _open_shards(folder: Path | RemotePath) -> Checkpoint:
     """A folder of safetensors files without an index, as one checkpoint."""
-    files = sorted(folder.glob("*.safetensors"))
+    files: list[Path | RemotePath] = sorted(folder.glob("*.safetensors"))
     _require_every_shard(folder, files)
     return Checkpoint(folder, "safetensors", step_from_name(folder.name), SafetensorsSource(files),
                       sidecars.read_config(folder / "config.json"), files)
 
 
-def _require_every_shard(folder: Path, files: list[Path]) -> None:
+def _require_every_shard(folder: Path | RemotePath, files: list[Path | RemotePath]) -> None:
     """Shards `name-0000i-of-0000n.safetensors` found without their index:
     all n must be there, else this is a save in progress (the index is
     written last), not a checkpoint with fewer tensors."""

@@ -9,6 +9,7 @@ from typing import Any
 
 from ckptscan.errors import CkptScanError
 from ckptscan.readers.bounded import MAX_CONFIG_BYTES, MAX_INDEX_BYTES, check_depth, load_json, read_limited
+from ckptscan.storage import RemotePath
 
 
 # Counts the head geometry is read from, under config.json's names and the
@@ -21,7 +22,7 @@ GEOMETRY_COUNTS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "nu
                    "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "moe_router_topk")
 
 
-def check_counts(values: dict[str, Any], path: Path | str, scope: str = "") -> None:
+def check_counts(values: dict[str, Any], path: Path | RemotePath | str, scope: str = "") -> None:
     """Refuse a geometry count in `values` (and its `text_config`) that is
     not a whole number, naming the file and the key."""
     for key in GEOMETRY_COUNTS:
@@ -33,7 +34,7 @@ def check_counts(values: dict[str, Any], path: Path | str, scope: str = "") -> N
         check_counts(values["text_config"], path, "text_config.")
 
 
-def read_config(path: Path) -> dict[str, Any] | None:
+def read_config(path: Path | RemotePath) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     config = load_json(path, MAX_CONFIG_BYTES, "config")
@@ -43,7 +44,7 @@ def read_config(path: Path) -> dict[str, Any] | None:
     return config
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml(path: Path | RemotePath) -> dict[str, Any]:
     import yaml
 
     raw = read_limited(path, MAX_CONFIG_BYTES, "model config")
@@ -57,7 +58,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return value
 
 
-def weight_map(index_path: Path) -> dict[str, str]:
+def weight_map(index_path: Path | RemotePath) -> dict[str, str]:
     """The tensor -> shard map of a sharded checkpoint's index (safetensors or
     .bin). An index names shards inside its own directory: an absolute path or
     '..' would read another checkpoint's (or any file's) data as this one's."""

@@ -20,6 +20,7 @@ mapped and are loaded whole.
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import pathlib
 import pickle
@@ -64,6 +65,8 @@ class StandIn:
     """Takes the place of a training-framework class; runs nothing, keeps its arguments."""
 
     qualified_name = ""
+    args: tuple[Any, ...]
+    state: Any
 
     def __new__(cls, *args: Any, **kwargs: Any) -> StandIn:
         obj = super().__new__(cls)
@@ -94,7 +97,9 @@ def _stand_in(name: str) -> type[StandIn]:
 def _harmless_globals() -> list[Any]:
     """Plain data holders that appear in training checkpoints; constructing
     them touches nothing outside the object."""
-    multiarray = numpy._core.multiarray if hasattr(numpy, "_core") else numpy.core.multiarray
+    # numpy 2 moved it under numpy._core (its stubs do not list the submodule: imported by name)
+    multiarray = importlib.import_module("numpy._core.multiarray" if hasattr(numpy, "_core")
+                                         else "numpy.core.multiarray")
     found = [
         argparse.Namespace,
         types.SimpleNamespace,
@@ -129,7 +134,7 @@ def _allow(names: list[str], stand_ins: dict[str, type[StandIn]], where: str) ->
     stand_ins.update((n, _stand_in(n)) for n in names)
 
 
-def load_pickle(file: Path | BinaryIO, where: str | Path | None = None) -> Any:
+def load_pickle(file: Path | RemotePath | BinaryIO, where: str | Path | RemotePath | None = None) -> Any:
     """`torch.load` with the weights-only unpickler, the harmless allow-list and
     framework stand-ins; memory-mapped when `file` is a zip file on disk."""
     where = str(where if where is not None else file)
@@ -224,7 +229,7 @@ def _unpickler_reason(error: Exception) -> str:
     return " ".join(line for line in lines if line and not any(a in line for a in advice)) or lines[-1]
 
 
-def _is_zip(file: Path | BinaryIO) -> bool:
+def _is_zip(file: Path | RemotePath | BinaryIO) -> bool:
     if isinstance(file, RemotePath):
         file = local_copy(file)  # downloaded once; this finds that copy
     if isinstance(file, Path):
@@ -260,7 +265,7 @@ def clean_key(key: str) -> str:
     return WRAPPER_SEGMENT.sub(r"\1", key)
 
 
-def flat_tensors(tree: Any, where: str | Path, prefix: str = "") -> dict[str, torch.Tensor]:
+def flat_tensors(tree: Any, where: str | Path | RemotePath, prefix: str = "") -> dict[str, torch.Tensor]:
     """Tensor leaves of nested dicts, named by their dotted path; TE `_extra_state`
     blobs and non-tensors are left out."""
     found: dict[str, torch.Tensor] = {}
@@ -279,21 +284,21 @@ def flat_tensors(tree: Any, where: str | Path, prefix: str = "") -> dict[str, to
     return found
 
 
-def split_state(obj: Any, where: Path) -> tuple[Any, dict[str, Any], str]:
+def split_state(obj: Any, where: Path | RemotePath) -> tuple[Any, dict[str, Any], str]:
     """(model state dict, metadata, wrapper kind) of a loaded checkpoint object."""
     if not isinstance(obj, Mapping):
         raise CkptScanError(f"expected a dict of tensors, found a {type(obj).__name__}", path=where)
     meta = {k: plain(obj[k], open_stand_ins=k == "hyper_parameters") for k in META_KEYS if k in obj}
     if "module" in obj and ("ds_version" in obj or "global_steps" in obj):
-        stage = (obj.get("ds_config") or {}).get("zero_optimization", {}).get("stage") \
-            if isinstance(obj.get("ds_config"), Mapping) else None
+        ds_config = obj.get("ds_config")
+        stage = ds_config.get("zero_optimization", {}).get("stage") if isinstance(ds_config, Mapping) else None
         if stage == 3:
             raise CkptScanError("DeepSpeed ZeRO-3 checkpoint: the weights are partitioned across the "
                                 "zero_pp_rank_* files; consolidate them with DeepSpeed's zero_to_fp32.py first",
                                 path=where)
         return obj["module"], meta, "deepspeed"
     if "args" in obj and "checkpoint_version" in obj:
-        args = meta.get("args") if isinstance(meta.get("args"), dict) else {}
+        args = meta["args"] if isinstance(meta.get("args"), dict) else {}
         sharded = [k for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size")
                    if (args.get(k) or 1) != 1]
         if "model" not in obj and where.name == "common.pt":
@@ -320,8 +325,8 @@ class TorchSource:
     the file holding it; files are loaded on first use. Memory-mapped files stay
     open (cheap); a legacy file is loaded whole, so only the latest is kept."""
 
-    def __init__(self, shards: dict[str, Path], where: Path,
-                 loaded: dict[Path, dict[str, torch.Tensor]] | None = None):
+    def __init__(self, shards: dict[str, Path | RemotePath], where: Path | RemotePath,
+                 loaded: dict[Path | RemotePath, dict[str, torch.Tensor]] | None = None):
         self.shards = shards
         self.where = where
         self._loaded = dict(loaded or {})
@@ -362,7 +367,7 @@ class TorchSource:
         return tensor.clone()
 
 
-def open_torch_file(path: Path) -> tuple[TorchSource, dict[str, Any], str]:
+def open_torch_file(path: Path | RemotePath) -> tuple[TorchSource, dict[str, Any], str]:
     """A single torch pickle: (tensors, metadata, wrapper kind)."""
     state, meta, kind = split_state(load_pickle(path), path)
     tensors = flat_tensors(state, path)
@@ -373,7 +378,7 @@ def open_torch_file(path: Path) -> tuple[TorchSource, dict[str, Any], str]:
     return TorchSource(dict.fromkeys(tensors, path), path, {path: tensors}), meta, kind
 
 
-def open_torch_index(index_path: Path, weight_map: dict[str, str]) -> TorchSource:
+def open_torch_index(index_path: Path | RemotePath, weight_map: dict[str, str]) -> TorchSource:
     """A sharded `pytorch_model.bin.index.json`; shards are loaded on first use."""
     shards = {}
     for name, shard in weight_map.items():
@@ -393,15 +398,15 @@ LITGPT_CONFIG = "model_config.yaml"
 DEEPSPEED_MODEL_FILE = "mp_rank_00_model_states.pt"
 
 
-def _pickle_file(path: Path) -> Path | None:
+def _pickle_file(path: Path | RemotePath) -> Path | RemotePath | None:
     return path if path.suffix in TORCH_SUFFIXES else None
 
 
-def _model_file_in(folder: Path) -> Path | None:
+def _model_file_in(folder: Path | RemotePath) -> Path | RemotePath | None:
     return next((folder / name for name in TORCH_MODEL_FILES if (folder / name).is_file()), None)
 
 
-def _open_pickle(path: Path) -> Checkpoint:
+def _open_pickle(path: Path | RemotePath) -> Checkpoint:
     source, meta, kind = open_torch_file(path)
     litgpt_config = path.parent / LITGPT_CONFIG
     files = [path]
@@ -415,26 +420,26 @@ def _open_pickle(path: Path) -> Checkpoint:
     return Checkpoint(path, kind, step, source, sidecars.read_config(path.parent / "config.json"), files, meta)
 
 
-def _index_file(path: Path) -> Path | None:
+def _index_file(path: Path | RemotePath) -> Path | RemotePath | None:
     return path if path.name.endswith(".bin.index.json") else None
 
 
-def _index_in(folder: Path) -> Path | None:
+def _index_in(folder: Path | RemotePath) -> Path | RemotePath | None:
     return min(folder.glob("*.bin.index.json"), default=None)
 
 
-def _open_indexed(index_path: Path) -> Checkpoint:
+def _open_indexed(index_path: Path | RemotePath) -> Checkpoint:
     source = open_torch_index(index_path, sidecars.weight_map(index_path))
     folder = index_path.parent
     return Checkpoint(folder, "torch-sharded", step_from_name(folder.name), source,
                       sidecars.read_config(folder / "config.json"), [index_path, *sorted(set(source.shards.values()))])
 
 
-def _deepspeed_in(folder: Path) -> Path | None:
+def _deepspeed_in(folder: Path | RemotePath) -> Path | RemotePath | None:
     return folder if (folder / DEEPSPEED_MODEL_FILE).is_file() else None
 
 
-def _open_deepspeed(folder: Path) -> Checkpoint:
+def _open_deepspeed(folder: Path | RemotePath) -> Checkpoint:
     if (folder / "mp_rank_01_model_states.pt").exists():
         raise CkptScanError("DeepSpeed model-parallel checkpoint (mp_rank_01_model_states.pt): merging its "
                             "shards is not supported", path=folder)
