@@ -116,7 +116,7 @@ def config_entry(config: Mapping[str, Any] | None, *names: str, source: str = "c
 def model_types(config: Mapping[str, Any] | None) -> list[str]:
     """The config's model_type and, for multimodal wrappers, its text model's."""
     config = config or {}
-    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else {}
+    text = config["text_config"] if isinstance(config.get("text_config"), Mapping) else {}
     return [str(t) for t in (config.get("model_type"), text.get("model_type")) if t]
 
 

@@ -11,7 +11,7 @@ import re
 
 from ckptscan.layouts.base import HeadOverrides, ModelLayout, config_entry, find_layers, model_types
 from ckptscan.layouts.geometry import mha_hints, separate_geometry
-from ckptscan.layouts.plan import QKTensors, attention_layout
+from ckptscan.layouts.plan import QKTensors, attention_layout, key_tensor
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES = {"bert", "roberta"}
@@ -29,7 +29,8 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     shape = ckpt.tensors.shape
     qk = {i: QKTensors(q, q.replace(".self.query.", ".self.key.")) for i, q in layers.items()}
     first = qk[min(qk)]
+    first_k = key_tensor(first, path)
     hints = mha_hints(overrides, config_entry(ckpt.config, "num_attention_heads"), "BERT", path)
-    geometry = separate_geometry(hints, (first.q, shape(first.q)), (first.k, shape(first.k)), path)
+    geometry = separate_geometry(hints, (first.q, shape(first.q)), (first_k, shape(first_k)), path)
     family = next((t for t in model_types(ckpt.config) if t in MODEL_TYPES), "bert")
     return attention_layout(family, geometry, qk, shape, path)

@@ -162,8 +162,10 @@ def fused_geometry(
         raise missing("the number of query heads", "--num-heads", path, looked)
     num_heads, heads_from = hints.num_heads
     q_width = 2 * num_heads if layout == "grouped_gated" else num_heads
-    if hints.head_dim is not None or (hints.num_kv_heads is None and default_head_dim is not None):
-        head_dim, dim_from = hints.head_dim or default_head_dim
+    stated_dim = hints.head_dim if hints.head_dim is not None else default_head_dim if hints.num_kv_heads is None \
+        else None
+    if stated_dim is not None:
+        head_dim, dim_from = stated_dim
         if hints.num_kv_heads is not None:
             num_kv_heads, kv_from = hints.num_kv_heads
         else:

@@ -11,7 +11,7 @@ import re
 
 from ckptscan.layouts.base import HeadOverrides, ModelLayout, config_entry, find_layers
 from ckptscan.layouts.geometry import mha_hints, separate_geometry
-from ckptscan.layouts.plan import QKTensors, attention_layout
+from ckptscan.layouts.plan import QKTensors, attention_layout, key_tensor
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES = {"gptj"}
@@ -29,7 +29,8 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     shape = ckpt.tensors.shape
     qk = {i: QKTensors(q, q.replace(".q_proj.", ".k_proj.")) for i, q in layers.items()}
     first = qk[min(qk)]
+    first_k = key_tensor(first, path)
     hints = mha_hints(overrides, config_entry(ckpt.config, "n_head", "num_attention_heads"), "GPT-J", path)
-    geometry = separate_geometry(hints, (first.q, shape(first.q)), (first.k, shape(first.k)), path,
+    geometry = separate_geometry(hints, (first.q, shape(first.q)), (first_k, shape(first_k)), path,
                                  looked="no config.json with n_head")
     return attention_layout("gptj", geometry, qk, shape, path)

@@ -50,7 +50,20 @@ class MLATensors:
 
     @property
     def query(self) -> str:
-        return self.q_b or self.q
+        """The query's up-projection: q_b with a query LoRA, else q."""
+        name = self.q_b or self.q
+        if name is None:
+            raise ValueError("MLATensors names neither q nor q_b")
+        return name
+
+    @property
+    def lora(self) -> tuple[str, str, str] | None:
+        """(q_a, q_a_norm, q_b) of a query LoRA; None without one (q: V2-Lite)."""
+        if self.q_b is None:
+            return None
+        if self.q_a is None or self.q_a_norm is None:
+            raise ValueError("MLATensors names q_b without q_a and q_a_norm")
+        return self.q_a, self.q_a_norm, self.q_b
 
 
 @dataclass(frozen=True)
@@ -99,15 +112,17 @@ def mla_geometry(
         raise CkptScanError(f"{num_heads} heads ({heads_from}) leave no content dims: query head "
                             f"{query[0] // num_heads} rows, rope {rope}", path=path, tensor=tensors.query)
     q_rank = None
-    if tensors.q_b is not None:
-        q_norm = tuple(shape(tensors.q_a_norm))
+    lora = tensors.lora
+    if lora is not None:
+        q_a, q_a_norm, q_b = lora
+        q_norm = tuple(shape(q_a_norm))
         q_rank = q_norm[0] if len(q_norm) == 1 else -1
-        require_shape(shape(tensors.q_a), (q_rank, hidden), tensor=tensors.q_a, path=path,
+        require_shape(shape(q_a), (q_rank, hidden), tensor=q_a, path=path,
                       why=f"q_lora_rank {q_rank} (its norm) and hidden {hidden}")
-        require_shape(query, (num_heads * (nope + rope), q_rank), tensor=tensors.q_b, path=path,
+        require_shape(query, (num_heads * (nope + rope), q_rank), tensor=q_b, path=path,
                       why=f"{num_heads} heads of {nope}+{rope} rows and q_lora_rank {q_rank}")
     else:
-        require_shape(query, (num_heads * (nope + rope), hidden), tensor=tensors.q, path=path,
+        require_shape(query, (num_heads * (nope + rope), hidden), tensor=tensors.query, path=path,
                       why=f"{num_heads} heads of {nope}+{rope} rows and hidden {hidden}")
     require_shape(kv_b, (num_heads * (nope + value), kv_rank), tensor=tensors.kv_b, path=path,
                   why=f"{num_heads} heads of {nope}+{value} rows and kv_lora_rank {kv_rank}")
@@ -134,18 +149,23 @@ def mla_plan(
 ) -> LayerPlan:
     """Validate one MLA layer's shapes and return its plan."""
     g = geometry
-    expected = {
+    expected: dict[str, tuple[int, ...]] = {
         tensors.kv_a: (g.kv_rank + g.rope, g.hidden_size),
         tensors.kv_a_norm: (g.kv_rank,),
         tensors.kv_b: (g.num_heads * (g.nope + g.value), g.kv_rank),
     }
-    if tensors.q_b is not None:
-        expected.update({tensors.q_a: (g.q_rank, g.hidden_size), tensors.q_a_norm: (g.q_rank,),
-                         tensors.q_b: (g.num_heads * (g.nope + g.rope), g.q_rank)})
-        roles = {tensors.q_a: "W_q_a", tensors.q_a_norm: "q_a_norm", tensors.q_b: "W_q_b"}
+    lora = tensors.lora
+    if lora is not None:
+        q_a, q_a_norm, q_b = lora
+        if g.q_rank is None:
+            raise CkptScanError("a query LoRA in this layer, but none in layer 0 (q_proj there)", path=path,
+                                tensor=q_b)
+        expected.update({q_a: (g.q_rank, g.hidden_size), q_a_norm: (g.q_rank,),
+                         q_b: (g.num_heads * (g.nope + g.rope), g.q_rank)})
+        roles = {q_a: "W_q_a", q_a_norm: "q_a_norm", q_b: "W_q_b"}
     else:
-        expected[tensors.q] = (g.num_heads * (g.nope + g.rope), g.hidden_size)
-        roles = {tensors.q: "W_q"}
+        expected[tensors.query] = (g.num_heads * (g.nope + g.rope), g.hidden_size)
+        roles = {tensors.query: "W_q"}
     roles.update({tensors.kv_a: "W_kv_a", tensors.kv_a_norm: "kv_a_norm", tensors.kv_b: "W_kv_b"})
     for name, want in expected.items():
         require_shape(shape(name), want, tensor=name, path=path, why="the layer-0 MLA geometry")
@@ -158,16 +178,21 @@ def mla_plan(
         if router.bias is not None:
             require_shape(shape(router.bias), (experts,), tensor=router.bias, path=path, why=f"{experts} experts")
             roles[router.bias] = "router_bias"
-    return LayerPlan(layer, tuple(roles), _builder(g, tensors, router, router_scoring), roles)
+    query_lora = None if lora is None or g.q_rank is None else (*lora, g.q_rank)
+    return LayerPlan(layer, tuple(roles), _builder(g, tensors, query_lora, router, router_scoring), roles)
 
 
-def _builder(g: MLAGeometry, t: MLATensors, router: RouterTensors | None, scoring: str | None) -> Builder:
+def _builder(g: MLAGeometry, t: MLATensors, lora: tuple[str, str, str, int] | None, router: RouterTensors | None,
+             scoring: str | None) -> Builder:
+    """`lora`: (q_a, q_a_norm, q_b, q_lora_rank) of a query LoRA, None without one."""
+
     def build(raw: Mapping[str, torch.Tensor], dtype: torch.dtype) -> LayerWeights:
-        if t.q_b is not None:
-            latent = raw[t.q_a].to(_F64) * raw[t.q_a_norm].to(_F64)[:, None]  # diag(γ_q) q_a  [rq, D]
-            query = raw[t.q_b].to(_F64).reshape(g.num_heads, g.nope + g.rope, g.q_rank) @ latent
+        if lora is not None:
+            q_a, q_a_norm, q_b, q_rank = lora
+            latent = raw[q_a].to(_F64) * raw[q_a_norm].to(_F64)[:, None]  # diag(γ_q) q_a  [rq, D]
+            query = raw[q_b].to(_F64).reshape(g.num_heads, g.nope + g.rope, q_rank) @ latent
         else:
-            query = raw[t.q].to(_F64).reshape(g.num_heads, g.nope + g.rope, g.hidden_size)
+            query = raw[t.query].to(_F64).reshape(g.num_heads, g.nope + g.rope, g.hidden_size)
         kv_a = raw[t.kv_a].to(_F64)
         kv_latent = kv_a[: g.kv_rank] * raw[t.kv_a_norm].to(_F64)[:, None]  # diag(γ_kv) kv_a[:rkv]
         k_up = raw[t.kv_b].to(_F64).reshape(g.num_heads, g.nope + g.value, g.kv_rank)[:, : g.nope]

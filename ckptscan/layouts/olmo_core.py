@@ -58,11 +58,11 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     plans = []
     for layer in sorted(layers):
         attn = layers[layer]
-        norms = {"q_norm": present(keys, attn + "q_norm.weight"), "k_norm": present(keys, attn + "k_norm.weight")}
+        q_norm, k_norm = present(keys, attn + "q_norm.weight"), present(keys, attn + "k_norm.weight")
         if attn + "w_qkv.weight" in keys:
-            qk = QKTensors(attn + "w_qkv.weight", fused="blocked", **norms)
+            qk = QKTensors(attn + "w_qkv.weight", fused="blocked", q_norm=q_norm, k_norm=k_norm)
         else:
-            qk = QKTensors(attn + "w_q.weight", attn + "w_k.weight", **norms)
+            qk = QKTensors(attn + "w_q.weight", attn + "w_k.weight", q_norm=q_norm, k_norm=k_norm)
         router, experts = _router(keys, attn, shape, geometry.hidden_size, path)
         plans.append(layer_plan(layer, geometry, qk, router, shape, path, num_experts=experts))
     moe = as_mapping(as_mapping(model.get("block")).get("feed_forward_moe"))

@@ -40,6 +40,13 @@ class QKTensors:
     input_norm: str | None = None  # the gain [hidden] of the norm in front of attention
 
 
+def key_tensor(qk: QKTensors, path: Any) -> str:
+    """The key projection of separate q/k weights, which every such layer needs."""
+    if qk.k is None:
+        raise CkptScanError("a key projection is required unless q is fused", path=path, tensor=qk.q)
+    return qk.k
+
+
 @dataclass(frozen=True)
 class RouterTensors:
     weight: str  # [E, D], or flat [E·D] when `flat`
@@ -78,16 +85,14 @@ def layer_plan(
                   f"{h} heads, {g} KV heads of {d} rows ({qk.fused}{', transposed' if qk.transposed else ''})")
             roles[qk.q] = "W_qkv"
         else:
-            if qk.k is None:
-                raise CkptScanError("a key projection is required unless q is fused", path=path, tensor=qk.q)
             # Transposed weights get their own role: their rows are not heads.
-            for name, heads, role in ((qk.q, h, "W_q"), (qk.k, g, "W_k")):
+            for name, heads, role in ((qk.q, h, "W_q"), (key_tensor(qk, path), g, "W_k")):
                 check(name, (hidden, heads * d) if qk.transposed else (heads * d, hidden), f"{heads} heads x {d} rows")
                 roles[name] = f"{role}^T" if qk.transposed else role
-        for name, heads, role in ((qk.q_norm, h, "q_norm"), (qk.k_norm, g, "k_norm")):
-            if name is not None:
-                check_gain(name, heads)
-                roles[name] = role
+        for gain, heads, role in ((qk.q_norm, h, "q_norm"), (qk.k_norm, g, "k_norm")):
+            if gain is not None:
+                check_gain(gain, heads)
+                roles[gain] = role
         if qk.input_norm is not None:
             check(qk.input_norm, (hidden,), f"hidden {hidden}")
             roles[qk.input_norm] = "input_norm"
@@ -164,11 +169,12 @@ def _standard_builder(
                 fused = raw[qk.q]
                 q, k = split_qkv(fused.T if qk.transposed else fused, qk.fused, geometry)
             else:
-                q_weight, k_weight = raw[qk.q], raw[qk.k]
+                k_name = key_tensor(qk, path)
+                q_weight, k_weight = raw[qk.q], raw[k_name]
                 if qk.transposed:
                     q_weight, k_weight = q_weight.T, k_weight.T
                 q = head_blocks(q_weight, h, d, tensor=qk.q, path=path)
-                k = head_blocks(k_weight, g, d, tensor=qk.k, path=path)
+                k = head_blocks(k_weight, g, d, tensor=k_name, path=path)
             weights.q = _folded(q, raw[qk.q_norm] if qk.q_norm else None, qk.gain_offset, dtype)
             weights.k = _folded(k, raw[qk.k_norm] if qk.k_norm else None, qk.gain_offset, dtype)
             if qk.input_norm is not None:

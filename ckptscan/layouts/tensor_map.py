@@ -42,8 +42,9 @@ except ModuleNotFoundError:  # Python 3.10: JSON maps only
 
 ROLES = ("q", "k", "q_norm", "k_norm", "router", "router_bias")
 FUSED = {"qkv": "blocked", "grouped": "grouped", "per_head": "grouped", "grouped_gated": "grouped_gated"}
-SETTINGS = {"fused": str, "transpose": bool, "norm_offset": (int, float), "num_heads": int, "num_kv_heads": int,
-            "head_dim": int, "family": str, "top_k": int, "router_scoring": str}
+SETTINGS: dict[str, type | tuple[type, ...]] = {
+    "fused": str, "transpose": bool, "norm_offset": (int, float), "num_heads": int, "num_kv_heads": int,
+    "head_dim": int, "family": str, "top_k": int, "router_scoring": str}
 
 
 @dataclass(frozen=True)

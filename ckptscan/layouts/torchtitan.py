@@ -26,7 +26,8 @@ from typing import Any
 from ckptscan.layouts.base import HeadOverrides, ModelLayout, config_entry, find_layers, module_prefixes, present
 from ckptscan.layouts.geometry import HeadHints, separate_geometry
 from ckptscan.layouts.mla import MLATensors, mla_geometry, mla_plan
-from ckptscan.layouts.plan import QKTensors, RouterTensors, attach_output, find_output, layer_plan, model_info
+from ckptscan.layouts.plan import (QKTensors, RouterTensors, attach_output, find_output, key_tensor, layer_plan,
+                                   model_info)
 from ckptscan.readers.base import Checkpoint
 
 MODEL_TYPES: set[str] = set()
@@ -59,7 +60,8 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
                          input_norm=present(keys, attn[: -len("attention.")] + "attention_norm.weight"))
 
     first_qk = qk(first)
-    geometry = separate_geometry(hints, (first_qk.q, shape(first_qk.q)), (first_qk.k, shape(first_qk.k)), path,
+    first_k = key_tensor(first_qk, path)
+    geometry = separate_geometry(hints, (first_qk.q, shape(first_qk.q)), (first_k, shape(first_k)), path,
                                  looked=LOOKED)
     plans = [layer_plan(i, geometry, qk(layers[i]), _router(keys, layers[i]), shape, path) for i in sorted(layers)]
     # The job TOML's [model] name (via --model-config) says which torchtitan model this is.
