@@ -244,7 +244,7 @@ def checkpoint_identity(ckpt: Checkpoint) -> dict[str, Any]:
         # its bytes do: with the size it identifies the object at no read cost.
         return {"url": str(ckpt.path),
                 "files": [{"name": f.name, "size": info.size, "etag": info.etag}
-                          for f in files if (info := f.info()) is not None]}
+                          for f in files if isinstance(f, RemotePath) and (info := f.info()) is not None]}
     return {"path": str(Path(ckpt.path).resolve()),
             "files": [file_identity(f) for f in files if f.is_file()]}
 

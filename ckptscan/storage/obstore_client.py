@@ -16,12 +16,15 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckptscan.errors import CkptScanError
 from ckptscan.storage.errors import Denied, NotFound, missing_extra, reason
 from ckptscan.storage.ranged import TIMEOUT_S, RangedReader, retry_backoff_s
 from ckptscan.storage.remote_path import Listing, ObjectInfo
+
+if TYPE_CHECKING:  # obstore is an optional extra: imported when a store is opened
+    from obstore.store import ClientConfig, RetryConfig
 
 # The schemes obstore serves, and the kind of store each names.
 OBSTORE_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure",
@@ -40,7 +43,7 @@ class ObstoreStore(RangedReader):
             raise missing_extra(scheme, self.url) from None
         self._obstore, self._errors = obstore, exceptions
         kind = OBSTORE_SCHEMES[scheme]
-        client = {"timeout": timedelta(seconds=TIMEOUT_S), "connect_timeout": timedelta(seconds=10)}
+        client: ClientConfig = {"timeout": timedelta(seconds=TIMEOUT_S), "connect_timeout": timedelta(seconds=10)}
         options: dict[str, Any] = {}
         if kind == "s3":
             endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
@@ -60,7 +63,7 @@ class ObstoreStore(RangedReader):
             client["allow_http"] = True
         # The client's own retries (5xx, throttling, connection errors) with
         # exponential backoff and jitter; RangedReader retries whole parts on top.
-        retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=4 * TIMEOUT_S),
+        retry: RetryConfig = {"max_retries": 3, "retry_timeout": timedelta(seconds=4 * TIMEOUT_S),
                  "backoff": {"init_backoff": timedelta(seconds=retry_backoff_s() / 2),
                              "max_backoff": timedelta(seconds=10),
                              "base": 2}}

@@ -124,8 +124,9 @@ class RangedReader:
                 if kind == "tree" and not self.lists_trees:
                     kind = "dir"
                 known = self._known(key) if kind == "dir" else (True if self._under_tree(key) else None)
+                future: Future | None
                 if known is not None:
-                    future: Future = Future()
+                    future = Future()
                     future.set_result(known)
                 else:
                     future = self._listing.get((kind, key))
@@ -323,7 +324,7 @@ def plan_parts(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
             merged.append([start, end])
     total = sum(end - start for start, end in merged)
     part_bytes = min(PART_BYTES, max(MIN_PART_BYTES, -(-total // SPREAD)))
-    parts = []
+    parts: list[tuple[int, int]] = []
     for start, end in merged:
         count = -(-(end - start) // part_bytes)
         step = -(-(end - start) // count)
