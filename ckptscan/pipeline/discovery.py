@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Collection
+from typing import TYPE_CHECKING, Collection, overload
 
 from ckptscan.errors import CkptScanError
 from ckptscan.readers import Checkpoint, open_checkpoint, open_each, step_from_name
@@ -38,7 +38,6 @@ from ckptscan.schema.results import CORRUPT, DUPLICATE, IN_PROGRESS, NO_STEP
 
 if TYPE_CHECKING:
     from ckptscan.pipeline.opened import OpenedRecord
-
 # Pointer files naming the newest complete checkpoint: DeepSpeed writes `latest`
 # (`global_stepN`) and Megatron `latest_checkpointed_iteration.txt` (N or
 # "release") after every shard is on disk.
@@ -54,7 +53,7 @@ LAST = re.compile(r"^last(-v\d+)?$")
 
 @dataclass
 class Run:
-    path: Path
+    path: Path | RemotePath
     checkpoints: list[Checkpoint]
     # Entries that looked like checkpoints but could not be used, with why.
     skipped: list[dict[str, str]] = field(default_factory=list)
@@ -71,9 +70,9 @@ def discover_run(run_dir: str | Path | RemotePath, opened: OpenedRecord | None =
     folder = checkpoint_folder(run_dir)
     run = Run(run_dir, [])
     newest = newest_complete(folder)
-    entries = sorted(folder.iterdir())
+    entries: list[Path | RemotePath] = sorted(folder.iterdir())
     # (entry, step in its name or None, accelerate save index or None)
-    candidates: list[tuple[Path, int | None, int | None]] = []
+    candidates: list[tuple[Path | RemotePath, int | None, int | None]] = []
     for entry in entries:
         step = step_from_name(entry.name)
         if step is None:
@@ -135,7 +134,8 @@ def discover_run(run_dir: str | Path | RemotePath, opened: OpenedRecord | None =
     return run
 
 
-def _open_candidates(entries: list[Path], opened: OpenedRecord | None) -> list[Checkpoint | CkptScanError]:
+def _open_candidates(entries: list[Path | RemotePath], opened: OpenedRecord | None
+                     ) -> list[Checkpoint | CkptScanError]:
     """`open_each` of the entries the record does not know unchanged."""
     if opened is None:
         return open_each(entries)
@@ -144,11 +144,13 @@ def _open_candidates(entries: list[Path], opened: OpenedRecord | None) -> list[C
     fresh = iter(open_each(unknown))
     outcomes: list[Checkpoint | CkptScanError] = []
     for entry, checkpoint in zip(entries, known):
-        if checkpoint is None:
-            checkpoint = next(fresh)
-            if not isinstance(checkpoint, CkptScanError):
-                opened.remember(entry, checkpoint)
-        outcomes.append(checkpoint)
+        if checkpoint is not None:
+            outcomes.append(checkpoint)
+            continue
+        outcome = next(fresh)
+        if not isinstance(outcome, CkptScanError):
+            opened.remember(entry, outcome)
+        outcomes.append(outcome)
     opened.forget_others(entries)
     opened.save()
     return outcomes
@@ -179,7 +181,8 @@ def sweep_runs(directory: str | Path | RemotePath) -> list[Path | RemotePath] | 
     return runs if len(runs) >= 2 else None
 
 
-def _step(checkpoint: Checkpoint, entry: Path, name_step: int | None, index: int | None, run: Run) -> int | None:
+def _step(checkpoint: Checkpoint, entry: Path | RemotePath, name_step: int | None, index: int | None,
+          run: Run) -> int | None:
     """The step recorded inside the checkpoint, else the one in its name, else
     (accelerate's checkpoint_K) the save index K, said so in the run's notes."""
     recorded = checkpoint.meta.get("step_source")
@@ -197,7 +200,12 @@ def _step(checkpoint: Checkpoint, entry: Path, name_step: int | None, index: int
     return name_step
 
 
-def checkpoint_folder(run_dir: Path) -> Path:
+# A local folder stays a Path (a watch lists it with os.listdir), a URL's a RemotePath.
+@overload
+def checkpoint_folder(run_dir: Path) -> Path: ...
+@overload
+def checkpoint_folder(run_dir: RemotePath) -> RemotePath: ...
+def checkpoint_folder(run_dir: Path | RemotePath) -> Path | RemotePath:
     """`run_dir`, or its `checkpoint(s)/` subfolder when the checkpoints are there."""
     if any(step_from_name(e.name) is not None or ACCELERATE.match(e.name) or orbax_step(e) is not None
            for e in run_dir.iterdir()):
@@ -208,7 +216,7 @@ def checkpoint_folder(run_dir: Path) -> Path:
     return run_dir
 
 
-def newest_complete(folder: Path, steps: Collection[int] | None = None) -> int | None:
+def newest_complete(folder: Path | RemotePath, steps: Collection[int] | None = None) -> int | None:
     """The step the framework's pointer file names, if that checkpoint exists.
     `steps`: the steps of the folder's entries, when the caller has listed it
     (a watch looks often at a folder of thousands)."""
@@ -228,7 +236,7 @@ def newest_complete(folder: Path, steps: Collection[int] | None = None) -> int |
     return None
 
 
-def _refuse_single_checkpoint(run_dir: Path) -> None:
+def _refuse_single_checkpoint(run_dir: Path | RemotePath) -> None:
     """A directory that is itself one checkpoint (e.g. nanoGPT's out_dir, whose
     ckpt.pt is overwritten at each save) is not a run."""
     try:

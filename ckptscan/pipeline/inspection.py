@@ -42,7 +42,7 @@ _LAYER_NUMBER = re.compile(r"(?<=\.)\d+(?=\.)|^\d+(?=\.)")
 
 
 def inspect_path(
-    path: str | Path,
+    path: str | Path | RemotePath,
     overrides: HeadOverrides = HeadOverrides(),
     tensor_map: TensorMap | None = None,
     layers: Sequence[int] | None = None,
@@ -93,11 +93,12 @@ def describe_run(
 
 def side_files(path: Path | RemotePath) -> list[dict[str, str]]:
     """The known side files directly in a run directory, each with what it is."""
+    entries: list[Path | RemotePath] = sorted(path.iterdir(), key=lambda e: e.name)
     return [{"path": str(entry), "role": SIDE_FILES[entry.name]}
-            for entry in sorted(path.iterdir(), key=lambda e: e.name) if entry.name in SIDE_FILES and entry.is_file()]
+            for entry in entries if entry.name in SIDE_FILES and entry.is_file()]
 
 
-def is_one_checkpoint(path: Path) -> bool:
+def is_one_checkpoint(path: Path | RemotePath) -> bool:
     """A DCP folder (`.metadata`, which Megatron's torch_dist is too) or a
     Megatron iteration folder of `mp_rank_*` shards: its files (common.pt, a
     rank's model_optim_rng.pt) are parts of one checkpoint, never a run's."""

@@ -83,6 +83,8 @@ class OpenedRecord:
                 return
         except (TypeError, ValueError):
             return
+        if not isinstance(checkpoint.path, Path) or not isinstance(entry, Path):
+            return  # a remote run (no record: returned above)
         folder = Path(checkpoint.path)
         if folder != Path(entry) or not folder.is_dir():
             return

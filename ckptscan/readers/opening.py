@@ -9,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 import threading
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
@@ -26,7 +27,7 @@ from ckptscan.storage import RemotePath, as_path
 OPEN_CONCURRENCY = 8
 
 
-def open_checkpoints(paths: list[str | Path]) -> list[Checkpoint]:
+def open_checkpoints(paths: Sequence[str | Path | RemotePath]) -> list[Checkpoint]:
     """`open_checkpoint` of each path, in order, URLs side by side
     (`open_each`). The first failure in the order given is raised, as when
     opened one after another."""
@@ -37,7 +38,7 @@ def open_checkpoints(paths: list[str | Path]) -> list[Checkpoint]:
     return outcomes  # type: ignore[return-value]  # every exception was raised above: all are checkpoints
 
 
-def open_each(paths: list[str | Path]) -> list[Checkpoint | CkptScanError]:
+def open_each(paths: Sequence[str | Path | RemotePath]) -> list[Checkpoint | CkptScanError]:
     """`open_checkpoint` of each path, in order; a path that cannot be opened
     gives its `CkptScanError` in its place (a run skips it with the reason).
     Any other exception is raised, the first in order."""
@@ -48,7 +49,7 @@ def open_each(paths: list[str | Path]) -> list[Checkpoint | CkptScanError]:
     return outcomes  # type: ignore[return-value]  # only CkptScanErrors are left beside the checkpoints
 
 
-def _open_all(paths: list[str | Path]) -> list[Checkpoint | BaseException]:
+def _open_all(paths: Sequence[str | Path | RemotePath]) -> list[Checkpoint | BaseException]:
     """Each path opened, or the exception that opening it raised.
 
     Local paths are opened one after another. URLs are opened
