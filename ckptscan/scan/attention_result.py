@@ -41,6 +41,8 @@ class PendingAttention:
 def attention_blocks(a: LayerWeights, b: LayerWeights, grams_a: QKGrams | None, dtype: torch.dtype,
                      selection: HeadSelection | None, full_spectrum: bool) -> PendingAttention:
     """The device work of a pair's layer: its Gram blocks and logit scale."""
+    if a.q is None or a.k is None or b.q is None or b.k is None:
+        raise ValueError("attention_blocks is given layers with attention only")
     heads = selection or HeadSelection.every(a.q.shape[0], a.k.shape[0])
     blocks = qk_gram_blocks(a.q, a.k, b.q, b.k, compute_dtype=dtype, grams_a=grams_a)
     pending = PendingAttention(blocks, heads, a.q.shape[-1], None)

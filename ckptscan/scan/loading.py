@@ -105,7 +105,7 @@ _PROVABLE = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 def _build(plan: LayerPlan, raw: dict[str, torch.Tensor], dtype: torch.dtype,
            selection: HeadSelection | None) -> LayerWeights:
     weights = plan.build(raw, dtype)
-    if selection is not None and weights.q is not None:
+    if selection is not None and weights.q is not None and weights.k is not None:  # set together by every layout
         weights.q, weights.k = weights.q[selection.heads], weights.k[selection.kv_heads]
         if weights.rope_q is not None:  # MLA: every head shares the one rope key
             weights.rope_q = weights.rope_q[selection.heads]

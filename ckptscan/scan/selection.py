@@ -13,6 +13,7 @@ from ckptscan.errors import CkptScanError
 from ckptscan.layouts import LayerPlan, ModelInfo, ModelLayout
 from ckptscan.monitors.attention import kv_head_index, kv_heads
 from ckptscan.readers import Checkpoint
+from ckptscan.storage import RemotePath
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class HeadSelection:
         return runs
 
 
-def select_heads(info: ModelInfo, heads: Sequence[int] | None, path: Path) -> HeadSelection | None:
+def select_heads(info: ModelInfo, heads: Sequence[int] | None, path: Path | RemotePath) -> HeadSelection | None:
     if heads is None:
         return None
     wanted = sorted(set(heads))
@@ -66,7 +67,7 @@ def select_heads(info: ModelInfo, heads: Sequence[int] | None, path: Path) -> He
     return HeadSelection(torch.tensor(wanted), kv_rows, kv_index, info.head_dim, info.num_heads, info.num_kv_heads)
 
 
-def select_layers(layout: ModelLayout, layers: Sequence[int] | None, path: Path) -> list[LayerPlan]:
+def select_layers(layout: ModelLayout, layers: Sequence[int] | None, path: Path | RemotePath) -> list[LayerPlan]:
     if layers is None:
         return layout.layers
     available = {p.layer for p in layout.layers}
