@@ -147,7 +147,8 @@ def run_task(fn: Callable[[T, threading.Event], R], item: T) -> R:
     stop = threading.Event()
     with torch_threads(1), exact_float32():
         open_task = getattr(fn, "open", None)
-        if open_task is None:  # not a layer task (e.g. a wrapper of one): nothing to read ahead for
+        # Not a layer task (e.g. a wrapper of one), whose item is its layers: nothing to read ahead for.
+        if open_task is None or not isinstance(item, Sequence):
             return fn(item, stop)
         # A task sent by location opens its checkpoints here, so the read-ahead can see them.
         with reading_ahead(open_task(), item):

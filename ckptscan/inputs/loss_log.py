@@ -26,6 +26,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ckptscan.errors import CkptScanError
 from ckptscan.schema.results import PairResult
@@ -98,8 +99,8 @@ def read_loss_log(path: str | Path | RemotePath) -> LossLog:
     if len(set(steps)) != len(steps):
         duplicate = next(s for s, t in zip(steps, steps[1:]) if s == t)
         raise CkptScanError(f"step {duplicate} is logged twice (a resumed run? keep one record per step)", path=path)
-    lrs = [r[2] for r in records]
-    return LossLog(path, steps, [r[1] for r in records], lrs if all(lr is not None for lr in lrs) else None)
+    lrs = [r[2] for r in records if r[2] is not None]
+    return LossLog(path, steps, [r[1] for r in records], lrs if len(lrs) == len(records) else None)
 
 
 def divergence_step(log: LossLog, window: int = 50, margin: float = 0.5) -> int | None:
@@ -156,7 +157,7 @@ def _record(obj: dict, where: str, path: Path | RemotePath) -> tuple[int, float,
     return step, _number(obj["loss"], where, "loss", path), _optional(obj.get("lr"), where, path)
 
 
-def _number(value: object, where: str, name: str, path: Path | RemotePath) -> float:
+def _number(value: Any, where: str, name: str, path: Path | RemotePath) -> float:  # any JSON or CSV value
     if value is None or value == "":
         return math.nan
     try:

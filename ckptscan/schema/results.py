@@ -397,23 +397,28 @@ def _builder(hint: Any) -> Callable[[Any], Any] | None:
         plain = _builder(members[0])
         if not classes:
             return plain
-        nested = _builder(classes[0])
+        nested = _dataclass_builder(classes[0])
         if plain is None:
             return lambda value: nested(value) if isinstance(value, dict) else value
         return lambda value: nested(value) if isinstance(value, dict) else plain(value)
     if origin is list:
-        item = _builder(typing.get_args(hint)[0])
-        if item is None:
+        element = _builder(typing.get_args(hint)[0])
+        if element is None:
             return list
-        return lambda value: [None if v is None else item(v) for v in value]
+        return lambda value: [None if v is None else element(v) for v in value]
     if origin is dict:
         item = _builder(typing.get_args(hint)[1])
         if item is None:
             return None
         return lambda value: {k: None if v is None else item(v) for k, v in value.items()}
     if dataclasses.is_dataclass(hint):
-        return lambda value: from_dict(hint, value)
+        return _dataclass_builder(hint)
     return None
+
+
+def _dataclass_builder(cls: Any) -> Callable[[Any], Any]:
+    """How to rebuild dataclass `cls` from its JSON object."""
+    return lambda value: from_dict(cls, value)
 
 
 @dataclass
