@@ -37,9 +37,9 @@ def github_annotations(report: ScanReport, fail_on: str = DEFAULT_FAIL_ON) -> li
                     firsts[(layer.layer, f.family)] = (pair.to_step, pair.to_path, f)
     ranked = sorted(firsts.items(), key=lambda item: (-SEVERITIES.index(item[1][2].severity),
                                                       item[1][0] is None, item[1][0] or 0, item[0]))
-    for (layer, family), (step, path, f) in ranked:
+    for (number, family), (step, path, f) in ranked:
         where = f" at step {step}" if step is not None else ""
-        properties = {"title": f"ckptscan: layer {layer} {family} {f.severity}{where}"}
+        properties = {"title": f"ckptscan: layer {number} {family} {f.severity}{where}"}
         if path:
             properties = {"file": path, **properties}
         lines.append(_command(kind(f.severity), properties, f"{f.message} ({f.monitor})"))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import html
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from ckptscan.errors import CkptScanError
 from ckptscan.interventions import intervention_lines
@@ -172,7 +172,7 @@ def _dl(items: Iterable[tuple[str, object]]) -> str:
     return f"<dl>\n{rows}\n</dl>"
 
 
-def _table(header: list[str], rows: list[list[object]], text_columns: int = 1) -> str:
+def _table(header: list[str], rows: Sequence[Sequence[object]], text_columns: int = 1) -> str:
     def cell(tag: str, k: int, value: object) -> str:
         css = ' class="text"' if k < text_columns else ""
         return f"<{tag}{css}>{_e(value)}</{tag}>"

@@ -7,7 +7,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -27,17 +27,19 @@ def print_sweep(console: Console, sweep: SweepReport) -> None:
         against = "the band of the others, less those that alert against all the rest"
     table = Table(title=f"{len(sweep.runs)} runs, each judged against {against}", title_justify="left",
                   header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
-    columns = [("rank", "right"), ("run", "left"), ("steps", "left"), ("status", "left"), ("first alert", "right"),
-               ("family", "left")] + ([("against", "right")] if sweep.left_out else [])
+    columns: list[tuple[str, JustifyMethod]] = [("rank", "right"), ("run", "left"), ("steps", "left"),
+                                                ("status", "left"), ("first alert", "right"), ("family", "left")]
+    if sweep.left_out:
+        columns.append(("against", "right"))
     for name, justify in columns:
         table.add_column(name, justify=justify, no_wrap=True)
     for run in sweep.runs:
         steps = [c.step for c in run.report.checkpoints if c.step is not None]
         span = f"{min(steps)}–{max(steps)}" if steps else "–"
         alert = str(run.first_alert_step) if run.first_alert_step is not None else "–"
-        against = [str(len(run.references))] if sweep.left_out else []
+        references = [str(len(run.references))] if sweep.left_out else []
         table.add_row(str(run.rank), run.path, span, Text(run.status, style=STATUS_STYLE.get(run.status, "")), alert,
-                      run.family or "–", *against)
+                      run.family or "–", *references)
     console.print(table)
     for note in sweep.notes:
         console.print(Text(f"note: {note}", style="dim"))

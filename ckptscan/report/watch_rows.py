@@ -70,13 +70,15 @@ def _ceiling(report: ScanReport, monitor: MonitorSpec) -> float | None:
 def worst_layer(pair: PairResult, monitor: MonitorSpec) -> LayerResult | None:
     """The layer whose findings of the monitor's family are the most severe,
     ties going to the lowest value (both headlines alarm low)."""
-    def rank(layer: LayerResult) -> tuple[int, float]:
+    def rank(measured: tuple[LayerResult, float]) -> tuple[int, float]:
+        layer, value = measured
         severity = max((SEVERITIES.index(f.severity) for f in layer.findings if f.family == monitor.family),
                        default=0)
-        return -severity, monitor.read(layer)
+        return -severity, value
 
-    measured = [layer for layer in pair.layers if monitor.read(layer) is not None]
-    return min(measured, key=rank, default=None)
+    values = [(layer, value) for layer in pair.layers if (value := monitor.read(layer)) is not None]
+    worst = min(values, key=rank, default=None)
+    return worst[0] if worst is not None else None
 
 
 def finding_lines(pair: PairResult) -> list[tuple[str, str]]:

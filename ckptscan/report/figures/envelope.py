@@ -44,6 +44,11 @@ def envelope(steps: Sequence[float], values: np.ndarray, max_points: int = MAX_P
     """The series folded into `buckets`; None when it has at most `max_points` values (drawn whole)."""
     if len(values) <= max_points:
         return None
+    return fold(steps, values, buckets)
+
+
+def fold(steps: Sequence[float], values: np.ndarray, buckets: int = BUCKETS) -> Envelope:
+    """The series folded into `buckets`, however short (`envelope` folds only a long one)."""
     groups = cells(len(values), buckets)
     x = np.array([(steps[g.start] + steps[g.stop - 1]) / 2 for g in groups], dtype=float)
     low, high, median = (np.full(len(groups), np.nan) for _ in range(3))

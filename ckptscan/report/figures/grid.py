@@ -29,14 +29,16 @@ class Grid:
         results = [{r.layer: r for r in pair.layers} for pair in report.pairs]
         layers = sorted({layer for by_layer in results for layer in by_layer})
         to_steps = [p.to_step for p in report.pairs]
-        if not to_steps or any(s is None for s in to_steps):
+        known = [s for s in to_steps if s is not None]
+        if not to_steps or len(known) < len(to_steps):
             index = [float(i) for i in range(len(to_steps))]
             return cls(layers, results, index, [i - 0.5 for i in range(len(to_steps) + 1)], "pair", False)
-        steps = [float(s) for s in to_steps]
+        steps = [float(s) for s in known]
         froms = [p.from_step for p in report.pairs]
-        consecutive = froms[0] is not None and all(a == b for a, b in zip(to_steps, froms[1:]))
-        if consecutive:
-            edges = [float(froms[0])] + steps
+        start = froms[0]
+        consecutive = start is not None and all(a == b for a, b in zip(to_steps, froms[1:]))
+        if start is not None and consecutive:
+            edges = [float(start)] + steps
         else:
             middles = [(a + b) / 2 for a, b in zip(steps, steps[1:])]
             first = steps[0] - (middles[0] - steps[0] if middles else 0.5)

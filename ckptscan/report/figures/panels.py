@@ -18,7 +18,7 @@ import numpy as np
 from ckptscan.monitors import registry
 from ckptscan.monitors.spec import MonitorSpec
 from ckptscan.report.figures.canvas import ALARM_COLOR
-from ckptscan.report.figures.envelope import envelope
+from ckptscan.report.figures.envelope import envelope, fold
 from ckptscan.report.figures.grid import Grid, headline_monitors, nan_reduce
 from ckptscan.report.figures.heatmap import axis_unit
 from ckptscan.schema.results import ScanReport, SeriesPoint
@@ -61,7 +61,8 @@ def layer_panel(ax: Axes, report: ScanReport, grid: Grid, layer: int) -> list[st
     for severity, shape, size in (("warn", "o", 4.5 if dense else 7), ("alert", "X", 5.5 if dense else 9)):
         hits = [(x, f.value) for x, f in findings if f.severity == severity and f.value is not None]
         if hits:
-            ax.scatter(*zip(*hits), marker=shape, s=size ** 2, facecolors="white" if severity == "warn" else
+            xs, ys = zip(*hits)
+            ax.scatter(xs, ys, marker=shape, s=size ** 2, facecolors="white" if severity == "warn" else
                        ALARM_COLOR, edgecolors=ALARM_COLOR, linewidths=0.8 if dense else 1.2, zorder=5,
                        label=severity)
     floor = _level(report, f"{monitor.name}_floor")
@@ -93,7 +94,7 @@ def all_layers_panel(ax: Axes, grid: Grid, monitor: MonitorSpec) -> None:
         ax.plot(grid.steps, median, color="#2166ac", marker="o", markersize=2.5 if len(grid.steps) > 100 else 3.5,
                 linewidth=1.3, zorder=4, label="median over layers")
     else:  # the range over layers and over each bucket's pairs; the median's median
-        low, high = envelope(grid.steps, lo).low, envelope(grid.steps, hi).high
+        low, high = fold(grid.steps, lo).low, fold(grid.steps, hi).high
         ax.fill_between(folded.x, low, high, where=np.isfinite(low), color="#bdbdbd", alpha=0.55, linewidth=0,
                         zorder=2, label=f"range over layers and every {folded.label}")
         ax.plot(folded.x, folded.median, color="#2166ac", linewidth=1.3, zorder=4,
@@ -173,20 +174,21 @@ def _draw_band(ax: Axes, steps: list[float], points: list[SeriesPoint | None], m
         if monitor.bad in ("high", "both"):
             alert_hi[k] = back(c + alert)
     folded = envelope(steps, centre)
+    x: list[float] | np.ndarray = steps
     if folded is not None:  # a long run: per bucket, the band's widest extent and the median levels
-        lo, hi = envelope(steps, lo).low, envelope(steps, hi).high
-        alert_lo, alert_hi = envelope(steps, alert_lo).median, envelope(steps, alert_hi).median
-        steps, centre = folded.x, folded.median
+        lo, hi = fold(steps, lo).low, fold(steps, hi).high
+        alert_lo, alert_hi = fold(steps, alert_lo).median, fold(steps, alert_hi).median
+        x, centre = folded.x, folded.median
     known = np.isfinite(centre)
     if not known.any():
         return
     warn_sigma, alert_sigma = _level(report, "warn_sigma"), _level(report, "alert_sigma")
     warn_level = f" ({warn_sigma:g} robust σ)" if warn_sigma is not None else ""
     alert_level = f" ({alert_sigma:g} robust σ)" if alert_sigma is not None else ""
-    ax.fill_between(steps, lo, hi, where=known, color="#bdbdbd", alpha=0.55, linewidth=0, zorder=2,
+    ax.fill_between(x, lo, hi, where=known, color="#bdbdbd", alpha=0.55, linewidth=0, zorder=2,
                     label=f"baseline ± warn level{warn_level}")
-    ax.plot(steps, centre, color="black", linestyle="--", linewidth=1.0, zorder=3, label="baseline")
+    ax.plot(x, centre, color="black", linestyle="--", linewidth=1.0, zorder=3, label="baseline")
     for bound in (alert_lo, alert_hi):
         if np.isfinite(bound).any():
-            ax.plot(steps, bound, color="black", linestyle=":", linewidth=1.0, zorder=3,
+            ax.plot(x, bound, color="black", linestyle=":", linewidth=1.0, zorder=3,
                     label=f"alert level{alert_level}")

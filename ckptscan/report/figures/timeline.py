@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from ckptscan.monitors.spec import MonitorSpec
 from ckptscan.report.figures.canvas import ALARM_COLOR, WIDTH, matplotlib_pieces
 from ckptscan.report.figures.envelope import MAX_POINTS, envelope_note
 from ckptscan.report.figures.grid import Grid, headline_monitors
@@ -32,7 +33,8 @@ def draw_timeline(report: ScanReport, grid: Grid) -> tuple[MplFigure, str]:
     shown = flagged[:MAX_LAYER_PANELS]
     losses = [p.loss for p in report.pairs]
     has_loss = any(v is not None for v in losses)
-    panels: list[tuple[str, object]] = [("layer", layer) for layer in shown]
+    # (kind, what it draws): a flagged layer, a headline monitor over every layer, or the loss.
+    panels: list[tuple[str, int | MonitorSpec | None]] = [("layer", layer) for layer in shown]
     if not shown:
         panels = [("all", m) for m in headline_monitors(grid)]
     if has_loss:
@@ -42,10 +44,10 @@ def draw_timeline(report: ScanReport, grid: Grid) -> tuple[MplFigure, str]:
     axes = fig.subplots(len(heights), 1, sharex=True, squeeze=False, height_ratios=heights)[:, 0]
 
     notes = []
-    for ax, (kind, what) in zip(axes, panels):
-        if kind == "layer":
+    for ax, (_, what) in zip(axes, panels):
+        if isinstance(what, int):
             notes += layer_panel(ax, report, grid, what)
-        elif kind == "all":
+        elif isinstance(what, MonitorSpec):
             all_layers_panel(ax, grid, what)
         else:
             loss_panel(ax, grid, losses)
@@ -135,7 +137,7 @@ def _flagged_order(report: ScanReport) -> list[int]:
 
 def _events(report: ScanReport) -> list[tuple[float, str, str]]:
     s = report.summary
-    events = []
+    events: list[tuple[float, str, str]] = []
     if s.rollback_candidate is not None and s.rollback_candidate.step is not None:
         events.append((s.rollback_candidate.step, "rollback", f"rollback candidate (step {s.rollback_candidate.step})"))
     first = s.first_alert_step.get(s.first_family) if s.first_family is not None else None
