@@ -164,6 +164,14 @@ def find_layers(keys: Iterable[str], pattern: re.Pattern[str], path: Any, expect
     return next(iter(by_prefix.values()))
 
 
+def matched_prefix(pattern: re.Pattern[str], key: str) -> str:
+    """The `prefix` group of a key `find_layers` found with `pattern`."""
+    match = pattern.fullmatch(key)
+    if match is None:
+        raise ValueError(f"{key!r} is not a key that {pattern.pattern!r} found")
+    return match.group("prefix")
+
+
 def module_prefixes(found: Mapping[int, str], module: str) -> dict[int, str]:
     """layer -> the name prefix through `module` (`….layers.3.attention.`), under
     which a resolver finds the layer's other tensors."""

@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import HeadOverrides, ModelLayout, config_entry, config_value, find_layers, present
+from ckptscan.layouts.base import (HeadOverrides, ModelLayout, config_entry, config_value, find_layers, matched_prefix,
+                                   present)
 from ckptscan.layouts.geometry import fused_geometry, mha_hints
 from ckptscan.layouts.plan import OutputTensors, QKTensors, attach_output, attention_layout, find_output
 from ckptscan.readers.base import Checkpoint
@@ -50,7 +51,7 @@ def c_attn_output(keys: set[str], layers: dict[int, str], tied: bool | None
                   ) -> tuple[OutputTensors | None, str | None]:
     """`{prefix}wte`, `{prefix}ln_f` and `lm_head` beside the `transformer.`
     prefix (GPT-2 and nanoGPT name them alike; both tie the head to wte)."""
-    prefix = C_ATTN.fullmatch(layers[min(layers)]).group("prefix")  # type: ignore[union-attr]
+    prefix = matched_prefix(C_ATTN, layers[min(layers)])
     root = prefix.removesuffix("transformer.")
     return find_output(keys, (root + "lm_head.weight",), (prefix + "wte.weight",), (prefix + "ln_f.weight",),
                        tied=tied)

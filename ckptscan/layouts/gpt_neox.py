@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 
-from ckptscan.layouts.base import HeadOverrides, ModelLayout, config_entry, config_value, find_layers, present
+from ckptscan.layouts.base import (HeadOverrides, ModelLayout, config_entry, config_value, find_layers, matched_prefix,
+                                   present)
 from ckptscan.layouts.geometry import fused_geometry, mha_hints
 from ckptscan.layouts.plan import QKTensors, attach_output, attention_layout, find_output
 from ckptscan.readers.base import Checkpoint
@@ -37,7 +38,7 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
                        input_norm=present(keys, name.removesuffix("attention.query_key_value.weight")
                                           + "input_layernorm.weight"))
           for i, name in layers.items()}
-    prefix = _QKV.fullmatch(first).group("prefix")  # type: ignore[union-attr]
+    prefix = matched_prefix(_QKV, first)
     output, note = find_output(keys, (prefix.removesuffix("gpt_neox.") + "embed_out.weight",),
                                (prefix + "embed_in.weight",), (prefix + "final_layer_norm.weight",),
                                tied=config_value(ckpt.config, "tie_word_embeddings"))

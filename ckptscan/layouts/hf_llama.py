@@ -33,6 +33,7 @@ from ckptscan.layouts.base import (
     config_entry,
     config_value,
     find_layers,
+    matched_prefix,
     model_types,
     present,
 )
@@ -125,7 +126,7 @@ def _output(keys: set[str], first_q: str, config: Any, offset: float) -> tuple[A
     """`{prefix}embed_tokens`, `{prefix}norm` and `lm_head` (at the root, or
     beside a multimodal wrapper's language model); without `lm_head` the head
     is tied to the embedding, as transformers saves a tied model."""
-    prefix = _Q_PROJ.fullmatch(first_q).group("prefix")  # type: ignore[union-attr]
+    prefix = matched_prefix(_Q_PROJ, first_q)
     root = prefix.removesuffix("model.")
     heads = tuple(dict.fromkeys((root + "lm_head.weight", "lm_head.weight")))
     return find_output(keys, heads, (prefix + "embed_tokens.weight",), (prefix + "norm.weight",),

@@ -21,7 +21,8 @@ from __future__ import annotations
 import re
 
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import HeadOverrides, ModelLayout, as_mapping, config_entry, find_layers, present
+from ckptscan.layouts.base import (HeadOverrides, ModelLayout, as_mapping, config_entry, find_layers, matched_prefix,
+                                   present)
 from ckptscan.layouts.geometry import HeadHints, fused_geometry
 from ckptscan.layouts.plan import QKTensors, attach_output, attention_layout, find_output
 from ckptscan.readers.base import Checkpoint
@@ -63,7 +64,7 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
                               k_norm=present(keys, attn + "norm_k.weight"), gain_offset=offset,
                               input_norm=present(keys, attn.removesuffix("attn.") + "norm_1.weight"))
     # `transformer.wte`, `transformer.ln_f` and `lm_head` (a tied head is saved under both names).
-    prefix = _QKV.fullmatch(first).group("prefix")  # type: ignore[union-attr]
+    prefix = matched_prefix(_QKV, first)
     output, note = find_output(keys, (prefix + "lm_head.weight",), (prefix + "transformer.wte.weight",),
                                (prefix + "transformer.ln_f.weight",), gain_offset=offset)
     layout = attach_output(attention_layout("litgpt", geometry, qk, ckpt.tensors.shape, path), output, note,

@@ -33,7 +33,7 @@ import re
 from typing import Any, Mapping
 
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import HeadOverrides, ModelLayout, as_mapping, find_layers, present
+from ckptscan.layouts.base import HeadOverrides, ModelLayout, as_mapping, find_layers, matched_prefix, present
 from ckptscan.layouts.geometry import Geometry, HeadHints, fused_geometry
 from ckptscan.layouts.plan import QKTensors, RouterTensors, attach_output, find_output, layer_plan, model_info
 from ckptscan.readers.base import Checkpoint
@@ -112,7 +112,7 @@ def _input_norm(keys: set[str], args: Mapping[str, Any], fused: str, local: str)
 
 
 def _output(keys: set[str], args: Mapping[str, Any], first: str) -> tuple[Any, str | None]:
-    prefix = _QKV.fullmatch(first).group("prefix")  # type: ignore[union-attr]
+    prefix = matched_prefix(_QKV, first)
     if not args:
         return None, "output family not judged: no args state the final norm's convention (w or 1 + w)"
     untie = args.get("untie_embeddings_and_output_weights")

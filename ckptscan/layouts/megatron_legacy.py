@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import HeadOverrides, ModelLayout, as_mapping, find_layers, present
+from ckptscan.layouts.base import HeadOverrides, ModelLayout, as_mapping, find_layers, matched_prefix, present
 from ckptscan.layouts.geometry import HeadHints, fused_geometry, mha_hints
 from ckptscan.layouts.megatron import args_head_entries, norm_offset
 from ckptscan.layouts.plan import QKTensors, RouterTensors, attach_output, find_output, layer_plan, model_info
@@ -78,7 +78,7 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
                                 RouterTensors(router) if router in keys else None, shape, path))
     info = model_info("megatron-legacy", geometry, plans, shape, top_k=1)
     notes = [*geometry.notes, f"checkpoint_version {version:g}: fused layout {layout}"]
-    encoder = _QKV.fullmatch(first).group("prefix")  # type: ignore[union-attr]
+    encoder = matched_prefix(_QKV, first)
     model = encoder[: encoder.rindex("language_model.")] + "language_model."
     if args:
         untie = args.get("untie_embeddings_and_output_weights")

@@ -20,7 +20,8 @@ import re
 from typing import Any, Mapping
 
 from ckptscan.errors import CkptScanError
-from ckptscan.layouts.base import HeadOverrides, ModelLayout, as_mapping, find_layers, module_prefixes, present
+from ckptscan.layouts.base import (HeadOverrides, ModelLayout, as_mapping, find_layers, matched_prefix, module_prefixes,
+                                   present)
 from ckptscan.layouts.geometry import HeadHints, fused_geometry, separate_geometry
 from ckptscan.layouts.plan import QKTensors, RouterTensors, attach_output, find_output, layer_plan, model_info
 from ckptscan.readers.base import Checkpoint
@@ -71,7 +72,7 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
                       router_scoring=router_config.get("gating_function"))
     # The head: `lm_head.w_out` after `lm_head.norm` (nn/lm_head.py), or the tied `embeddings`.
     # No input norm is read: a reordered-norm block (OLMo 2) applies `attention_norm` after attention.
-    prefix = _ATTENTION.fullmatch(found[min(found)]).group("prefix")  # type: ignore[union-attr]
+    prefix = matched_prefix(_ATTENTION, found[min(found)])
     output, note = find_output(keys, (prefix + "lm_head.w_out.weight",), (prefix + "embeddings.weight",),
                                (prefix + "lm_head.norm.weight",))
     return attach_output(ModelLayout(info, plans, list(geometry.notes)), output, note, shape, path)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -123,10 +124,10 @@ def load_model_config(path: str | Path) -> ModelConfigFile:
 
 
 def _torchtitan_toml(text: str, path: Path) -> dict[str, Any]:
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]  # the same API under its 3.10 backport's name
+    else:  # Python 3.10: the same API under its backport's name
+        import tomli as tomllib
 
     model = tomllib.loads(text).get("model")
     if not isinstance(model, Mapping):

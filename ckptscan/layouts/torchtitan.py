@@ -23,7 +23,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ckptscan.layouts.base import HeadOverrides, ModelLayout, config_entry, find_layers, module_prefixes, present
+from ckptscan.layouts.base import (HeadOverrides, ModelLayout, config_entry, find_layers, matched_prefix,
+                                   module_prefixes, present)
 from ckptscan.layouts.geometry import HeadHints, separate_geometry
 from ckptscan.layouts.mla import MLATensors, mla_geometry, mla_plan
 from ckptscan.layouts.plan import (QKTensors, RouterTensors, attach_output, find_output, key_tensor, layer_plan,
@@ -70,7 +71,7 @@ def resolve(ckpt: Checkpoint, keys: set[str], overrides: HeadOverrides) -> Model
     layout = ModelLayout(model_info(family, geometry, plans, shape), plans,
                          [*geometry.notes, "router score function: unknown"])
     # Outside the layers: `tok_embeddings`, the final `norm` and the head `output`.
-    prefix = _ATTENTION.fullmatch(found[min(found)]).group("prefix")  # type: ignore[union-attr]
+    prefix = matched_prefix(_ATTENTION, found[min(found)])
     output, note = find_output(keys, (prefix + "output.weight",), (prefix + "tok_embeddings.weight",),
                                (prefix + "norm.weight",))
     return attach_output(layout, output, note, shape, path)
