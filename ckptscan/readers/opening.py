@@ -31,22 +31,24 @@ def open_checkpoints(paths: Sequence[str | Path | RemotePath]) -> list[Checkpoin
     """`open_checkpoint` of each path, in order, URLs side by side
     (`open_each`). The first failure in the order given is raised, as when
     opened one after another."""
-    outcomes = _open_all(paths)
-    for outcome in outcomes:
+    checkpoints = []
+    for outcome in _open_all(paths):
         if isinstance(outcome, BaseException):
             raise outcome
-    return outcomes  # type: ignore[return-value]  # every exception was raised above: all are checkpoints
+        checkpoints.append(outcome)
+    return checkpoints
 
 
 def open_each(paths: Sequence[str | Path | RemotePath]) -> list[Checkpoint | CkptScanError]:
     """`open_checkpoint` of each path, in order; a path that cannot be opened
     gives its `CkptScanError` in its place (a run skips it with the reason).
     Any other exception is raised, the first in order."""
-    outcomes = _open_all(paths)
-    for outcome in outcomes:
+    outcomes: list[Checkpoint | CkptScanError] = []
+    for outcome in _open_all(paths):
         if isinstance(outcome, BaseException) and not isinstance(outcome, CkptScanError):
             raise outcome
-    return outcomes  # type: ignore[return-value]  # only CkptScanErrors are left beside the checkpoints
+        outcomes.append(outcome)
+    return outcomes
 
 
 def _open_all(paths: Sequence[str | Path | RemotePath]) -> list[Checkpoint | BaseException]:
@@ -73,7 +75,7 @@ def _open_all(paths: Sequence[str | Path | RemotePath]) -> list[Checkpoint | Bas
                 outcomes[k] = open_checkpoint(path)
             except Exception as e:  # Ctrl-C is not held back until the others are open
                 outcomes[k] = e
-        return outcomes  # type: ignore[return-value]  # each slot was filled: no None is left
+        return _filled(outcomes)
     todo = iter(range(len(located)))
     lock = threading.Lock()
 
@@ -91,7 +93,15 @@ def _open_all(paths: Sequence[str | Path | RemotePath]) -> list[Checkpoint | Bas
         thread.start()
     for thread in threads:
         thread.join()
-    return outcomes  # type: ignore[return-value]  # every worker ran to the end: no None is left
+    return _filled(outcomes)
+
+
+def _filled(outcomes: list[Checkpoint | BaseException | None]) -> list[Checkpoint | BaseException]:
+    """The outcomes once every open has ended (each slot filled)."""
+    filled = [outcome for outcome in outcomes if outcome is not None]
+    if len(filled) != len(outcomes):
+        raise RuntimeError("an open ended without an outcome")
+    return filled
 
 
 # Where frameworks record the step inside a checkpoint (Megatron `iteration`,

@@ -30,7 +30,7 @@ def read_lr_history(folder: Path | RemotePath) -> list[tuple[int, float]] | None
     path = folder / TRAINER_STATE
     if not path.is_file():
         return None
-    state = load_json(path, MAX_INDEX_BYTES, "trainer state")  # type: ignore[arg-type]
+    state = load_json(path, MAX_INDEX_BYTES, "trainer state")
     history = state.get("log_history") if isinstance(state, dict) else None
     if history is None:
         return None
