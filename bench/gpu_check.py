@@ -91,7 +91,7 @@ from synthetic import LLAMA_1B, ModelSpec, ensure_run  # noqa: E402
 
 from ckptscan.pipeline.api import scan, scan_pair, scan_run  # noqa: E402
 from ckptscan.detection.rules import Thresholds  # noqa: E402
-from ckptscan.report.json import report_dict  # noqa: E402
+from ckptscan.document.plain import report_dict  # noqa: E402
 from ckptscan.pipeline.run import resolve_run  # noqa: E402
 from ckptscan.scan import ScanOptions  # noqa: E402
 

@@ -246,7 +246,7 @@ def write_report(layers: int, heads: int, pairs: int, path: Path, per_head: str 
     its bytes, the seconds `write_json` took, and what schema 1 (compact, as
     it wrote a report this long) and its .json.gz weighed."""
     from ckptscan.detection.judge import judge
-    from ckptscan.report.json import report_json, write_json
+    from ckptscan.document.writing import report_json, write_json
 
     report = judge(run_metrics(model_info(layers, heads), synthetic_pairs(layers, heads, pairs, pairs // 2)),
                    Thresholds())
@@ -277,7 +277,7 @@ def write_tiled_report(layers: int, heads: int, judged: int, pairs: int, path: P
     longer than gzip's window at 80 layers, so they pack no better than a
     real run's), written as `--json --per-head PER_HEAD` writes it."""
     from ckptscan.detection.judge import judge
-    from ckptscan.report.json import write_json
+    from ckptscan.document.writing import write_json
 
     report = judge(run_metrics(model_info(layers, heads), synthetic_pairs(layers, heads, judged, judged // 2)),
                    Thresholds())
@@ -298,7 +298,7 @@ def write_tiled_report(layers: int, heads: int, judged: int, pairs: int, path: P
 def load_seconds(path: Path) -> dict:
     """Seconds to read a report back: `json.load`, then `ckptscan.load_report`
     (which parses it again and builds the result objects)."""
-    from ckptscan.schema.load import load_report
+    from ckptscan.document.reading import load_report
 
     start = time.perf_counter()
     with open(path) as f:
@@ -316,7 +316,7 @@ def renderer_figures(layers: int, heads: int, count: int) -> dict:
     and `--json` (schema 2: its re-run appends)."""
     from ckptscan.detection.judge import judge
     from ckptscan.live.report_file import ReportFile
-    from ckptscan.report.json import write_json
+    from ckptscan.document.writing import write_json
     from ckptscan.report.junit import junit_xml
     from ckptscan.report.markdown import markdown_report
 

@@ -24,12 +24,13 @@ __version__ = "0.2.0"
 # cheap (torch takes seconds to import), so the console entry point can turn
 # a Ctrl-C during start-up into a clean exit instead of a traceback.
 _EXPORTS = {
-    # Entry points: a pair, a run, a live run, a sweep, a saved report.
+    # Entry points: a pair, a run, a live run, a sweep, a saved report (read and written).
     "scan_pair": "ckptscan.pipeline.api",
     "scan_run": "ckptscan.pipeline.api",
     "watch_run": "ckptscan.pipeline.watch",
     "compare_runs": "ckptscan.pipeline.sweep",
-    "load_report": "ckptscan.schema.load",
+    "load_report": "ckptscan.document.reading",
+    "write_json": "ckptscan.document.writing",
     "capture_probe": "ckptscan.inputs.probe",
     "load_probe": "ckptscan.inputs.probe",
     # What a scan is asked: the request, its options and thresholds, and the

@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 
 from ckptscan import scan_run
-from ckptscan.report.json import write_json
+from ckptscan.document.writing import write_json
 from ckptscan.scan import ScanOptions
 
 

@@ -54,7 +54,7 @@ def scan_sample_runs() -> dict[str, ScanReport]:
     if str(ROOT) not in sys.path:  # this checkout's ckptscan, when run as a script
         sys.path.insert(0, str(ROOT))
     import ckptscan
-    from ckptscan.report.json import write_json
+    from ckptscan.document.writing import write_json
     from ckptscan.pipeline.sweep import compare_runs
 
     # From the root, as the pages' commands run: the reports name the runs' paths as the pages show them.
@@ -241,7 +241,7 @@ def draw_overview(report: ScanReport) -> None:
 def draw_screenshot(report: ScanReport) -> None:
     """The README's picture of the demo's HTML report, as a headless Chromium shows its top."""
     from ckptscan.report.html import write_report_files
-    from ckptscan.report.json import report_dict
+    from ckptscan.document.plain import report_dict
 
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser is None:

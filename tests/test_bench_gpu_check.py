@@ -20,7 +20,7 @@ import torch
 
 from ckptscan.pipeline.api import scan_pair
 from ckptscan.detection.rules import Thresholds
-from ckptscan.report.json import report_dict
+from ckptscan.document.plain import report_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench" / "gpu_check.py"

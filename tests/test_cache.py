@@ -15,7 +15,7 @@ from ckptscan.system.paths import default_cache_dir
 from ckptscan.detection.rules import Thresholds
 from ckptscan.detection.state import JudgeState
 from ckptscan.readers import SafetensorsSource
-from ckptscan.report.json import report_json
+from ckptscan.document.writing import report_json
 from ckptscan import scan_run
 from ckptscan.scan import SCHEDULING, ScanOptions
 

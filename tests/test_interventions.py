@@ -10,7 +10,7 @@ import pytest
 from ckptscan import scan_run
 from ckptscan.interventions import INTERVENTIONS, RESTART, family_lines, intervention_lines, interventions_for
 from ckptscan.monitors import registry
-from ckptscan.report.json import report_dict
+from ckptscan.document.plain import report_dict
 from ckptscan.schema.results import Summary
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_checkpoints"

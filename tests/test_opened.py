@@ -14,7 +14,7 @@ from ckptscan.pipeline.discovery import discover_run
 from ckptscan.pipeline.opened import OpenedRecord
 from ckptscan.readers import open_checkpoint, safetensors
 from ckptscan.readers.deferred import DeferredSource
-from ckptscan.report.json import report_json
+from ckptscan.document.writing import report_json
 from ckptscan.scan import ScanOptions
 
 from run_factory import write_run

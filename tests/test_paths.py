@@ -14,8 +14,8 @@ import ckptscan
 from ckptscan.inputs.loss_log import read_loss_log
 from ckptscan.pipeline.run import resolve_run
 from ckptscan.system.paths import expand_path
-from ckptscan.report.json import write_json
-from ckptscan.schema.load import load_report
+from ckptscan.document.writing import write_json
+from ckptscan.document.reading import load_report
 
 
 @pytest.fixture

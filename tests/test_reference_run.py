@@ -14,7 +14,7 @@ from ckptscan.detection.reference import ReferenceRun
 from ckptscan.pipeline.api import resolve_references, scan_run
 from ckptscan.pipeline.request import ScanRequest
 from ckptscan.pipeline.run import RunSpec, load_reference, reference_run, resolve_run
-from ckptscan.report.json import report_json, write_json
+from ckptscan.document.writing import report_json, write_json
 
 from run_factory import write_run
 

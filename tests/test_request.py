@@ -10,7 +10,7 @@ import pytest
 
 from ckptscan.pipeline.api import reference_scanner, resolve_references, scan, scan_run
 from ckptscan.errors import CkptScanError
-from ckptscan.report.json import write_json
+from ckptscan.document.writing import write_json
 from ckptscan.pipeline.request import AUTO, Reference, ScanRequest, reference_sources
 from ckptscan.pipeline.run import resolve_run
 from ckptscan.scan import ScanOptions

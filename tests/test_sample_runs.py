@@ -94,7 +94,7 @@ def test_the_library_gives_exactly_what_the_cli_writes(reports, run, tmp_path, m
 
     from ckptscan.cli import app
     from ckptscan.cli.options import DEFAULT_PER_HEAD
-    from ckptscan.report.json import report_dict
+    from ckptscan.document.plain import report_dict
 
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     path = tmp_path / "report.json"
@@ -109,7 +109,7 @@ def test_diff_in_the_library_and_the_cli_agree(tmp_path, monkeypatch):
     from ckptscan import scan_pair
     from ckptscan.cli import app
     from ckptscan.cli.options import DEFAULT_PER_HEAD
-    from ckptscan.report.json import report_dict
+    from ckptscan.document.plain import report_dict
 
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     older, newer = (str(SAMPLES / "attention_fault" / f"checkpoint-{s}") for s in (1700, 1800))
@@ -177,7 +177,7 @@ def test_the_console_process_gives_what_the_library_gives(reports, tmp_path):
 
     from ckptscan.cli import app
     from ckptscan.cli.options import DEFAULT_PER_HEAD
-    from ckptscan.report.json import report_dict
+    from ckptscan.document.plain import report_dict
 
     path = tmp_path / "report.json"
     env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}

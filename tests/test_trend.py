@@ -9,7 +9,7 @@ import pytest
 from safetensors.torch import load_file
 
 from ckptscan.errors import CkptScanError
-from ckptscan.report.json import write_json
+from ckptscan.document.writing import write_json
 from ckptscan import scan_run
 from ckptscan.pipeline.run import plan_pairs
 

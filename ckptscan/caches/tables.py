@@ -32,7 +32,7 @@ import types
 import typing
 from typing import Any
 
-from ckptscan.report import columns
+from ckptscan.document import columns
 
 
 def encode(hint: Any, values: list[Any]) -> dict[str, Any]:

@@ -73,7 +73,7 @@ def judge_sweep(run_dirs: Sequence[str | Path | RemotePath], request: ScanReques
     """Compare the runs, print the ranking (stdout; stderr when the JSON
     report goes to stdout), write --json and --html, and return the gate's
     exit code. The request's probe and loss log None: no run uses its own."""
-    from ckptscan.report.json import check_per_head
+    from ckptscan.document.plain import check_per_head
     from ckptscan.pipeline.sweep import compare_runs
 
     check_per_head(outputs.per_head)  # before any scan
@@ -91,7 +91,7 @@ def sweep_gate(sweep: SweepReport, fail_on: FailOn | str, allow_corrupt: bool = 
     `allow_corrupt`); else 0."""
     from ckptscan.cli.gate import fails
     from ckptscan.pipeline.discovery import CORRUPT
-    from ckptscan.report.json import sweep_message
+    from ckptscan.document.sweep import sweep_message
 
     flags = f"--fail-on {FailOn(fail_on).value}"
     corrupt = [(run, item) for run in sweep.runs for item in run.report.skipped if item.get("kind") == CORRUPT]

@@ -68,7 +68,7 @@ class StdoutReport(Destination):
 
     def write(self, delivery: Delivery) -> None:
         from ckptscan.system.output import STDOUT, write_output
-        from ckptscan.report.json import report_json
+        from ckptscan.document.writing import report_json
         from ckptscan.report.markdown import markdown_report
 
         report, text_path = delivery.report, "/dev/stderr" if self.json_to_stdout else STDOUT
@@ -105,7 +105,7 @@ class JsonFile(Destination):
         check_file_outputs({self.flag: self.path})
 
     def write(self, delivery: Delivery) -> None:
-        from ckptscan.report.json import write_json
+        from ckptscan.document.writing import write_json
 
         write_json(delivery.report, self.path, self.per_head)
         if delivery.new is None and not json_to_stdout(self.path):
@@ -230,7 +230,7 @@ class Figures(Destination):
 
     def write(self, delivery: Delivery) -> None:
         from ckptscan.report.html import write_report_files
-        from ckptscan.report.json import report_dict
+        from ckptscan.document.plain import report_dict
 
         for path in write_report_files(report_dict(delivery.report, self.per_head), self.html, self.png):
             wrote(path)

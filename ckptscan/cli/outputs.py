@@ -36,7 +36,7 @@ class Outputs:
     def check(self) -> None:
         per_head = getattr(self, "per_head", None)
         if per_head is not None:
-            from ckptscan.report.json import check_per_head
+            from ckptscan.document.plain import check_per_head
 
             check_per_head(per_head)
         for destination in self.destinations():
@@ -151,7 +151,7 @@ class SweepOutputs:
         """The ranking (stdout; stderr when the JSON report goes to stdout), then --json and --html, each file
         named on stderr as it is written (not with `quiet`)."""
         from ckptscan.system.output import STDOUT, write_output
-        from ckptscan.report.json import sweep_dict, write_sweep_json
+        from ckptscan.document.sweep import sweep_dict, write_sweep_json
         from ckptscan.report.sweep_table import print_sweep
 
         to_stdout = json_to_stdout(self.json_path)
@@ -169,7 +169,7 @@ class SweepOutputs:
                 wrote(self.json_path)
                 note(f"wrote {self.json_path}", quiet=quiet)
         if self.html is not None:
-            from ckptscan.schema.load import as_json_values
+            from ckptscan.document.reading import as_json_values
             from ckptscan.report.sweep_html import write_sweep_html
 
             # Through a JSON round trip: the page `ckptscan report SWEEP.json --html` makes of the file.

@@ -29,7 +29,7 @@ def report(
     with user_errors():
         from ckptscan.pipeline.config import load_config
         from ckptscan.errors import CkptScanError
-        from ckptscan.schema.load import read_json_file, report_from_dict
+        from ckptscan.document.reading import read_json_file, report_from_dict
         from ckptscan.schema.results import DEFAULT_FAIL_ON
 
         outputs.check()

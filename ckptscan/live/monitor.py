@@ -88,7 +88,7 @@ from ckptscan.system.paths import expand_path
 from ckptscan.inputs.probe import Probe, capture_probe, load_probe
 from ckptscan.readers import Checkpoint
 from ckptscan.readers.trainer_state import interval_lr
-from ckptscan.report.json import PER_HEAD, keeps_heads
+from ckptscan.document.plain import PER_HEAD, keeps_heads
 from ckptscan.report.resume import terminal_lines
 from ckptscan.system.atomic import write_atomic
 from ckptscan.schema.results import NOT_JUDGED, SEVERITIES, CheckpointRef, Finding, PairResult, ScanReport

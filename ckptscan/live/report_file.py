@@ -23,8 +23,9 @@ from typing import Any
 
 from ckptscan.system.atomic import write_atomic
 from ckptscan.errors import CkptScanError
-from ckptscan.report import parts
-from ckptscan.report.json import check_per_head, compact, plain_pair, report_dict, report_json
+from ckptscan.document import parts
+from ckptscan.document.plain import check_per_head, plain_pair, report_dict
+from ckptscan.document.writing import compact, report_json
 from ckptscan.schema.results import PairResult, ScanReport
 
 # report_json's layout: indent 2, pairs one level down (a long report: no indentation).

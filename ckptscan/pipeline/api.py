@@ -27,7 +27,7 @@ from typing import Any, Callable
 from ckptscan.detection.judge import SeriesJudge
 from ckptscan.caches.judge_cache import JudgeCache
 from ckptscan.pipeline.metrics import compute
-from ckptscan.schema.load import load_report
+from ckptscan.document.reading import load_report
 from ckptscan.detection.reference import ReferenceRun
 from ckptscan.pipeline.request import AUTO, ReferenceSource, ScanRequest
 from ckptscan.schema.results import ScanReport

@@ -43,7 +43,7 @@ from ckptscan.inputs.loss_log import DEFAULT_LOSS_LOG, LossLog, read_loss_log
 from ckptscan.pipeline.opened import OpenedRecord
 from ckptscan.inputs.probe import Probe, load_probe
 from ckptscan.readers import Checkpoint, open_checkpoints
-from ckptscan.schema.load import load_report
+from ckptscan.document.reading import load_report
 from ckptscan.detection.reference import ReferenceRun, reference_runs
 from ckptscan.pipeline.request import AUTO, ReferenceSource, ReferenceSources, ScanRequest, SideFile, _Auto
 from ckptscan.schema.results import ScanReport

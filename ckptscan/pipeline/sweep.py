@@ -44,8 +44,8 @@ from ckptscan.detection.reference import MODEL_FIELDS
 from ckptscan.errors import CkptScanError
 from ckptscan.layouts import ModelInfo, resolve_layout
 from ckptscan.pipeline.metrics import Metrics, compute
-from ckptscan.report.json import report_dict
-from ckptscan.schema.load import as_json_values, report_from_dict
+from ckptscan.document.plain import report_dict
+from ckptscan.document.reading import as_json_values, report_from_dict
 from ckptscan.schema.results import GATE_ORDER, NOT_JUDGED, ScanReport, SweepReport, SweepRun
 from ckptscan.pipeline.request import AUTO, ScanRequest
 from ckptscan.pipeline.run import resolve_run

@@ -23,7 +23,7 @@ from ckptscan.interventions import intervention_lines
 from ckptscan.report.resume import resume_lines
 from ckptscan.system.output import own_descriptor, write_output
 from ckptscan.report.figures import Figure, run_figures
-from ckptscan.schema.load import as_json_values, report_from_dict
+from ckptscan.document.reading import as_json_values, report_from_dict
 from ckptscan.report.fired import headline_cells
 from ckptscan.report.trend_table import first_alert_text, first_findings, headline_monitors, layer_series, pair_layers
 from ckptscan.schema.results import ScanReport

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Iterator
 
 from ckptscan.report.destinations import require_package, run_key, run_location
-from ckptscan.report.json import report_dict, report_json
+from ckptscan.document.plain import report_dict
+from ckptscan.document.writing import report_json
 from ckptscan.report.tensorboard import report_points
 from ckptscan.schema.results import ScanReport
 

@@ -11,7 +11,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from ckptscan.report.json import sweep_message
+from ckptscan.document.sweep import sweep_message
 from ckptscan.report.table import STATUS_STYLE, print_model
 
 if TYPE_CHECKING:

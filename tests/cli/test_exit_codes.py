@@ -33,7 +33,7 @@ from typer.testing import CliRunner
 from hostile.helpers import CliResult, assert_one_line_error, run_cli
 
 import ckptscan.scan.tasks
-import ckptscan.schema.load
+import ckptscan.document.reading
 from ckptscan.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,7 +126,7 @@ def fail_inside(monkeypatch, command: str) -> None:
         raise RuntimeError("injected\nacross two lines")
 
     if command == "report":
-        monkeypatch.setattr(ckptscan.schema.load, "report_from_dict", broken)
+        monkeypatch.setattr(ckptscan.document.reading, "report_from_dict", broken)
     else:
         monkeypatch.setattr(ckptscan.scan.tasks, "compare", broken)
 
@@ -195,7 +195,7 @@ if sys.argv[1] == "PIPED":
             code = e.code
         print(f"EXIT {code}", file=sys.stderr, flush=True)
     sys.exit(0)
-import ckptscan.schema.load
+import ckptscan.document.reading
 from ckptscan.readers import SafetensorsSource
 started = threading.Event()
 def slowed(real):
@@ -208,7 +208,7 @@ def slowed(real):
         return real(*args, **kwargs)
     return slow
 SafetensorsSource.get = slowed(SafetensorsSource.get)
-ckptscan.schema.load.read_json_file = slowed(ckptscan.schema.load.read_json_file)
+ckptscan.document.reading.read_json_file = slowed(ckptscan.document.reading.read_json_file)
 sys.argv = ["ckptscan", *sys.argv[2:]]
 main()
 """

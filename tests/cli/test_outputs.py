@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 from ckptscan.cli import app
-from ckptscan.schema.load import load_report
+from ckptscan.document.reading import load_report
 
 from report.test_mlflow import empty_store, the_run  # noqa: F401 - the sqlite store fixture
 from report.test_notify import Server

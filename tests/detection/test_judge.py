@@ -12,7 +12,7 @@ from ckptscan.detection.judge import judge
 from ckptscan.detection.rules import Thresholds
 from ckptscan.pipeline.metrics import compute
 from ckptscan.pipeline.run import resolve_run
-from ckptscan.report.json import report_dict
+from ckptscan.document.plain import report_dict
 from run_factory import write_run
 
 

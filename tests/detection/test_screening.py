@@ -13,7 +13,7 @@ from ckptscan.detection.reference import reference_from_reports
 from ckptscan.detection.rules import Thresholds, assess_report
 from ckptscan.detection.screening import first_alert, screen_references
 from ckptscan.pipeline.metrics import Metrics
-from ckptscan.report.json import report_json
+from ckptscan.document.writing import report_json
 from detection.helpers import MODEL, run_report
 
 

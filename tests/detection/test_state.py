@@ -10,7 +10,7 @@ from ckptscan.detection.judge import SeriesJudge, judge
 from ckptscan.detection.rules import Thresholds
 from ckptscan.detection.state import JudgeState
 from ckptscan.errors import CkptScanError
-from ckptscan.report.json import report_json
+from ckptscan.document.writing import report_json
 from detection.helpers import random_metrics, run_report
 from ckptscan.pipeline.metrics import Metrics
 

@@ -11,8 +11,8 @@ from ckptscan.detection.provenance import RULE_UNRELATED
 from ckptscan.detection.rules import Thresholds, assess_report
 from ckptscan.detection.summary import CHECKS_KEPT, SummaryState, summarize
 from ckptscan.monitors import registry
-from ckptscan.report.json import report_json
-from ckptscan.schema.load import report_from_dict
+from ckptscan.document.writing import report_json
+from ckptscan.document.reading import report_from_dict
 from ckptscan.schema.results import Finding, LayerResult, PairResult, ScanReport, Summary
 
 from detection.helpers import MODEL, run_report

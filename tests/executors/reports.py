@@ -3,7 +3,7 @@
 import json
 import math
 
-from ckptscan.report.json import report_json
+from ckptscan.document.writing import report_json
 
 
 def assert_reports_equal(a, b, tol=1e-12, where="report"):

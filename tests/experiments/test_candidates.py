@@ -9,7 +9,7 @@ from pathlib import Path
 from factories import llama_config, llama_tensors, next_checkpoint, write_hf_checkpoint
 
 from ckptscan import scan_run
-from ckptscan.report.json import write_json
+from ckptscan.document.writing import write_json
 from experiments.candidates import ceiling_check, first_past, holds_now, judge_before, judged, logit_at
 
 ROOT = Path(__file__).resolve().parents[2]

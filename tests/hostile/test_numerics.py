@@ -17,7 +17,7 @@ from hostile.helpers import run_cli
 
 from ckptscan import ScanOptions, scan_pair
 from ckptscan.detection.numerics import MIN_CHANGED_FRACTION
-from ckptscan.report.json import report_json
+from ckptscan.document.writing import report_json
 from ckptscan.schema.results import Finding, LayerResult
 
 Q = "model.layers.{}.self_attn.q_proj.weight"

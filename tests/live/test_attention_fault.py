@@ -15,7 +15,7 @@ import torch
 
 from ckptscan.live.monitor import Monitor
 from ckptscan.pipeline.api import scan
-from ckptscan.report.json import report_dict
+from ckptscan.document.plain import report_dict
 from ckptscan.pipeline.run import resolve_run
 from ckptscan.scan import ScanOptions
 from experiments.make_samples import RUNS

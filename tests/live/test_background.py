@@ -17,7 +17,7 @@ from ckptscan.live.background import THREAD_NAME
 from ckptscan.live.pair_scan import cpu_float32_exact
 from ckptscan.pipeline.api import scan
 from ckptscan.pipeline.run import resolve_run
-from ckptscan.report.json import report_dict
+from ckptscan.document.plain import report_dict
 from ckptscan.scan import ScanOptions
 from experiments.model import MixtralForCausalLM
 from live.helpers import assert_same, comparable, save_checkpoint, tiny_config

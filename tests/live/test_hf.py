@@ -14,7 +14,7 @@ transformers = pytest.importorskip("transformers")
 from ckptscan.pipeline.api import scan  # noqa: E402
 from ckptscan.detection.rules import Thresholds  # noqa: E402
 from ckptscan.live import TrainerCallback  # noqa: E402
-from ckptscan.report.json import report_dict  # noqa: E402
+from ckptscan.document.plain import report_dict  # noqa: E402
 from ckptscan.pipeline.run import resolve_run  # noqa: E402
 from ckptscan.scan import ScanOptions  # noqa: E402
 from live.helpers import assert_same, comparable, number_of_floats  # noqa: E402

@@ -16,7 +16,7 @@ from ckptscan.pipeline.api import scan
 from ckptscan.errors import CkptScanError
 from ckptscan.detection.rules import Thresholds
 from ckptscan.live import Alert, Monitor
-from ckptscan.report.json import report_dict
+from ckptscan.document.plain import report_dict
 from ckptscan.pipeline.run import resolve_run
 from ckptscan.scan import ScanOptions
 from live.helpers import assert_same, comparable, number_of_floats, save_checkpoint, tiny_config, train

@@ -11,7 +11,7 @@ import torch
 from ckptscan.detection.rules import Thresholds
 from ckptscan.errors import CkptScanError
 from ckptscan.live import Monitor
-from ckptscan.report.json import report_json
+from ckptscan.document.writing import report_json
 from experiments.model import MixtralForCausalLM
 from live.helpers import tiny_config
 

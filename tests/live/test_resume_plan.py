@@ -15,7 +15,7 @@ from ckptscan.detection.rules import Thresholds
 from ckptscan.live import Monitor
 from ckptscan.pipeline.api import scan
 from ckptscan.pipeline.run import resolve_run
-from ckptscan.report.json import report_dict
+from ckptscan.document.plain import report_dict
 from ckptscan.report.resume import terminal_lines
 from ckptscan.scan import ScanOptions
 from ckptscan.schema.results import Summary, from_dict

@@ -15,8 +15,9 @@ from safetensors.torch import load_file
 from ckptscan import scan_run
 from ckptscan.monitors import registry
 from ckptscan.report.html import html_page
-from ckptscan.report.json import report_dict, write_json
-from ckptscan.schema.load import load_report
+from ckptscan.document.plain import report_dict
+from ckptscan.document.writing import write_json
+from ckptscan.document.reading import load_report
 from ckptscan.report.trend_table import print_trend
 from factories import llama_config, llama_tensors, write_hf_checkpoint
 from toy_family import MONITOR, NAME, TOY

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from ckptscan.cli import app
 from ckptscan.report.annotations import github_annotations
-from ckptscan.report.json import report_dict
+from ckptscan.document.plain import report_dict
 
 runner = CliRunner()
 COMMAND = re.compile(r"^::(error|warning) ([^:]*)::(.*)$")
@@ -98,6 +98,6 @@ def test_cli_prints_annotations_on_stderr_only_under_github_actions(runs, monkey
 
 
 def _report_of(text):
-    from ckptscan.schema.load import report_from_dict
+    from ckptscan.document.reading import report_from_dict
 
     return report_from_dict(json.loads(text))

@@ -16,11 +16,11 @@ from rich.console import Console
 from ckptscan import scan_run
 from ckptscan.report.fired import ceiling, reference_text
 from ckptscan.report.html import html_page
-from ckptscan.report.json import report_dict
+from ckptscan.document.plain import report_dict
 from ckptscan.report.markdown import markdown_report
 from ckptscan.report.trend_table import print_trend
 from ckptscan.report.watch_rows import columns, markdown_rows, pair_cells, print_rows
-from ckptscan.schema.load import as_json_values, report_from_dict
+from ckptscan.document.reading import as_json_values, report_from_dict
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_checkpoints"
 RUNS = ("healthy", "attention_fault")

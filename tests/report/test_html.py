@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ckptscan.cli import app
-from ckptscan.report.json import report_dict, write_json
+from ckptscan.document.plain import report_dict
+from ckptscan.document.writing import write_json
 
 runner = CliRunner()
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
@@ -181,7 +182,7 @@ def test_trend_html_and_report_of_its_json_are_the_same_bytes(runs, tmp_path):
 def test_library_report_and_its_json_file_give_the_same_page(reports, tmp_path):
     pytest.importorskip("matplotlib")
     from ckptscan.report.html import write_report_files
-    from ckptscan.schema.load import read_report
+    from ckptscan.document.reading import read_report
 
     write_json(reports["no_loss"], tmp_path / "r.json")
     write_report_files(read_report(tmp_path / "r.json"), tmp_path / "from_file.html")

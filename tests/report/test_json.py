@@ -1,184 +1,40 @@
-"""The JSON report of a long run stays loadable: written without indentation
-past COMPACT_RESULTS, gzip-compressed when its path ends in .gz, per-head
-results limited on request; every form loads back as the same report."""
+"""`ckptscan.report.json`, the format's old home, kept until the next major
+version of the JSON schema: each name it offered still works, is the one its
+new module defines, and warns, naming where to import it from now."""
 
-import copy
-import dataclasses
-import gzip
-import json
-import math
-import numbers
+import importlib
+import warnings
 
-import numpy as np
 import pytest
 
-from ckptscan import __version__
-from ckptscan.errors import CkptScanError
-from ckptscan.live.report_file import ReportFile
-from ckptscan.report import json as report_json_module
-from ckptscan.report.json import PER_HEAD, keeps_heads, report_dict, report_json, write_json
-from ckptscan.schema.load import load_report
-from ckptscan.schema.results import SCHEMA_VERSION
+import ckptscan
+from ckptscan.report import json as old
+
+OFFERED = ["COMPACT_RESULTS", "PER_HEAD", "check_per_head", "compact", "keeps_heads", "plain", "plain_pair",
+           "report_dict", "report_json", "sweep_dict", "sweep_message", "write_json", "write_sweep_json"]
 
 
-def heads(data):
-    """(pair index, layer) of every layer whose per-head results the JSON holds."""
-    return [(i, layer["layer"]) for i, pair in enumerate(data["pairs"]) for layer in pair["layers"]
-            if layer["attention"] and layer["attention"]["heads"]]
+@pytest.mark.parametrize("name", OFFERED)
+def test_every_name_it_offered_warns_and_is_the_moved_one(name):
+    with pytest.warns(DeprecationWarning, match=rf"ckptscan\.report\.json\.{name} is deprecated: use ckptscan\."):
+        value = getattr(old, name)
+    home = next(module for module in ("plain", "writing", "sweep")
+                if hasattr(importlib.import_module(f"ckptscan.document.{module}"), name))
+    assert value is getattr(importlib.import_module(f"ckptscan.document.{home}"), name)
+    assert sorted(old.__all__) == OFFERED
 
 
-def test_a_long_report_is_written_without_indentation_and_loads_back_the_same(reports, monkeypatch, tmp_path):
-    report = reports["loss"]
-    indented = report_json(report)
-    monkeypatch.setattr(report_json_module, "COMPACT_RESULTS", 10)
-    compact = report_json(report)
-    assert "\n" not in compact.rstrip("\n") and len(compact) < 0.7 * len(indented)
-    assert json.loads(compact) == json.loads(indented)
-    write_json(report, tmp_path / "long.json")
-    assert dataclasses.asdict(load_report(tmp_path / "long.json")) == \
-        dataclasses.asdict(load_report_of(indented, tmp_path / "short.json"))
+def test_the_documented_import_of_write_json_names_the_public_one(tmp_path, reports):
+    with pytest.warns(DeprecationWarning, match=r"use ckptscan\.write_json \(ckptscan\.report\.json is removed"):
+        from ckptscan.report.json import write_json
+    assert write_json is ckptscan.write_json
+    write_json(reports["healthy"], tmp_path / "old.json")
+    ckptscan.write_json(reports["healthy"], tmp_path / "new.json")
+    assert (tmp_path / "old.json").read_bytes() == (tmp_path / "new.json").read_bytes()
 
 
-def load_report_of(text, path):
-    path.write_text(text)
-    return load_report(path)
-
-
-def test_a_gz_path_is_written_gzip_compressed_and_loads_back_the_same(reports, tmp_path):
-    report = reports["loss"]
-    write_json(report, tmp_path / "report.json.gz")
-    write_json(report, tmp_path / "report.json")
-    packed = (tmp_path / "report.json.gz").read_bytes()
-    assert gzip.decompress(packed).decode() == (tmp_path / "report.json").read_text()
-    assert len(packed) < (tmp_path / "report.json").stat().st_size / 4
-    assert dataclasses.asdict(load_report(tmp_path / "report.json.gz")) == \
-        dataclasses.asdict(load_report(tmp_path / "report.json"))
-
-
-def test_a_cut_gz_report_is_one_clear_error(reports, tmp_path):
-    write_json(reports["loss"], tmp_path / "report.json.gz")
-    (tmp_path / "cut.json.gz").write_bytes((tmp_path / "report.json.gz").read_bytes()[:200])
-    with pytest.raises(CkptScanError, match="not valid JSON"):
-        load_report(tmp_path / "cut.json.gz")
-
-
-def test_per_head_results_are_kept_for_all_layers_unless_limited(reports):
-    report = reports["loss"]
-    everything = report_dict(report)
-    assert report_dict(report, "all") == everything and "per_head" not in everything["settings"]
-    assert len(heads(everything)) == sum(len(pair.layers) for pair in report.pairs)
-
-    flagged = report_dict(report, "flagged")
-    assert heads(flagged) == [(i, layer.layer) for i, pair in enumerate(report.pairs) for layer in pair.layers
-                              if layer.status in ("warn", "alert")]
-    assert heads(flagged) and flagged["settings"]["per_head"] == "flagged"
-
-    newest = report_dict(report, "newest")
-    assert heads(newest) == [(len(report.pairs) - 1, layer.layer) for layer in report.pairs[-1].layers]
-    # Nothing else changes: the same keys, the other values equal.
-    for limited in (flagged, newest):
-        del limited["settings"]["per_head"]
-        for pair, full in zip(limited["pairs"], everything["pairs"]):
-            for layer, whole in zip(pair["layers"], full["layers"]):
-                layer["attention"]["heads"] = whole["attention"]["heads"]
-        assert limited == everything
-    with pytest.raises(CkptScanError, match="--per-head"):
-        report_dict(report, "some")
-
-
-def test_the_live_report_file_follows_the_compact_layout(reports, monkeypatch, tmp_path):
-    report = reports["loss"]
-    file = ReportFile(tmp_path / "live.json")
-    assert file.text(report) == report_json(report)
-    monkeypatch.setattr(report_json_module, "COMPACT_RESULTS", 10)
-    assert file.text(report) == report_json(report) and "\n" not in file.text(report).rstrip("\n")
-
-
-def asdict_then_walk(report, per_head="all"):
-    """report_dict as it was built before it walked the dataclasses itself
-    (`dataclasses.asdict`, then a walk of the copy, then the heads left out):
-    the reference the faster build must equal, key order included."""
-    def walk(value):
-        if isinstance(value, bool) or value is None or isinstance(value, str):
-            return value
-        if isinstance(value, numbers.Integral):
-            return int(value)
-        if isinstance(value, numbers.Real):
-            value = float(value)
-            return value if math.isfinite(value) else None
-        if isinstance(value, dict):
-            return {str(k): walk(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [walk(v) for v in value]
-        return value
-
-    body = walk(dataclasses.asdict(report))
-    command = body.pop("command")
-    for pair in body["pairs"]:
-        for layer in pair["layers"]:
-            if not layer["families"]:  # written only when a registered family computed values
-                del layer["families"]
-    if per_head != "all":
-        newest = len(body["pairs"]) - 1
-        for index, pair in enumerate(body["pairs"]):
-            for layer in pair["layers"]:
-                if layer.get("attention") and not keeps_heads(per_head, layer["status"], index == newest):
-                    layer["attention"]["heads"] = []
-        body["settings"]["per_head"] = per_head
-    return {"schema_version": SCHEMA_VERSION, "tool": {"name": "ckptscan", "version": __version__},
-            "command": command, **body}
-
-
-def with_odd_values(report):
-    """`report` with what a scan can leave in it besides plain floats: numpy
-    numbers, NaN and infinities, a tuple, non-string dict keys."""
-    report = copy.deepcopy(report)
-    layer = report.pairs[0].layers[0]
-    layer.attention.delta2_entropy = np.float32(0.25)
-    layer.attention.dwq_entropy = float("nan")
-    layer.attention.heads[0].dwk_entropy = float("-inf")
-    layer.attention.heads[1].head = np.int64(1)
-    layer.changed_fraction = {"W_q": np.float64(0.5)}
-    report.settings["layers"] = (0, 1)
-    report.thresholds["by_layer"] = {3: 0.5}
-    return report
-
-
-@pytest.mark.parametrize("per_head", PER_HEAD)
-def test_report_dict_is_what_asdict_then_a_walk_of_it_gave(reports, per_head):
-    for report in (*reports.values(), with_odd_values(reports["loss"])):
-        built = report_dict(report, per_head)
-        assert json.dumps(built) == json.dumps(asdict_then_walk(report, per_head))
-        assert report_json(report, per_head) == json.dumps(built, indent=2, allow_nan=False) + "\n"
-    odd = report_dict(with_odd_values(reports["loss"]), per_head)["pairs"][0]["layers"][0]
-    assert (odd["attention"]["delta2_entropy"], odd["attention"]["dwq_entropy"]) == (0.25, None)
-    assert type(odd["changed_fraction"]["W_q"]) is float
-
-
-def test_flagged_and_newest_keeps_the_heads_of_both(reports):
-    report = reports["loss"]
-    both = report_dict(report, "flagged+newest")
-    assert set(heads(both)) == set(heads(report_dict(report, "flagged"))) | set(heads(report_dict(report, "newest")))
-    assert len(heads(both)) < len(heads(report_dict(report)))  # it leaves some out
-    assert both["settings"]["per_head"] == "flagged+newest"
-
-
-def test_only_the_heads_written_count_towards_the_compact_layout(reports, monkeypatch):
-    report = reports["loss"]
-    layers = sum(len(pair.layers) for pair in report.pairs)
-    newest_heads = sum(len(layer.attention.heads) for layer in report.pairs[-1].layers)
-    monkeypatch.setattr(report_json_module, "COMPACT_RESULTS", layers + newest_heads)
-    assert "\n  " in report_json(report, "newest")  # exactly at the limit: indented
-    assert "\n" not in report_json(report, "all").rstrip("\n")
-
-
-@pytest.mark.parametrize("per_head", ["all", "flagged+newest"])
-def test_a_report_written_indented_before_loads_as_the_compact_one(reports, monkeypatch, tmp_path, per_head):
-    """A file as ckptscan wrote it before (asdict, indented) and one written
-    now (compact) load as the same ScanReport, field by field."""
-    report = reports["loss"]
-    (tmp_path / "before.json").write_text(json.dumps(asdict_then_walk(report, per_head), indent=2) + "\n")
-    monkeypatch.setattr(report_json_module, "COMPACT_RESULTS", 10)
-    write_json(report, tmp_path / "now.json", per_head)
-    assert "\n" not in (tmp_path / "now.json").read_text().rstrip("\n")
-    assert load_report(tmp_path / "before.json") == load_report(tmp_path / "now.json")
+def test_an_unknown_name_is_an_attribute_error_without_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(AttributeError, match="no attribute 'dumps'"):
+            old.dumps  # noqa: B018  (json's own names were never this module's)

@@ -14,7 +14,8 @@ import xmlschema
 from typer.testing import CliRunner
 
 from ckptscan.cli import app
-from ckptscan.report.json import report_dict, write_json
+from ckptscan.document.plain import report_dict
+from ckptscan.document.writing import write_json
 from ckptscan.report.junit import junit_xml
 
 runner = CliRunner()

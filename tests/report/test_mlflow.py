@@ -15,7 +15,8 @@ import pytest  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from ckptscan.report.destinations import deliver, run_key  # noqa: E402
-from ckptscan.report.json import report_dict, report_json  # noqa: E402
+from ckptscan.document.plain import report_dict  # noqa: E402
+from ckptscan.document.writing import report_json  # noqa: E402
 from ckptscan.report.mlflow import NEWEST_TAG, RUN_TAG, write_mlflow  # noqa: E402
 
 from report.test_tensorboard import expected_scalars  # noqa: E402

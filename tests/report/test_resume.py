@@ -6,7 +6,7 @@ import html
 
 from ckptscan.detection.rules import Thresholds, assess_report
 from ckptscan.report.html import html_page
-from ckptscan.report.json import report_dict
+from ckptscan.document.plain import report_dict
 from ckptscan.report.markdown import markdown_report
 from ckptscan.report.resume import lr_text, resume_lines, rollback_why
 from ckptscan.schema.results import CheckpointRef, Resume, Summary

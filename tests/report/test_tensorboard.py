@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from ckptscan.cli import app
 from ckptscan.report import tensorboard
-from ckptscan.report.json import write_json
+from ckptscan.document.writing import write_json
 from ckptscan.report.tensorboard import write_tensorboard
 
 runner = CliRunner()

@@ -13,7 +13,8 @@ import wandb
 
 from ckptscan.errors import CkptScanError
 from ckptscan.report.destinations import deliver, run_key
-from ckptscan.report.json import report_dict, report_json
+from ckptscan.document.plain import report_dict
+from ckptscan.document.writing import report_json
 from ckptscan.report.wandb import FINDINGS_COLUMNS, parse_target, write_wandb
 
 from report.test_tensorboard import expected_scalars

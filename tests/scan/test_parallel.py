@@ -21,7 +21,7 @@ from ckptscan.executors.local import LocalExecutor
 from ckptscan.system import linalg_warmup
 from ckptscan.system.linalg_warmup import warm_linalg
 from ckptscan.system.parallel import ordered_map, plan_threads, torch_threads
-from ckptscan.report.json import report_dict
+from ckptscan.document.plain import report_dict
 from ckptscan import scan_pair
 from ckptscan.scan import ScanOptions, reading, resolve_device, tasks
 from factories import llama_config, llama_tensors, updated, write_hf_checkpoint

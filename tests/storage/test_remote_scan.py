@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from ckptscan.cli import app
 from ckptscan.readers.safetensors import REMOTE_HEADER_GUESS
 from ckptscan.readers import open_checkpoint
-from ckptscan.report.json import report_dict
+from ckptscan.document.plain import report_dict
 from ckptscan import scan_pair
 from ckptscan.scan import ScanOptions
 from ckptscan.storage import ranged

@@ -1,6 +1,6 @@
 """A report as plain JSON values: the dict schema 1 of the JSON report holds
 (`report_dict`), one pair of it (`plain_pair`), built field by field.
-`report/json.py` writes it as one document, `report/parts.py` as schema 2.
+`writing.py` writes it as one document, `parts.py` as schema 2.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def report_dict(report: ScanReport, per_head: str = "all") -> dict[str, Any]:
     not, was half of a long trend's `--json` time."""
     check_per_head(per_head)
     newest = len(report.pairs) - 1
-    body = {}
+    body: dict[str, Any] = {}
     for name in _field_names(ScanReport):
         value = getattr(report, name)
         body[name] = ([plain_pair(pair, per_head, index == newest) for index, pair in enumerate(value)]
@@ -98,7 +98,7 @@ def plain(value: Any) -> Any:
     floats as None (what `dataclasses.asdict` then a walk over its copy gave,
     in one walk). The exact built-in types come first: they are nearly every
     value of a report."""
-    kind = type(value)
+    kind: type = type(value)
     if kind is float:
         return value if math.isfinite(value) else None
     if kind is str or kind is int or kind is bool or value is None:

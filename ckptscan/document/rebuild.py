@@ -1,4 +1,4 @@
-"""Result objects straight from columns (`report/columns.py`), for
+"""Result objects straight from columns (`columns.py`), for
 `load_report` of a schema-2 report: each field's column is built once and
 the objects made from the columns side by side, instead of a dict per
 value and `results.from_dict` over each (half of the time a long report
@@ -16,7 +16,7 @@ import types
 import typing
 from typing import Any
 
-from ckptscan.report.columns import decode
+from ckptscan.document.columns import decode
 from ckptscan.schema.results import from_dict
 
 
@@ -25,7 +25,7 @@ def build(hint: Any, column: dict[str, Any]) -> list[Any]:
     hint = _not_none(hint)
     origin = typing.get_origin(hint)
     if dataclasses.is_dataclass(hint) and "obj" in column:
-        return _table(hint, column)
+        return _table(typing.cast(type, hint), column)
     if origin is list and "arr" in column and _is_class(typing.get_args(hint)[0]):
         items, rows, start = build(typing.get_args(hint)[0], column["items"]), [], 0
         for length in decode(column["arr"]):
@@ -82,7 +82,7 @@ def _table(cls: type, column: dict[str, Any]) -> list[Any]:
 def _convert(hint: Any, value: Any) -> Any:
     """`value` as `from_dict` makes a field of type `hint` (not None) from it."""
     if dataclasses.is_dataclass(hint) and isinstance(value, dict):
-        return from_dict(hint, value)
+        return from_dict(typing.cast(type, hint), value)
     origin = typing.get_origin(hint)
     if origin is list and _is_class(typing.get_args(hint)[0]):
         return [None if v is None else _convert(typing.get_args(hint)[0], v) for v in value]

@@ -1,6 +1,6 @@
 """Columns: a list of JSON values written as one JSON value, column by column.
 
-Schema 2 of the JSON report (`report/parts.py`) writes its pairs this way:
+Schema 2 of the JSON report (`parts.py`) writes its pairs this way:
 a long report is ~10⁵ layer records with the same keys, and in v1 the keys
 were half of its bytes and the decimal floats most of the rest. Here a
 list of dicts becomes one column per key, written once; a column of floats
@@ -14,7 +14,7 @@ nested values.
 An encoded column is a dict with one key, its kind:
 
 * `{"f8": BASE64}`: floats and nulls (null as NaN: a report never holds a
-  NaN, `json.plain` writes a non-finite float as null); where the floats
+  NaN, `plain.plain` writes a non-finite float as null); where the floats
   hold a NaN (the caches keep what was computed, `caches/tables.py`),
   `{"f8": BASE64, "none": COLUMN}`, the nulls in a column of booleans;
 * `{"rle": [VALUE, COUNT, VALUE, COUNT, ...]}`: runs of equal scalars;

@@ -9,7 +9,7 @@ regular file, writes two files (docs/json-schema.md):
   run: it alone keeps its per-head results under `--per-head newest` or
   `flagged+newest`), and where the others are (`parts`);
 * PATH.pairs-TOKEN, the parts: the other pairs, in chunks, each chunk one
-  gzip member holding a JSON list of pairs as columns (`report/columns.py`).
+  gzip member holding a JSON list of pairs as columns (`columns.py`).
   The document records each chunk's length and SHA-256 and the committed
   length of the file; a reader reads only that much.
 
@@ -37,8 +37,8 @@ from typing import Any
 
 from ckptscan import __version__
 from ckptscan.system.atomic import write_atomic
-from ckptscan.report import columns
-from ckptscan.report.plain import plain_pair, report_dict
+from ckptscan.document import columns
+from ckptscan.document.plain import plain_pair, report_dict
 from ckptscan.schema.results import SCHEMA_VERSION, PairResult, ScanReport
 
 PARTS_SCHEMA_VERSION = 2
@@ -84,7 +84,8 @@ def write_parts(report: ScanReport, path: Path, per_head: str) -> None:
                 _commit(report, path, per_head, fingerprint, parted, old, digest)
                 return
     token = secrets.token_hex(4)
-    fresh = {"file": parts_name(path, token), "bytes": 0, "count": 0, "chunks": [], "digest": _digests([], 0)[0]}
+    fresh: dict[str, Any] = {"file": parts_name(path, token), "bytes": 0, "count": 0, "chunks": [],
+                             "digest": _digests([], 0)[0]}
     (path.parent / fresh["file"]).parent.mkdir(parents=True, exist_ok=True)
     (path.parent / fresh["file"]).write_bytes(b"")
     try:

@@ -19,10 +19,10 @@ import pytest
 from ckptscan import scan_run
 from ckptscan.errors import CkptScanError
 from ckptscan.live.report_file import ReportFile
-from ckptscan.report import parts
-from ckptscan.report.json import report_json, write_json
-from ckptscan.schema.load import as_json_values, load_report, read_json_file, report_from_dict
-from ckptscan.report.plain import report_dict
+from ckptscan.document import parts
+from ckptscan.document.writing import report_json, write_json
+from ckptscan.document.reading import as_json_values, load_report, read_json_file, report_from_dict
+from ckptscan.document.plain import report_dict
 from ckptscan.schema.results import Resume
 
 FIXTURE = Path(__file__).parent / "fixtures" / "schema1-healthy.json"
@@ -211,9 +211,9 @@ def test_a_full_disk_at_the_document_leaves_the_report_as_it_was(grown, tmp_path
 KILLED_WRITER = """
 import sys, time
 from pathlib import Path
-from ckptscan.report import parts
-from ckptscan.report.json import write_json
-from ckptscan.schema.load import load_report
+from ckptscan.document import parts
+from ckptscan.document.writing import write_json
+from ckptscan.document.reading import load_report
 
 path, grown_json, marker = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 parts.PARTS_LAYERS = 0

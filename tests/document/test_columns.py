@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from exact import same
 
-from ckptscan.report import columns
-from ckptscan.report.plain import plain_pair
+from ckptscan.document import columns
+from ckptscan.document.plain import plain_pair
 
 
 def random_scalar(rng):
