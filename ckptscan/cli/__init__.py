@@ -10,7 +10,7 @@ import sys
 from ckptscan.cli import diff  # noqa: F401  (registers the command)
 from ckptscan.cli import trend  # noqa: F401  (registers the command)
 from ckptscan.cli import compare  # noqa: F401  (registers the command)
-from ckptscan.cli import inspect  # noqa: F401  (registers the command)
+from ckptscan.cli import inspect_command  # noqa: F401  (registers the command `inspect`)
 from ckptscan.cli import report  # noqa: F401  (registers the command)
 from ckptscan.cli import watch  # noqa: F401  (registers the command)
 from ckptscan.cli.app import EXIT_INPUT, app, err
