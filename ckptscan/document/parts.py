@@ -73,7 +73,9 @@ def write_parts(report: ScanReport, path: Path, per_head: str) -> None:
     """`report` to `path` as schema 2, appending to its parts where the file
     already holds this run's report up to some pair (see the module docstring).
     OSError propagates, the report at `path` left as it was."""
-    fingerprint = run_fingerprint(report, per_head)
+    # The document's every key but its pairs, made once: the fingerprint reads it, the commit writes it.
+    head = report_dict(dataclasses.replace(report, pairs=[]), per_head)
+    fingerprint = run_fingerprint(head, per_head)
     old = _previous(path, fingerprint)
     parted = report.pairs[:-1]
     if old is not None:
@@ -81,7 +83,7 @@ def write_parts(report: ScanReport, path: Path, per_head: str) -> None:
         if done <= len(parted):
             before, digest = _digests(parted, done)
             if before == old["digest"]:
-                _commit(report, path, per_head, fingerprint, parted, old, digest)
+                _commit(report, head, path, per_head, fingerprint, parted, old, digest)
                 return
     token = secrets.token_hex(4)
     fresh: dict[str, Any] = {"file": parts_name(path, token), "bytes": 0, "count": 0, "chunks": [],
@@ -89,17 +91,18 @@ def write_parts(report: ScanReport, path: Path, per_head: str) -> None:
     (path.parent / fresh["file"]).parent.mkdir(parents=True, exist_ok=True)
     (path.parent / fresh["file"]).write_bytes(b"")
     try:
-        _commit(report, path, per_head, fingerprint, parted, fresh, _digests(parted, 0)[1])
+        _commit(report, head, path, per_head, fingerprint, parted, fresh, _digests(parted, 0)[1])
     except BaseException:
         (path.parent / fresh["file"]).unlink(missing_ok=True)
         raise
     remove_stale_parts(path, keep=fresh["file"])
 
 
-def _commit(report: ScanReport, path: Path, per_head: str, fingerprint: str, parted: list[PairResult],
-            parts: dict[str, Any], digest: str) -> None:
+def _commit(report: ScanReport, head: dict[str, Any], path: Path, per_head: str, fingerprint: str,
+            parted: list[PairResult], parts: dict[str, Any], digest: str) -> None:
     """Append parted[parts.count:] to the parts as one chunk (if any), then
-    replace the document, which commits it. `digest`: `_digests(parted, …)[1]`."""
+    replace the document (`head` with its pairs), which commits it. `digest`:
+    `_digests(parted, …)[1]`."""
     new = parted[parts["count"]:]
     chunks, committed = list(parts["chunks"]), parts["bytes"]
     if new:
@@ -107,7 +110,7 @@ def _commit(report: ScanReport, path: Path, per_head: str, fingerprint: str, par
         _append(path.parent / parts["file"], committed, chunk)
         chunks.append([len(new), len(chunk), hashlib.sha256(chunk).hexdigest()])
         committed += len(chunk)
-    document = report_dict(dataclasses.replace(report, pairs=[]), per_head)
+    document = dict(head)
     document["schema_version"] = PARTS_SCHEMA_VERSION
     document["pairs"] = {
         "count": len(report.pairs),
@@ -136,12 +139,12 @@ def _chunk_text(pairs: list[PairResult], per_head: str) -> str:
                       separators=(",", ":"), allow_nan=False)
 
 
-def run_fingerprint(report: ScanReport, per_head: str) -> str:
+def run_fingerprint(head: dict[str, Any], per_head: str) -> str:
     """What makes two reports the same run judged alike, but for its pairs:
     the tool's version, the command, the model, the settings (`--per-head`
-    among them), the thresholds and the probe."""
-    head = report_dict(dataclasses.replace(report, pairs=[], checkpoints=[], skipped=[]), per_head)
-    same = {"tool": __version__, "encoding": ENCODING, "command": report.command, "per_head": per_head,
+    among them), the thresholds and the probe. `head`: the report's document
+    (`report_dict`), whose pairs it does not read."""
+    same = {"tool": __version__, "encoding": ENCODING, "command": head["command"], "per_head": per_head,
             **{name: head[name] for name in ("model", "settings", "thresholds", "probe")}}
     return hashlib.sha256(json.dumps(same, sort_keys=True, allow_nan=False).encode()).hexdigest()
 

@@ -5,6 +5,7 @@ report as it was; schema 1 files, indented or not, still load."""
 
 import dataclasses
 import errno
+import hashlib
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptscan import scan_run
+from ckptscan import __version__, scan_run
 from ckptscan.errors import CkptScanError
 from ckptscan.live.report_file import ReportFile
 from ckptscan.document import parts
@@ -139,6 +140,20 @@ def test_a_rerun_of_the_same_run_appends_only_its_new_pairs(grown, tmp_path):
     # A re-run with no new checkpoint appends nothing.
     write_json(after, path, PER_HEAD)
     assert document(path)["pairs"]["parts"]["chunks"] == chunks and load_report(path) == as_read(after)
+
+
+@pytest.mark.parametrize("per_head", ["all", PER_HEAD])
+def test_the_fingerprint_is_what_earlier_versions_wrote_so_their_files_are_appended_to(reports, tmp_path, per_head):
+    """The fingerprint as it was computed before the format had its own package
+    (from a report stripped of pairs, checkpoints and skipped): a file that an
+    earlier build of this version wrote is the same run, and is appended to."""
+    report = reports["loss"]
+    head = report_dict(dataclasses.replace(report, pairs=[], checkpoints=[], skipped=[]), per_head)
+    same = {"tool": __version__, "encoding": parts.ENCODING, "command": report.command, "per_head": per_head,
+            **{name: head[name] for name in ("model", "settings", "thresholds", "probe")}}
+    write_json(report, tmp_path / "report.json", per_head)
+    assert document(tmp_path / "report.json")["pairs"]["fingerprint"] == \
+        hashlib.sha256(json.dumps(same, sort_keys=True, allow_nan=False).encode()).hexdigest()
 
 
 def test_another_run_or_other_settings_write_new_parts_and_remove_the_old(grown, tmp_path):
