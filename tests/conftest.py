@@ -39,6 +39,7 @@ SHARED_SESSION_GROUPS = {
     "storage/": "object-store-servers",
     "executors/test_ray": "ray-cluster",
     "report/": "report-runs",
+    "document/": "report-runs",
     "docs/test_examples.py": "docs-examples",
 }
 

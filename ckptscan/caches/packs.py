@@ -80,7 +80,7 @@ def write_pack(path: Path, names: list[str], column: dict[str, Any]) -> None:
 
 def read_pack(path: Path) -> tuple[list[str], dict[str, Any]]:
     """The names and rows `write_pack` was given, each float column's values
-    as bytes (`report.columns.decode` takes either). OSError, PackError."""
+    as bytes (`document.columns.decode` takes either). OSError, PackError."""
     data = path.read_bytes()
     start = len(MAGIC) + 12
     if not data.startswith(MAGIC) or len(data) < start:
@@ -107,7 +107,7 @@ def read_pack(path: Path) -> tuple[list[str], dict[str, Any]]:
 
 
 def _floats_mapped(column: Any, kind: str, f: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
-    """`column` (a `tables` or `report.columns` column) with `f` applied to
+    """`column` (a `tables` or `document.columns` column) with `f` applied to
     each column of floats (a dict with key `kind`). Only the columns'
     structure is walked, never a value: a raw value that looks like a column is left as it is."""
     if not isinstance(column, dict):

@@ -5,7 +5,7 @@ A cached re-run of a long trend rebuilds every pair it judged before: at
 2,000 pairs of 16 layers, ~2·10⁵ objects. Read as one JSON file a pair, their
 floats parsed from decimal text and each object built from a dict, that was
 most of the re-run (bench/long_run.py). Here the rows of a class are one
-column per field (`report.columns`: floats as their float64 bytes) and come
+column per field (`document.columns`: floats as their float64 bytes) and come
 back by calling the class on its columns, `map(cls, *columns)`: no dict, no
 keyword parsing per object. `decode(hint, encode(hint, values)) == values`,
 NaN, ±inf, -0.0 and None included, bit for bit.
@@ -18,7 +18,7 @@ What a column of `hint`'s values looks like:
 * `list[C]` / `dict[str, C]` of a dataclass C: `{"lengths": COLUMN,
   "items": COLUMN}` / `{"keys": COLUMN, "items": COLUMN}`, the items of all
   rows in one column (a null list or dict: a null length or key list);
-* anything else: a `report.columns` column.
+* anything else: a `document.columns` column.
 A table whose names are not the class's fields (written by another version),
 or whose columns, nulls, lengths or keys do not add up, is a ValueError:
 the caches' callers take it as a miss.

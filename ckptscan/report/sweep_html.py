@@ -5,7 +5,7 @@ Sections: the verdict (worst run, how many reached each status), the
 ranking (healthiest first: each run's status, first alert and warning, the
 family, what it was judged against), the notes (how the runs were aligned,
 runs left out of the others' bands), then each run's own verdict and what it
-rests on. It renders the sweep's JSON dict (`report.json.sweep_dict`), so a
+rests on. It renders the sweep's JSON dict (`document.sweep.sweep_dict`), so a
 sweep just judged and one read back from its file give the same bytes. No
 figures: each run's own figures are its trend report's (`trend RUN --html`).
 """

@@ -337,9 +337,9 @@ class Summary:
 
 
 # Keys of the summary added since reports were first written, which a report loaded from a file without one
-# leaves out again when it writes that report (`report/plain.py`): absent says the version that wrote it
+# leaves out again when it writes that report (`document/plain.py`): absent says the version that wrote it
 # did not compute it, where `null` says there is nothing (`resume`: no alert, or not one run). The loader
-# (`schema/load.py`) names them on the loaded Summary under the attribute WRITTEN_WITHOUT, not a field.
+# (`document/reading.py`) names them on the loaded Summary under the attribute WRITTEN_WITHOUT, not a field.
 ADDED_SUMMARY_KEYS = ("resume",)
 WRITTEN_WITHOUT = "_written_without"
 
