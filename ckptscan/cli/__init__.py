@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 
+from ckptscan.cli.destinations import registry  # noqa: F401  (each destination declares its options)
 from ckptscan.cli import diff  # noqa: F401  (registers the command)
 from ckptscan.cli import trend  # noqa: F401  (registers the command)
 from ckptscan.cli import compare  # noqa: F401  (registers the command)

@@ -11,6 +11,7 @@ import typer
 
 from ckptscan.cli.app import EXIT_GATE, EXIT_OK, command, err, head_overrides, note, scan_options, side_file, \
     user_errors
+from ckptscan.cli.destinations.json_file import PER_HEAD
 from ckptscan.cli.options import Base, FailOn
 from ckptscan.cli.outputs import SweepOutputs
 from ckptscan.cli.process import load_library
@@ -33,7 +34,7 @@ def compare(
         metavar="RUN_DIR", help="Two or more runs of one model (directories or URL prefixes), e.g. the members of "
         "a sweep or several seeds.")],
     *,  # the options, in --help order; a bare name is a shared option (cli.options)
-    stride, base, json_path, per_head, html, fail_on, config, set_, cache_dir, no_cache, quiet, num_heads, num_kv_heads,
+    stride, base, outputs: SweepOutputs, fail_on, config, set_, cache_dir, no_cache, quiet, num_heads, num_kv_heads,
     head_dim, model_config, layers, precision, device, heads, full_spectrum, tensor_map, no_probe, no_loss_log,
     allow_corrupt: AllowCorrupt = False,
 ) -> None:
@@ -52,9 +53,7 @@ def compare(
         for name in files:
             note(f"ignoring {name}: a file, not a run directory", quiet=quiet)
         run_dirs = [run for run in run_dirs if run not in files]
-        from ckptscan.cli.destinations import check_file_outputs
-
-        check_file_outputs({"--json": json_path, "--html": html})
+        outputs.check()
         from ckptscan.pipeline.request import ScanRequest
 
         options = scan_options(precision, overrides=head_overrides(num_heads, num_kv_heads, head_dim, model_config),
@@ -63,8 +62,7 @@ def compare(
         request = ScanRequest(options, stride=stride, base=Base(base).value, probe=side_file(None, no_probe),
                               loss_log=side_file(None, no_loss_log), config=side_file(config),
                               settings=tuple(set_ or ()), cache=_cache(cache_dir, no_cache))
-        code = judge_sweep(run_dirs, request, SweepOutputs(json_path, html, per_head), fail_on=fail_on, quiet=quiet,
-                           allow_corrupt=allow_corrupt)
+        code = judge_sweep(run_dirs, request, outputs, fail_on=fail_on, quiet=quiet, allow_corrupt=allow_corrupt)
     raise typer.Exit(code)
 
 
@@ -76,7 +74,7 @@ def judge_sweep(run_dirs: Sequence[str | Path | RemotePath], request: ScanReques
     from ckptscan.document.plain import check_per_head
     from ckptscan.pipeline.sweep import compare_runs
 
-    check_per_head(outputs.per_head)  # before any scan
+    check_per_head(outputs[PER_HEAD])  # before any scan
     sweep = compare_runs(run_dirs, request, scanning=lambda run: note(f"scanning {run}", quiet=quiet))
     cache = request.cache
     if cache is not None:

@@ -9,9 +9,10 @@ in that command. An option whose help says more in one command than in
 another is declared here in both forms, under two names (`loss_log` and
 `live_loss_log` for --loss-log).
 
-A parameter annotated with a dataclass stands for a group of shared options,
-one per field, in field order (`cli.outputs.ReportOutputs`: the report's
-destinations); the command receives them as one instance of that dataclass.
+A parameter annotated with a `Group` (`cli.outputs.TrendOutputs`: a command's
+destinations) stands for the options its members declare (`Option`, beside
+each destination's write, in `cli.destinations`), in member order; the command
+receives their values as one instance of that group.
 
 Every path option reaches the command with `~` and `$VAR` expanded
 (`ckptscan.system.paths`): the shell leaves `--cache-dir '~/c'` and `--json=~/r.json`
@@ -23,12 +24,12 @@ Only typer (and `ckptscan.system.paths`, which needs os alone) is imported here:
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import functools
 import inspect
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional, TypeVar, get_type_hints
+from typing import Annotated, Any, Callable, ClassVar, Generic, Iterator, Optional, TypeVar, get_type_hints
 
 import typer
 
@@ -70,13 +71,8 @@ NumHeads = Annotated[Optional[int], typer.Option(
 NumKvHeads = Annotated[Optional[int], typer.Option(
     "--num-kv-heads", metavar="N", help="KV heads (GQA/MQA), when the checkpoint carries no config.")]
 # --per-head's default: a long run's per-head results where they explain a verdict,
-# and the newest pair's (`report.json.keeps_heads`; docs/json-schema.md).
+# and the newest pair's (`document.plain.keeps_heads`; docs/json-schema.md).
 DEFAULT_PER_HEAD = "flagged+newest"
-PerHead = Annotated[str, typer.Option(
-    "--per-head", metavar="flagged+newest|all|flagged|newest", help="Which layers keep their per-head results in "
-    "the JSON report: flagged+newest (the default: layers at warn or alert, and the newest pair's), all, flagged or "
-    "newest. They are most of a long run's report (a report over 2,000 layer and head results is also written "
-    "without indentation; FILE.json.gz: gzip).")]
 ModelConfigFile = Annotated[Optional[Path], typer.Option(
     "--model-config", metavar="FILE", help="The model's config when the checkpoint carries none: a Hugging Face "
     "config.json, a litgpt model_config.yaml or a torchtitan job .toml (its model name and flavor); it takes "
@@ -94,25 +90,11 @@ FailOnOpt = Annotated[Optional[FailOn], typer.Option(
     "--fail-on", help="Exit 1 when the verdict reaches this level, in the order warn < not_judged < alert: warn "
     "fails any warning, not_judged an alert or a run no pair of which could be judged yet (warm-up, no baseline), "
     "alert only an alert (default: fail_on from the config, else alert).")]
-JsonOut = Annotated[Optional[Path], typer.Option(
-    "--json", metavar="FILE", help="Write the JSON report here (atomically; '-' for stdout, the table then going to "
-    "stderr).")]
 ConfigFile = Annotated[Optional[Path], typer.Option(
     "--config", metavar="FILE", help="Thresholds file: ckptscan.toml, or pyproject.toml with a [tool.ckptscan] table "
     "(default: the nearest one from the current directory up).")]
 SetThreshold = Annotated[Optional[list[str]], typer.Option(
     "--set", metavar="KEY=VALUE", help="Override a setting (repeatable), e.g. --set alert_sigma=5.")]
-FormatOpt = Annotated[Format, typer.Option("--format", help="Report on stdout as a table, JSON, Markdown or JUnit "
-                                           "XML.")]
-JunitOut = Annotated[Optional[Path], typer.Option(
-    "--junit", metavar="FILE", help="Write a JUnit XML report here (atomically; '-' for stdout): one test case per "
-    "layer and family, failing at the gate level.")]
-TensorBoardDir = Annotated[Optional[Path], typer.Option(
-    "--tensorboard", metavar="DIR", help="Append the monitors, per-family summaries and findings to TensorBoard event "
-    "files in this directory (new steps only; needs pip install 'ckptscan[tensorboard]').")]
-MarkdownSummary = Annotated[Optional[Path], typer.Option(
-    "--markdown-summary", metavar="FILE", help="Append a Markdown summary here (default: $GITHUB_STEP_SUMMARY when "
-    "set).")]
 Wide = Annotated[bool, typer.Option(
     "--wide", help="Every column of the terminal table (each monitor's newest value and its baseline or ceiling "
     "in trend, every monitor of the pair in diff); by default it fits 80-120 columns, and the JSON and HTML reports "
@@ -125,11 +107,6 @@ Heads = Annotated[Optional[str], typer.Option(
     "read.")]
 FullSpectrum = Annotated[bool, typer.Option("--full-spectrum", help="Also whole-matrix ΔW_q/ΔW_k spectra (O(d³) "
                                             "per layer: slow on large models).")]
-HtmlOut = Annotated[Optional[Path], typer.Option(
-    "--html", metavar="FILE", help="Write a self-contained HTML report with figures here (needs matplotlib: pip "
-    "install 'ckptscan[report]').")]
-PngDir = Annotated[Optional[Path], typer.Option(
-    "--png", metavar="DIR", help="Write the report's figures as PNG files into this directory.")]
 # The run a command follows (str, not Path: a URL prefix, s3://bucket/run/, must keep its "//").
 RunDir = Annotated[str, typer.Argument(
     metavar="RUN_DIR", help="Run directory holding checkpoint-N/ (or step-N/, iter_N/ ...) folders; local or a "
@@ -168,37 +145,12 @@ Reference = Annotated[Optional[list[str]], typer.Option(
     "of healthy runs at each step. A reference that alerts itself (against the others; alone, on its own "
     "history) is left out, with a note.")]
 
-# The services a run's health is followed in (cli.outputs: written after the
-# report files, each failure one line on stderr, never the exit code).
-WandbTarget = Annotated[Optional[str], typer.Option(
-    "--wandb", metavar="PROJECT[/RUN]", help="Append the per-step scalars, the verdict and the findings to a "
-    "Weights & Biases run in PROJECT, one per scanned run (RUN names it). Mode and credentials are W&B's own "
-    "(WANDB_MODE=offline, WANDB_API_KEY); never asks for a login. Needs pip install 'ckptscan[wandb]'.")]
-MlflowUri = Annotated[Optional[str], typer.Option(
-    "--mlflow", metavar="URI", help="Log the per-step metrics, verdict tags and the JSON/HTML report to an MLflow "
-    "tracking store: http(s)://server, databricks or sqlite:///mlflow.db (one MLflow run per scanned run; needs "
-    "pip install 'ckptscan[mlflow]').")]
-MlflowExperiment = Annotated[str, typer.Option("--mlflow-experiment", metavar="NAME",
-                                               help="The MLflow experiment of --mlflow.")]
-NotifyUrl = Annotated[Optional[str], typer.Option(
-    "--notify", metavar="URL", help="POST a JSON message to this webhook at the run's first warning and first alert, "
-    "once each per run (a 'text' field Slack and Teams incoming webhooks show as is).")]
-NotifyOn = Annotated[str, typer.Option("--notify-on", metavar="warn,alert",
-                                       help="Which of the run's firsts --notify posts: warn, alert, or both.")]
-MetricsPort = Annotated[Optional[int], typer.Option(
-    "--metrics-port", metavar="PORT", min=0, max=65535, help="Serve the run's health as Prometheus metrics on "
-    "http://ADDR:PORT/metrics while watching (needs pip install 'ckptscan[prometheus]').")]
-MetricsAddr = Annotated[str, typer.Option(
-    "--metrics-addr", metavar="ADDR", help="Address --metrics-port listens on. Default: this machine only; the "
-    "endpoint has no authentication, so exposing it (0.0.0.0, for a Prometheus on another host) is your choice.")]
 
 # Parameter name -> (declaration, default). The name is the one every command
-# (and every option group's field) uses for the option.
+# uses for the option. A destination's options are declared with it instead
+# (`Option`, in its module under `cli.destinations`).
 SHARED: dict[str, tuple[Any, Any]] = {
-    "json_path": (JsonOut, None), "per_head": (PerHead, DEFAULT_PER_HEAD), "junit": (JunitOut, None),
-    "tensorboard": (TensorBoardDir, None),
-    "format": (FormatOpt, Format.table), "markdown_summary": (MarkdownSummary, None), "html": (HtmlOut, None),
-    "png": (PngDir, None), "fail_on": (FailOnOpt, None), "config": (ConfigFile, None), "set_": (SetThreshold, None),
+    "fail_on": (FailOnOpt, None), "config": (ConfigFile, None), "set_": (SetThreshold, None),
     "quiet": (Quiet, False), "wide": (Wide, False), "num_heads": (NumHeads, None), "num_kv_heads": (NumKvHeads, None),
     "head_dim": (HeadDim, None), "model_config": (ModelConfigFile, None), "layers": (Layers, None),
     "precision": (PrecisionOpt, Precision.float32), "device": (Device, "cpu"), "heads": (Heads, None),
@@ -207,45 +159,147 @@ SHARED: dict[str, tuple[Any, Any]] = {
     "live_loss_log": (LiveLossLog, None), "no_loss_log": (NoLossLog, False), "probe": (RunProbe, None),
     "no_probe": (NoProbe, False), "cache_dir": (CacheDir, None), "no_cache": (NoCache, False),
     "no_disk_cache": (NoDiskCache, False),
-    "wandb": (WandbTarget, None), "mlflow": (MlflowUri, None), "mlflow_experiment": (MlflowExperiment, "ckptscan"),
-    "notify": (NotifyUrl, None), "notify_on": (NotifyOn, "warn,alert"), "metrics_port": (MetricsPort, None),
-    "metrics_addr": (MetricsAddr, "127.0.0.1"),
 }
 
+# A destination's options by name, as each declares itself: a command may also
+# take one as a bare parameter (inspect's --json).
+DECLARED: dict[str, Option[Any]] = {}
+T = TypeVar("T")
 Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+class Option(Generic[T]):
+    """One flag of a destination, declared beside its write: the parameter
+    `name` a command receives it under, the `flag`, its type (`kind`), the
+    `default`, the `help` --help shows and the `metavar`; `extra`: typer's
+    other settings (min, max). Its value is read from a command's group by
+    the option itself (`group[JSON]`), never by a name."""
+
+    def __init__(self, name: str, flag: str, kind: Any, default: T, help: str, metavar: str | None = None,
+                 **extra: Any) -> None:
+        self.name, self.flag, self.default = name, flag, default
+        declared = typer.Option(flag, help=help, metavar=metavar, **extra)
+        self.annotation: Any = Annotated[kind, declared]
+        if name in SHARED or DECLARED.setdefault(name, self) is not self:
+            raise TypeError(f"the option {name!r} is declared twice")
+
+    def __repr__(self) -> str:
+        return f"Option({self.flag})"
+
+
+class Group:
+    """A command's group of destinations (`members`, in the order --help lists
+    their options; `cli.outputs`), and, once parsed, the values of those
+    options. Made from the values of the command line, or by keyword
+    (`TrendOutputs(json_path=Path("r.json"))`: the options not named take their
+    defaults); `values` may hold options of other groups too (`trend SWEEP/`
+    hands its own to the sweep's group)."""
+
+    members: ClassVar[tuple[Any, ...]] = ()
+
+    def __init__(self, values: dict[Option[Any], Any] | None = None, /, **named: Any) -> None:
+        by_name = {option.name: option for option in self.options()}
+        unknown = set(named) - set(by_name)
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no option {sorted(unknown)[0]!r}")
+        self.values: dict[Option[Any], Any] = {option: option.default for option in self.options()}
+        self.values.update(values or {})
+        self.values.update({by_name[name]: value for name, value in named.items()})
+
+    @classmethod
+    def options(cls) -> list[Option[Any]]:
+        """Every member's options, each once, in --help order."""
+        return list(dict.fromkeys(option for member in cls.members for option in member.options))
+
+    def __getitem__(self, option: Option[T]) -> T:
+        value: T = self.values[option]
+        return value
+
+    def get(self, option: Option[T], otherwise: T) -> T:
+        """The option's value, or `otherwise` where this group offers no such option."""
+        return self.values.get(option, otherwise)
+
+    def __contains__(self, option: Option[Any]) -> bool:
+        return option in self.values
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Group) and type(other) is type(self) and other.values == self.values
+
+    __hash__ = None  # type: ignore[assignment]  # mutable values: a group is no dictionary key
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{o.name}={v!r}' for o, v in self.values.items())})"
+
+    @classmethod
+    @contextlib.contextmanager
+    def offering(cls, member: Any) -> Iterator[None]:
+        """`member` (a destination) offered by this group while the block runs:
+        its options appear in the commands that take the group (at the end of
+        the group's), and it is written (after the registered ones). A
+        destination of the package is offered by its line in
+        `cli.destinations.registry` instead."""
+        cls.members = (*cls.members, member)
+        _refresh(cls)
+        try:
+            yield
+        finally:
+            cls.members = tuple(m for m in cls.members if m is not member)
+            _refresh(cls)
+
+
+# The commands that take each group: their signatures are made again when its members change.
+_TAKEN_BY: dict[type, list[Callable[[], None]]] = {}
+
+
+def _refresh(group: type) -> None:
+    for refresh in [r for g, rs in _TAKEN_BY.items() if issubclass(g, group) for r in rs]:
+        refresh()
 
 
 def shared_options(command: Command) -> Command:
     """`command` as typer sees it: each bare parameter declared by `SHARED`, each
-    dataclass-typed one spread into its fields' options (and gathered back into
+    `Group`-typed one spread into its members' options (and gathered back into
     one instance when the command runs); the other parameters as written."""
     hints = get_type_hints(command, include_extras=True)
-    parameters: list[inspect.Parameter] = []
-    groups: dict[str, type] = {}
-    for name, parameter in inspect.signature(command).parameters.items():
-        hint = hints.get(name)
-        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-            groups[name] = hint
-            parameters.extend(_declared(field.name) for field in dataclasses.fields(hint))
-        elif hint is None:
-            parameters.append(_declared(name))
-        else:
-            parameters.append(parameter.replace(annotation=hint, kind=inspect.Parameter.KEYWORD_ONLY))
+    groups: dict[str, type[Group]] = {name: hint for name, hint in hints.items()
+                                      if isinstance(hint, type) and issubclass(hint, Group)}
+
+    def parameters() -> list[inspect.Parameter]:
+        made: list[inspect.Parameter] = []
+        for name, parameter in inspect.signature(command).parameters.items():
+            hint = hints.get(name)
+            if name in groups:
+                made.extend(inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=option.default,
+                                              annotation=option.annotation) for option in groups[name].options())
+            elif hint is None:
+                made.append(_declared(name))
+            else:
+                made.append(parameter.replace(annotation=hint, kind=inspect.Parameter.KEYWORD_ONLY))
+        return made
 
     @functools.wraps(command)
     def run(**flags: Any) -> Any:
         flags = {name: expand_path(value) if isinstance(value, Path) else value for name, value in flags.items()}
         for name, group in groups.items():
-            flags[name] = group(**{field.name: flags.pop(field.name) for field in dataclasses.fields(group)})
+            flags[name] = group({option: flags.pop(option.name) for option in group.options()})
         return command(**flags)
 
-    # typer reads the parameters from __signature__, which functions do not declare as an attribute.
-    run.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
-    run.__annotations__ = {p.name: p.annotation for p in parameters}
+    def refresh() -> None:
+        made = parameters()
+        # typer reads the parameters from __signature__, which functions do not declare as an attribute.
+        run.__signature__ = inspect.Signature(made)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in made}
+
+    refresh()
+    for group in groups.values():
+        _TAKEN_BY.setdefault(group, []).append(refresh)
     return run  # type: ignore[return-value]  # the wrapper stands for the command, as typer sees it
 
 
 def _declared(name: str) -> inspect.Parameter:
+    if name in DECLARED:
+        return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=DECLARED[name].default,
+                                 annotation=DECLARED[name].annotation)
     if name not in SHARED:
         raise TypeError(f"{name!r} is not a shared option: declare it in ckptscan.cli.options.SHARED")
     annotation, default = SHARED[name]

@@ -1,23 +1,23 @@
 """The groups of output options of each command, and what they write: a
-group is a command's set of destinations (`cli.options.shared_options`
-spreads its fields into flags, in field order). `ReportOutputs` for diff,
-`TrendOutputs` for trend, `WatchOutputs` for watch (written again after
-each judged pair), `RenderOutputs` for `ckptscan report` (a saved report),
-`SweepOutputs` for a sweep's ranking. A command checks its group, then
-writes what was asked (`cli.destinations`), then gates (`cli.gate`).
+group is a command's tuple of destinations (`cli.destinations.registry`),
+whose options `cli.options.shared_options` spreads into flags, in member
+order. `ReportOutputs` for diff, `TrendOutputs` for trend, `WatchOutputs`
+for watch (written again after each judged pair), `RenderOutputs` for
+`ckptscan report` (a saved report), `SweepOutputs` for a sweep's ranking. A
+command checks its group, then writes what was asked (in the registry's
+order), then gates (`cli.gate`).
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ClassVar, Iterator
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
 
-from ckptscan.cli.app import note, out, report_console, wrote
-from ckptscan.cli.destinations import Destinations, asked, json_to_stdout
+from ckptscan.cli.destinations import registry
+from ckptscan.cli.destinations.common import Asked
+from ckptscan.cli.destinations.json_file import PER_HEAD
 from ckptscan.cli.gate import gate
-from ckptscan.cli.options import FailOn, Format
+from ckptscan.cli.options import FailOn, Group
 from ckptscan.errors import CkptScanError
 from ckptscan.report.destinations import Delivery, Destination
 
@@ -27,43 +27,42 @@ if TYPE_CHECKING:
     from ckptscan.schema.results import ScanReport, SweepReport
 
 
-class Outputs:
-    """What the groups share: check what they ask for, open it, write a report."""
+class Outputs(Group):
+    """What the groups share: ask for what was given, check it, open it, write a report."""
+
+    members: ClassVar[tuple[type[Asked], ...]] = ()
+
+    @classmethod
+    def written(cls) -> list[type[Asked]]:
+        """The members in the order they are written: the registry's, then any other (`Group.offering`)."""
+        return [kind for kind in registry.DESTINATIONS if kind in cls.members] + \
+            [kind for kind in cls.members if kind not in registry.DESTINATIONS]
 
     def destinations(self) -> list[Destination]:
-        return asked(self)
+        """The destinations the values ask for, in write order."""
+        return [destination for kind in self.written() if (destination := kind.asked(self)) is not None]
 
     def check(self) -> None:
-        per_head = getattr(self, "per_head", None)
-        if per_head is not None:
+        if PER_HEAD in self:
             from ckptscan.document.plain import check_per_head
 
-            check_per_head(per_head)
+            check_per_head(self[PER_HEAD])
         for destination in self.destinations():
             destination.check()
 
     def open(self, quiet: bool) -> Destinations:
         return Destinations(self.destinations(), quiet)
 
-    def deliver(self, delivery: Delivery) -> None:
+    def deliver(self, delivery: Delivery[Any]) -> None:
         """Every destination asked for, once."""
         with _closing(self.open(delivery.quiet)) as destinations:
             destinations.write(delivery)
 
 
-@dataclass(frozen=True)
 class ReportOutputs(Outputs):
-    """diff's destinations (and the first of trend's), in their --help order."""
+    """diff's destinations (and the first of trend's)."""
 
-    annotations: ClassVar[bool] = True  # GitHub annotations accompany the report
-    json_path: Path | None
-    per_head: str
-    junit: Path | None
-    tensorboard: Path | None
-    format: Format
-    markdown_summary: Path | None
-    html: Path | None
-    png: Path | None
+    members = registry.REPORT
 
     def write(self, report: ScanReport, fail_on: FailOn | str, print_table: Callable[[Console, ScanReport], None],
               quiet: bool, allow_corrupt: bool = False) -> int:
@@ -72,51 +71,28 @@ class ReportOutputs(Outputs):
         return gate(report, fail_on, allow_corrupt)
 
 
-@dataclass(frozen=True)
 class TrendOutputs(ReportOutputs):
     """trend's destinations: diff's, then the services that follow a run."""
 
-    wandb: str | None
-    mlflow: str | None
-    mlflow_experiment: str
-    notify: str | None
-    notify_on: str
+    members = registry.TREND
 
 
-@dataclass(frozen=True)
 class WatchOutputs(Outputs):
-    """watch's destinations, in its --help order: they follow the run. After
-    each judged pair, before its rows are printed (a printed row's pair is in
-    them): the whole series in the JSON report, the new rows appended to the
-    Markdown summary, the new steps to TensorBoard, then the services (W&B
-    and MLflow get the new steps; --notify posts a first warning or alert
-    once), then the gauges of the newest report."""
+    """watch's destinations: they follow the run. After each judged pair,
+    before its rows are printed (a printed row's pair is in them): the whole
+    series in the JSON report, the new rows appended to the Markdown
+    summary, the new steps to TensorBoard, then the services (W&B and MLflow
+    get the new steps; --notify posts a first warning or alert once), then
+    the gauges of the newest report."""
 
-    json_path: Path | None
-    per_head: str
-    markdown_summary: Path | None
-    tensorboard: Path | None
-    wandb: str | None
-    mlflow: str | None
-    mlflow_experiment: str
-    notify: str | None
-    notify_on: str
-    metrics_port: int | None
-    metrics_addr: str
+    members = registry.WATCH
 
 
-@dataclass(frozen=True)
 class RenderOutputs(Outputs):
-    """`ckptscan report`'s destinations, in its --help order: renderings of a
-    saved report, with no stdout report and no gate."""
+    """`ckptscan report`'s destinations: renderings of a saved report, with no
+    stdout report and no gate."""
 
-    html: Path | None
-    png: Path | None
-    tensorboard: Path | None
-    junit: Path | None
-    wandb: str | None
-    mlflow: str | None
-    mlflow_experiment: str
+    members = registry.RENDER
 
     def check(self) -> None:
         if not self.destinations():
@@ -129,50 +105,43 @@ class RenderOutputs(Outputs):
         self.deliver(Delivery(saved, fail_on, quiet, announce=True))
 
 
+class SweepOutputs(Outputs):
+    """A sweep's destinations (`compare`, `trend SWEEP/`): the ranking on
+    stdout (or the sweep's JSON, with --format json), --json and --html, each
+    file named on stderr as it is written (not with `quiet`)."""
+
+    members = registry.SWEEP
+
+    def check(self) -> None:
+        """The files only: --per-head is checked by `cli.compare.judge_sweep`, before any scan."""
+        for destination in self.destinations():
+            destination.check()
+
+    def write(self, sweep: SweepReport, quiet: bool = False) -> None:
+        self.deliver(Delivery(sweep, sweep.fail_on, quiet))
+
+
+class Destinations:
+    """The destinations of one command while it runs: opened once, written
+    after each judged report, closed however the command ends."""
+
+    def __init__(self, destinations: list[Destination], quiet: bool) -> None:
+        self.destinations = destinations
+        for destination in destinations:
+            destination.open(quiet)
+
+    def write(self, delivery: Delivery[Any]) -> None:
+        for destination in self.destinations:
+            destination.write(delivery)
+
+    def close(self) -> None:
+        for destination in self.destinations:
+            destination.close()
+
+
 @contextmanager
 def _closing(destinations: Destinations) -> Iterator[Destinations]:
     try:
         yield destinations
     finally:
         destinations.close()
-
-
-@dataclass(frozen=True)
-class SweepOutputs:
-    """A sweep's destinations (`compare`, `trend SWEEP/`): the ranking on
-    stdout (or the sweep's JSON, `as_json`), --json and --html."""
-
-    json_path: Path | None
-    html: Path | None
-    per_head: str = "all"  # which layers of each run's report keep their per-head results
-    as_json: bool = False
-
-    def write(self, sweep: SweepReport, quiet: bool = False) -> None:
-        """The ranking (stdout; stderr when the JSON report goes to stdout), then --json and --html, each file
-        named on stderr as it is written (not with `quiet`)."""
-        from ckptscan.system.output import STDOUT, write_output
-        from ckptscan.document.sweep import sweep_dict, write_sweep_json
-        from ckptscan.report.sweep_table import print_sweep
-
-        to_stdout = json_to_stdout(self.json_path)
-        if self.as_json and not to_stdout:
-            import json
-
-            write_output(STDOUT, json.dumps(sweep_dict(sweep, self.per_head), indent=2, allow_nan=False) + "\n")
-        elif not self.as_json:
-            console = report_console(stderr=True) if to_stdout else out()
-            print_sweep(console, sweep)
-            console.file.flush()
-        if self.json_path is not None:
-            write_sweep_json(sweep, self.json_path, self.per_head)
-            if not to_stdout:
-                wrote(self.json_path)
-                note(f"wrote {self.json_path}", quiet=quiet)
-        if self.html is not None:
-            from ckptscan.document.reading import as_json_values
-            from ckptscan.report.sweep_html import write_sweep_html
-
-            # Through a JSON round trip: the page `ckptscan report SWEEP.json --html` makes of the file.
-            write_sweep_html(as_json_values(sweep_dict(sweep)), self.html)
-            wrote(self.html)
-            note(f"wrote {self.html}", quiet=quiet)

@@ -10,6 +10,8 @@ from typing import Annotated, Optional
 import typer
 
 from ckptscan.cli.app import command, note, user_errors
+from ckptscan.cli.destinations.figures import HTML
+from ckptscan.cli.destinations.junit_file import JUNIT
 from ckptscan.cli.options import FailOn
 from ckptscan.cli.outputs import RenderOutputs
 
@@ -39,17 +41,18 @@ def report(
 
             others = [flag for destination in outputs.destinations() for flag in destination.named()
                       if flag != "--html"]
-            if others or outputs.html is None:
+            html = outputs[HTML]
+            if others or html is None:
                 raise CkptScanError(f"a sweep's report renders as --html FILE only (not {', '.join(others) or 'none'}"
                                     "; each run's own: ckptscan trend RUN)", path=report_json)
-            write_sweep_html(data, outputs.html)
-            note(f"wrote {outputs.html}", quiet=quiet)
+            write_sweep_html(data, html)
+            note(f"wrote {html}", quiet=quiet)
             return
         # The config is read only when it matters (a bad one must not stop an HTML rendering).
         level = DEFAULT_FAIL_ON
         if fail_on:
             level = FailOn(fail_on).value
-        elif outputs.junit is not None:
+        elif outputs[JUNIT] is not None:
             config = load_config()
             if config.source is not None:  # a config that changes the verdict is named, as trend names it
                 note(f"using config {config.source}", quiet=quiet)

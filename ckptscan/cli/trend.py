@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from ckptscan.cli.app import command, err, head_overrides, note, scan_options, side_file, user_errors
-from ckptscan.cli.options import Base, ExecutorName, FailOn, Format, RunDir
+from ckptscan.cli.options import Base, ExecutorName, FailOn, RunDir
 from ckptscan.cli.outputs import SweepOutputs, TrendOutputs
 from ckptscan.cli.process import load_library
 
@@ -113,15 +113,12 @@ def _sweep(runs: list, request: ScanRequest, outputs: TrendOutputs, fail_on: Fai
     unused = [flag for flag, value in given.items() if value]
     unused += [flag for destination in outputs.destinations() for flag in destination.named()
                if flag not in SWEEP_FLAGS]
-    from ckptscan.cli.destinations import check_file_outputs
-
-    check_file_outputs({"--json": outputs.json_path, "--html": outputs.html})
+    sweep_outputs = SweepOutputs(outputs.values)  # the same flags, asking for the sweep's own destinations
+    sweep_outputs.check()
     if unused:
         raise CkptScanError(f"{', '.join(unused)}: not for a sweep (each of its {len(runs)} runs is judged against "
                             "the others with its own probe and loss log; --json and --html write the sweep report)")
-    return judge_sweep(runs, request, SweepOutputs(outputs.json_path, outputs.html, outputs.per_head,
-                                                   as_json=outputs.format is Format.json),
-                       fail_on=fail_on, quiet=quiet, allow_corrupt=allow_corrupt)
+    return judge_sweep(runs, request, sweep_outputs, fail_on=fail_on, quiet=quiet, allow_corrupt=allow_corrupt)
 
 
 def _progress(quiet: bool) -> Progress:

@@ -19,6 +19,7 @@ import typer
 
 from ckptscan.cli.app import EXIT_INTERRUPT, command, err, head_overrides, note, out, scan_options, side_file, \
     user_errors
+from ckptscan.cli.destinations.json_file import JSON
 from ckptscan.cli.options import Base, FailOn, LiveRunDir
 from ckptscan.cli.gate import fails, gate
 from ckptscan.cli.outputs import WatchOutputs
@@ -96,8 +97,8 @@ def watch(
                     if not keep_going and event.report.summary.status != "not_judged" and fails(event.report, gate_on):
                         raise typer.Exit(gate(event.report, gate_on))
             except KeyboardInterrupt:
-                kept = (f"; {outputs.json_path} holds the series judged so far"
-                        if outputs.json_path is not None and last else "")
+                kept = (f"; {outputs[JSON]} holds the series judged so far"
+                        if outputs[JSON] is not None and last else "")
                 err().print(f"interrupted: stopped watching{kept}", highlight=False)
                 raise typer.Exit(EXIT_INTERRUPT) from None
         note(f"no new checkpoint for {timeout:g} s: stopped watching", quiet=quiet)

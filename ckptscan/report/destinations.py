@@ -17,7 +17,7 @@ import importlib
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, ClassVar, Sequence, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Sequence, TextIO, TypeVar
 
 from ckptscan.errors import CkptScanError
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # the commands import this module at start-up: no torch (resu
     from ckptscan.schema.results import ScanReport
 
 T = TypeVar("T")
+R = TypeVar("R")  # what is delivered: a ScanReport, or a sweep's SweepReport
 # A failure line is one line; an exception's text can be a page (a server's HTML error body).
 MAX_REASON_CHARS = 300
 
@@ -74,21 +75,23 @@ def deliver(destination: str, write: Callable[..., T], *args: object, stderr: Te
 
 
 @dataclass
-class Delivery:
-    """What each destination is given once the report is judged."""
+class Delivery(Generic[R]):
+    """What each destination is given once the report is judged: `report`, a
+    `ScanReport` (a command's, a watch's, live mode's) or a sweep's
+    `SweepReport` (`Delivery[SweepReport]`)."""
 
-    report: ScanReport
+    report: R
     fail_on: str  # the gate level: what fails a JUnit case, what is an error annotation
     quiet: bool
     # How the command draws its report as a table (diff's and trend's differ).
-    print_table: Callable[[Console, ScanReport], None] | None = None
+    print_table: Callable[[Console, R], None] | None = None
     # A watch's pairs judged since its last delivery; None: a whole report at once.
     new: Sequence[int] | None = None
     # Each file written is named on stderr (`ckptscan report`, whose files are all it makes).
     announce: bool = False
     _junit: str | None = field(default=None, repr=False)
 
-    def junit(self) -> str:
+    def junit(self: Delivery[ScanReport]) -> str:
         """The JUnit XML of the report, made once: stdout and --junit get one
         document (one timestamp)."""
         if self._junit is None:
@@ -117,7 +120,7 @@ class Destination:
     def open(self, quiet: bool) -> None:
         """Nothing to open unless the destination says so."""
 
-    def write(self, delivery: Delivery) -> None:
+    def write(self, delivery: Delivery[Any]) -> None:
         raise NotImplementedError(type(self).__name__)
 
     def close(self) -> None:

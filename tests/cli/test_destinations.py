@@ -1,7 +1,8 @@
-"""The destinations of `cli.destinations`, as a protocol: each is declared once
-in `DESTINATIONS`, in the order a command writes them; a command's group of
-options asks for those whose flag was given, and loops over them to check
-before the scan and to write after. The flags a destination names are the
+"""The destinations of `cli.destinations`, as a protocol: each is one module
+declaring its options beside its write, registered once in `DESTINATIONS`, in
+the order a command writes them; a command's group of options asks for those
+whose flag was given, and loops over them to check before the scan and to
+write after. The flags a destination names are the
 ones the user gave (a Markdown summary that defaults to
 $GITHUB_STEP_SUMMARY names none), which is what a sweep refuses."""
 
@@ -12,8 +13,16 @@ import pytest
 from typer.testing import CliRunner
 
 from ckptscan.cli import app
-from ckptscan.cli.destinations import (DESTINATIONS, Annotations, Figures, JsonFile, JunitFile, MarkdownSummary,
-                                       MetricsEndpoint, StdoutReport, TensorBoardEvents, WandbRun)
+from ckptscan.cli.destinations.figures import Figures
+from ckptscan.cli.destinations.github_annotations import Annotations
+from ckptscan.cli.destinations.json_file import JsonFile
+from ckptscan.cli.destinations.junit_file import JunitFile
+from ckptscan.cli.destinations.markdown_summary import MarkdownSummary
+from ckptscan.cli.destinations.metrics_endpoint import MetricsEndpoint
+from ckptscan.cli.destinations.registry import DESTINATIONS, REPORT, RENDER, SWEEP, TREND, WATCH
+from ckptscan.cli.destinations.stdout_report import StdoutReport
+from ckptscan.cli.destinations.tensorboard_events import TensorBoardEvents
+from ckptscan.cli.destinations.wandb_run import WandbRun
 from ckptscan.cli.options import Format
 from ckptscan.cli.outputs import RenderOutputs, TrendOutputs, WatchOutputs
 from ckptscan.report.destinations import Delivery, Destination
@@ -30,10 +39,14 @@ def trend_outputs(**given):
     return TrendOutputs(**{**fields, **given})
 
 
-def test_each_destination_is_registered_once_with_a_flag_of_its_own():
+def test_each_destination_is_registered_once_and_each_option_declared_once():
     assert all(issubclass(kind, Destination) for kind in DESTINATIONS)
     assert max(Counter(DESTINATIONS).values()) == 1
-    assert max(Counter(kind.flag for kind in DESTINATIONS).values()) == 1
+    options = {option for kind in DESTINATIONS for option in kind.options}
+    assert max(Counter(option.flag for option in options).values()) == 1
+    assert max(Counter(option.name for option in options).values()) == 1
+    # Every destination a command offers is registered: it has its place in the write order.
+    assert {kind for group in (REPORT, TREND, WATCH, RENDER, SWEEP) for kind in group} == set(DESTINATIONS)
 
 
 def test_a_group_asks_for_what_was_given_in_the_order_they_are_written(tmp_path):

@@ -1,6 +1,7 @@
-"""A shared option is declared once (ckptscan.cli.options.SHARED): a command
-names it as a bare parameter, and a dataclass-typed parameter stands for a
-group of them, handed to the command as one instance."""
+"""A shared option is declared once (ckptscan.cli.options.SHARED, or beside
+its destination: `Option`): a command names it as a bare parameter, and a
+group-typed parameter stands for its destinations' options, handed to the
+command as one instance."""
 
 from pathlib import Path
 from typing import Annotated
@@ -10,6 +11,7 @@ import typer
 from typer.testing import CliRunner
 
 from ckptscan.cli import app
+from ckptscan.cli.destinations.registry import DESTINATIONS
 from ckptscan.cli.options import SHARED, shared_options
 from ckptscan.cli.outputs import WatchOutputs
 
@@ -53,7 +55,9 @@ def test_a_bare_parameter_that_is_no_shared_option_is_refused_when_declared():
 
 def test_every_command_takes_a_shared_flag_with_its_one_declaration():
     declared = {}
-    for annotation, _ in SHARED.values():
+    annotations = [annotation for annotation, _ in SHARED.values()]
+    annotations += [option.annotation for kind in DESTINATIONS for option in kind.options]
+    for annotation in annotations:
         option = annotation.__metadata__[0]
         declared.setdefault(option.default, set()).add(option.help)
     # The commands' own variants of a shared flag are the only other declarations.
