@@ -28,20 +28,22 @@ from ckptscan.cli.destinations.tensorboard_events import TensorBoardEvents
 from ckptscan.cli.destinations.wandb_run import WandbRun
 from ckptscan.cli.destinations.webhook import Webhook
 
+Members = tuple[type[Asked], ...]
+
 # Every destination, once, in the order a command writes them: the report on
 # stdout and the files first, then the services (each failure one line on
 # stderr, never the exit code), then the gauges of the newest report.
-DESTINATIONS: tuple[type[Asked], ...] = (StdoutReport, JsonFile, JunitFile, Annotations, MarkdownSummary, Figures, TensorBoardEvents,
-                WandbRun, MlflowRun, Webhook, MetricsEndpoint,
-                SweepRanking, SweepJson, SweepPage)
+DESTINATIONS: Members = (StdoutReport, JsonFile, JunitFile, Annotations, MarkdownSummary, Figures,
+                         TensorBoardEvents, WandbRun, MlflowRun, Webhook, MetricsEndpoint,
+                         SweepRanking, SweepJson, SweepPage)
 
 # diff's (and the first of trend's): the report and its files.
-REPORT: tuple[type[Asked], ...] = (JsonFile, JunitFile, TensorBoardEvents, StdoutReport, Annotations, MarkdownSummary, Figures)
+REPORT: Members = (JsonFile, JunitFile, TensorBoardEvents, StdoutReport, Annotations, MarkdownSummary, Figures)
 # trend's: diff's, then the services that follow a run.
-TREND: tuple[type[Asked], ...] = (*REPORT, WandbRun, MlflowRun, Webhook)
+TREND: Members = (*REPORT, WandbRun, MlflowRun, Webhook)
 # watch's: they follow the run, written again after each judged pair.
-WATCH: tuple[type[Asked], ...] = (JsonFile, MarkdownSummary, TensorBoardEvents, WandbRun, MlflowRun, Webhook, MetricsEndpoint)
+WATCH: Members = (JsonFile, MarkdownSummary, TensorBoardEvents, WandbRun, MlflowRun, Webhook, MetricsEndpoint)
 # `ckptscan report`'s: renderings of a saved report.
-RENDER: tuple[type[Asked], ...] = (Figures, TensorBoardEvents, JunitFile, WandbRun, MlflowRun)
+RENDER: Members = (Figures, TensorBoardEvents, JunitFile, WandbRun, MlflowRun)
 # A sweep's (`compare`, `trend SWEEP/`): the ranking, --json and --html.
-SWEEP: tuple[type[Asked], ...] = (SweepJson, SweepPage, SweepRanking)
+SWEEP: Members = (SweepJson, SweepPage, SweepRanking)
