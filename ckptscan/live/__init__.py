@@ -1,6 +1,7 @@
 """Live mode: the offline monitors inside the training loop (see monitor.py).
 
     from ckptscan.live import Monitor            # a plain PyTorch loop
+    from ckptscan.live import MonitorOptions     # its options as one value
     from ckptscan.live import TrainerCallback    # Hugging Face Trainer (extra: ckptscan[hf])
     from ckptscan.live import LightningCallback  # PyTorch Lightning (extra: ckptscan[lightning])
 
@@ -15,6 +16,7 @@ from typing import Any
 _EXPORTS = {
     "Monitor": "ckptscan.live.monitor",
     "Alert": "ckptscan.live.monitor",
+    "MonitorOptions": "ckptscan.live.monitor_options",
     "TrainerCallback": "ckptscan.live.hf",
     "LightningCallback": "ckptscan.live.lightning",
 }

@@ -68,7 +68,7 @@ import math
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Union
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -78,33 +78,34 @@ from ckptscan.detection.judge import SeriesJudge
 from ckptscan.detection.rules import Thresholds
 from ckptscan.errors import CkptScanError
 from ckptscan.live.background import Background
+from ckptscan.live.monitor_options import ON_ALERT, MonitorOptions, OnAlert
 from ckptscan.live.pair_scan import scan_pair
 from ckptscan.live.report_file import ReportFile
+from ckptscan.live.resume_file import ResumePlanFile
 from ckptscan.live.snapshot import HostBuffers, ModelView, Snapshot, model_config
+from ckptscan.live.tensorboard_scalars import METRIC_PREFIX, TensorBoardScalars, interval_metrics
 from ckptscan.inputs.loss_log import LossLog
 from ckptscan.monitors.update_family import fill_update_per_lr
-from ckptscan.monitors import registry
 from ckptscan.system.paths import expand_path
 from ckptscan.inputs.probe import Probe, capture_probe, load_probe
 from ckptscan.readers import Checkpoint
 from ckptscan.readers.trainer_state import interval_lr
-from ckptscan.document.plain import PER_HEAD, keeps_heads
+from ckptscan.document.plain import keeps_heads
+from ckptscan.report.destinations import Delivery, Destination
 from ckptscan.report.resume import terminal_lines
-from ckptscan.system.atomic import write_atomic
-from ckptscan.schema.results import NOT_JUDGED, SEVERITIES, CheckpointRef, Finding, PairResult, ScanReport
+from ckptscan.schema.results import CheckpointRef, Finding, PairResult, ScanReport
 from ckptscan.scan import ScanOptions
 
 log = logging.getLogger("ckptscan.live")
 
-ON_ALERT = ("log", "save", "stop")
+__all__ = ["Alert", "METRIC_PREFIX", "Monitor", "MonitorOptions", "ON_ALERT", "OnAlert", "interval_metrics"]
+
 REPORT_FILE = "report.json"
 # The resume plan as text, beside the report file, once the report alerts (module docstring).
 RESUME_FILE = "resume.txt"
 # The report file is rewritten once the pairs not in it are 1/REPORT_SPACING of those that are (module docstring).
 REPORT_SPACING = 32
 PROBE_FILE = "probe.safetensors"
-# Prefix of the metric names handed to the trainer's loggers and TensorBoard.
-METRIC_PREFIX = "ckptscan"
 # Live mode snapshots the parameters only; the optimizer family reads a saved
 # optimizer state, which a snapshot does not hold.
 LIVE_OPTIMIZER_NOT_READ = "not read: live mode snapshots the parameters, not the optimizer"
@@ -117,9 +118,6 @@ class Alert:
     step: int  # the newer step of the interval it was raised on
     layer: int
     finding: Finding
-
-
-OnAlert = Union[str, Callable[[Alert], Any]]
 
 
 @dataclass(frozen=True)
@@ -171,31 +169,27 @@ class Monitor:
     `report`, `latest`, `pairs`, `checkpoints` and `loss_log` are complete
     up to the last scan collected: read them after `wait()` or `close()`.
     Also a context manager: leaving the block calls `close()`.
+
+    The options are one value, `MonitorOptions` (`Monitor(model,
+    MonitorOptions(every=200, out=...))`), or its fields as keyword arguments
+    (`Monitor(model, every=200, out=...)`; `every`, `probe`, `out` and
+    `on_alert` also positionally, in that order): both make the same
+    monitor. Keyword arguments beside a `MonitorOptions` replace its fields.
+    `settings` holds the monitor's options.
     """
 
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        every: int = 100,
-        probe: str | Path | Probe | Any | None = None,
-        out: str | Path = "ckptscan-live",
-        on_alert: OnAlert = "log",
-        *,
-        config: Mapping[str, Any] | None = None,
-        options: ScanOptions | None = None,
-        thresholds: Thresholds | None = None,
-        tensorboard: str | Path | Any | None = None,
-        save: Callable[[int], None] | None = None,
-        per_head: str = "all",
-        background: bool = True,
-    ):
-        if every < 1:
-            raise CkptScanError(f"every must be ≥ 1, not {every}")
-        if per_head not in PER_HEAD:
-            raise CkptScanError(f"per_head must be one of {list(PER_HEAD)}, not {per_head!r}")
-        if not callable(on_alert) and on_alert not in ON_ALERT:
-            raise CkptScanError(f"on_alert must be one of {list(ON_ALERT)} or a callable, not {on_alert!r}")
-        self.model, self.every, self.out, self.on_alert, self.save = model, every, expand_path(out), on_alert, save
+    def __init__(self, model: torch.nn.Module, settings: MonitorOptions | int | None = None, *args: Any,
+                 **kwargs: Any) -> None:
+        if not isinstance(settings, MonitorOptions):  # the old keyword arguments, `every` perhaps positional
+            settings = MonitorOptions(*(() if settings is None else (settings,)), *args, **kwargs)
+        elif args or kwargs:
+            if args:
+                raise TypeError("Monitor(model, MonitorOptions(...)) takes its other options by keyword")
+            settings = replace(settings, **kwargs)
+        self.settings = settings
+        config, options, probe = settings.config, settings.options, settings.probe
+        self.model, self.every, self.out = model, settings.every, expand_path(settings.out)
+        self.on_alert, self.save = settings.on_alert, settings.save
         self.rank, self.world = _rank_world()
         options = options or ScanOptions()
         self.view = ModelView(model, config if config is not None else model_config(model), options.overrides,
@@ -205,7 +199,7 @@ class Monitor:
         # The trainer owns the thread count: never changed inside its process (`pair_scan`: the scan's
         # thread starts from it). Snapshots are host copies: the scan runs on the CPU.
         self.options = replace(options, threads=torch.get_num_threads(), workers=1, device="cpu")
-        self.thresholds = thresholds or load_config(None, ()).thresholds
+        self.thresholds = settings.thresholds or load_config(None, ()).thresholds
         self.probe: Probe | None = None
         self._probe_batch = None
         if isinstance(probe, Probe):
@@ -217,18 +211,21 @@ class Monitor:
                 raise CkptScanError("a probe batch is captured on one process: under torch.distributed, capture "
                                     "a probe file first (ckptscan.inputs.probe.capture_probe) and pass its path")
             self._probe_batch = probe
-        self._writer: Any = tensorboard  # a directory until first written to, then its SummaryWriter
+        # Where each judged interval also goes, after the report file (the destinations' protocol):
+        # the resume plan once the report alerts, the metrics as TensorBoard scalars.
+        self.destinations: list[Destination] = [ResumePlanFile(self.resume_path)]
+        if settings.tensorboard is not None:
+            self.destinations.append(TensorBoardScalars(settings.tensorboard))
         self._buffers = HostBuffers(self.view)
         self.previous: Checkpoint | None = None  # the newest snapshot (the next pair's older side)
-        self._thread = Background(inline=not background)
+        self._thread = Background(inline=not settings.background)
         # Owned by the scan's thread while a scan runs:
         self.checkpoints: list[CheckpointRef] = []
         self.pairs: list[PairResult] = []
         self._judging = SeriesJudge(self.thresholds)  # the judge state, carried from step to step
-        self.per_head = per_head
-        self._file = ReportFile(self.out / REPORT_FILE, per_head)
+        self.per_head = settings.per_head
+        self._file = ReportFile(self.out / REPORT_FILE, self.per_head)
         self._written: tuple[int, str] | None = None  # (pairs, verdict) of the report file
-        self._plan: list[str] = []  # the resume plan's lines in OUT/resume.txt (scan's thread)
         self._plan_logged: list[str] = []  # the plan's lines as last logged (training thread)
         self.float64_pairs = 0  # pairs whose Grams were computed in float64 (`pair_scan`)
         # The training loss (and LR) per update, when the loop records them: the
@@ -400,10 +397,10 @@ class Monitor:
         alerts = alerts_of(report, self.thresholds)
         if report_due(self._written, len(report.pairs), report.summary.status, bool(alerts)):
             self._write(report)
-        self._write_plan(report)
-        latest = interval_metrics(report.pairs[-1])
-        self._log(latest, step)
-        return Reported(report, alerts, latest, step)
+        delivery = Delivery(report, "alert", quiet=True, new=(len(report.pairs) - 1,))
+        for destination in self.destinations:
+            destination.write(delivery)
+        return Reported(report, alerts, interval_metrics(report.pairs[-1]), step)
 
     def _log_loss(self, step: int, loss: float | None, lr: float | None) -> None:
         """One `record` into the loss log (on the scan's thread, which reads it)."""
@@ -440,18 +437,6 @@ class Monitor:
             return
         self._written = (len(report.pairs), report.summary.status)
 
-    def _write_plan(self, report: ScanReport) -> None:
-        """OUT/resume.txt, when the report's resume plan is new or changed (module docstring)."""
-        lines = terminal_lines(report.summary) if report.summary.resume is not None else []
-        if not lines or lines == self._plan:
-            return
-        try:
-            write_atomic(self.resume_path, "\n".join(lines) + "\n")
-        except OSError as e:  # as the report file: a full disk must not end the training run
-            log.warning("ckptscan: cannot write the resume plan: %s (%s)", e.strerror or e, self.resume_path)
-            return
-        self._plan = lines
-
     def _alerts(self) -> list[Alert]:
         """The alerts of the newest interval of `report`."""
         return alerts_of(self.report, self.thresholds) if self.report is not None else []
@@ -475,17 +460,6 @@ class Monitor:
                 self.save(self._now if self._now is not None else alerts[0].step)
         elif self.on_alert == "stop":
             self.should_stop = True
-
-    def _log(self, latest: dict[str, float], step: int) -> None:
-        if self._writer is None:
-            return
-        if isinstance(self._writer, (str, Path)):
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._writer = SummaryWriter(str(self._writer))
-        for name, value in latest.items():
-            self._writer.add_scalar(name, value, step)
-        self._writer.flush()
 
     def _agree(self) -> None:
         """Rank 0's decisions, on every rank."""
@@ -524,20 +498,6 @@ def report_due(written: tuple[int, str] | None, pairs: int, verdict: str, alerte
         return True
     in_file, verdict_in_file = written
     return verdict != verdict_in_file or pairs - in_file >= max(1, in_file // REPORT_SPACING)
-
-
-def interval_metrics(pair: PairResult) -> dict[str, float]:
-    """One interval's judged monitors, flat, for a trainer's loggers:
-    `ckptscan/L{layer}/{monitor}`, and `ckptscan/status` (-1 not judged, 0 ok … 3 alert)."""
-    found: dict[str, float] = {}
-    for layer in pair.layers:
-        for monitor in registry.monitors():
-            value = monitor.read(layer)
-            if value is not None:
-                found[f"{METRIC_PREFIX}/L{layer.layer}/{monitor.name}"] = float(value)
-    found[f"{METRIC_PREFIX}/status"] = float(-1 if pair.status == NOT_JUDGED else
-                                             SEVERITIES.index(pair.status) if pair.status in SEVERITIES else 0)
-    return found
 
 
 def _to(batch: Any, device: torch.device) -> Any:
