@@ -78,7 +78,7 @@ from ckptscan.detection.judge import SeriesJudge
 from ckptscan.detection.rules import Thresholds
 from ckptscan.errors import CkptScanError
 from ckptscan.live.background import Background
-from ckptscan.live.monitor_options import ON_ALERT, MonitorOptions, OnAlert
+from ckptscan.live.monitor_options import ON_ALERT, Alert, MonitorOptions, OnAlert
 from ckptscan.live.pair_scan import scan_pair
 from ckptscan.live.report_file import ReportFile
 from ckptscan.live.resume_file import ResumePlanFile
@@ -93,7 +93,7 @@ from ckptscan.readers.trainer_state import interval_lr
 from ckptscan.document.plain import keeps_heads
 from ckptscan.report.destinations import Delivery, Destination
 from ckptscan.report.resume import terminal_lines
-from ckptscan.schema.results import CheckpointRef, Finding, PairResult, ScanReport
+from ckptscan.schema.results import CheckpointRef, PairResult, ScanReport
 from ckptscan.scan import ScanOptions
 
 log = logging.getLogger("ckptscan.live")
@@ -109,15 +109,6 @@ PROBE_FILE = "probe.safetensors"
 # Live mode snapshots the parameters only; the optimizer family reads a saved
 # optimizer state, which a snapshot does not hold.
 LIVE_OPTIMIZER_NOT_READ = "not read: live mode snapshots the parameters, not the optimizer"
-
-
-@dataclass(frozen=True)
-class Alert:
-    """One alert finding at a monitored step: what a user `on_alert` callable receives."""
-
-    step: int  # the newer step of the interval it was raised on
-    layer: int
-    finding: Finding
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""What a `Monitor` is asked to do, as one value: `MonitorOptions`.
+"""What a `Monitor` is asked to do, as one value (`MonitorOptions`), and what
+it hands an `on_alert` callable (`Alert`).
 
     options = MonitorOptions(every=200, out="runs/main/ckptscan", on_alert="stop", tensorboard="runs/main/tb")
     monitor = Monitor(model, options)
@@ -18,14 +19,26 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Union
 from ckptscan.errors import CkptScanError
 from ckptscan.document.plain import PER_HEAD
 
+from ckptscan.schema.results import Finding
+
 if TYPE_CHECKING:
     from ckptscan.detection.rules import Thresholds
     from ckptscan.inputs.probe import Probe
-    from ckptscan.live.monitor import Alert
     from ckptscan.scan import ScanOptions
 
 ON_ALERT = ("log", "save", "stop")
-OnAlert = Union[str, Callable[["Alert"], Any]]
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alert finding at a monitored step: what a user `on_alert` callable receives."""
+
+    step: int  # the newer step of the interval it was raised on
+    layer: int
+    finding: Finding
+
+
+OnAlert = Union[str, Callable[[Alert], Any]]
 
 
 @dataclass(frozen=True)
