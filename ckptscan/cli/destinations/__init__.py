@@ -24,6 +24,25 @@ The commands themselves do not change.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ckptscan.cli.destinations.common import check_file_outputs, json_to_stdout
 
 __all__ = ["check_file_outputs", "json_to_stdout"]
+
+# The names this module held when it was one file, each where it lives now (imported when first asked for).
+_MOVED = {
+    "DESTINATIONS": "registry", "StdoutReport": "stdout_report", "JsonFile": "json_file", "JunitFile": "junit_file",
+    "Annotations": "github_annotations", "MarkdownSummary": "markdown_summary", "Figures": "figures",
+    "TensorBoardEvents": "tensorboard_events", "WandbRun": "wandb_run", "write_wandb_unprompted": "wandb_run",
+    "MlflowRun": "mlflow_run", "check_mlflow_uri": "mlflow_run", "Webhook": "webhook", "notify_events": "webhook",
+    "MetricsEndpoint": "metrics_endpoint",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{_MOVED[name]}"), name)
