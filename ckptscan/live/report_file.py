@@ -40,7 +40,7 @@ class ReportFile:
         # compared again: a judged pair is never judged again in place (`SeriesJudge`), so
         # a write costs nothing per old pair but joining its text.
         self._pairs: list[tuple[PairResult | None, Any, str]] = []
-        self._compact = False  # report_json's layout of the texts kept (`report.json.compact`)
+        self._compact = False  # report_json's layout of the texts kept (`document.writing.compact`)
         self._newest: int | None = None  # under per_head "newest" (or "flagged+newest"): the pair written as the newest
 
     def write(self, report: ScanReport) -> None:
