@@ -26,7 +26,7 @@ by, in order:
 4. the mechanism's asymmetry: a router fault grows attention logits through
    the inputs it routes, while an attention fault barely moves the router
    weights, so router evidence beside equal attention evidence points at the
-   router (`MECHANISM_ORDER`).
+   router (each family's `mechanism_rank` and `why`, `FamilySpec`).
 
 The reason names the criterion that decided and, when router and attention
 alert together, where each departure began. `first_family` is the primary
@@ -46,6 +46,7 @@ The verdict line lists the first alert of every registered family
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Callable
 
@@ -57,6 +58,7 @@ from ckptscan.detection.update import FAMILY as LR_FAMILY
 from ckptscan.detection.update import RULE_LR_RISE
 from ckptscan.interventions import interventions_for
 from ckptscan.monitors import registry
+from ckptscan.monitors.spec import FamilySpec
 from ckptscan.schema.results import (
     NOT_JUDGED,
     CheckpointRef,
@@ -84,14 +86,16 @@ LR_SOURCE = ("the run's stated learning rate: the loss log's lr where one was gi
 # A rise of the learning rate is the first alert's cause when it came at most this many pairs
 # before the pair where that alert's departure began (or after it, up to the alert).
 LR_CAUSE_PAIRS = 1
-# The last tie-break between families: the one whose fault moves the others' monitors first
-# (non-finite values rank first by `_rank` already).
-MECHANISM_ORDER = ("numeric", "update", "router", "attention")
-MECHANISM_WHY = {
-    "update": "an update as large as the weights moves every mechanism's monitors",
-    "router": ("a router fault grows attention logits through the inputs it routes, while an attention fault "
-               "barely moves the router weights"),
-}
+
+
+def __getattr__(name: str) -> Any:
+    # MECHANISM_ORDER and MECHANISM_WHY, the last tie-break between families and its reasons, as the families
+    # declare them (`FamilySpec.mechanism_rank`, `.why`), read from the registry when asked for.
+    if name == "MECHANISM_ORDER":
+        return tuple(family.name for family in _ranked())
+    if name == "MECHANISM_WHY":
+        return {family.name: family.why for family in _ranked() if family.why is not None}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # Where an alert's departure began: (its pair's index, newer step, older path, older step).
@@ -112,7 +116,7 @@ def summarize(
     `thresholds`: those the report was judged under (for how far each alert went past its level)."""
     state = SummaryState(thresholds)
     for index, pair in enumerate(report.pairs):
-        state.add(index, pair, lambda step, index=index: _walk_back(report.pairs, index, step))
+        state.add(index, pair, functools.partial(_walk_back, report.pairs, index))
     return state.summary(loss_divergence_step, baselines or {})
 
 
@@ -189,10 +193,10 @@ class SummaryState:
             onsets = {f.onset_step: locate(f.onset_step) if f.onset_step is not None else current
                       for _, f in alerts}
             strongest: dict[str, Evidence] = {}
-            for layer, f in sorted(alerts, key=lambda a: self._strength(a[1], onsets[a[1].onset_step])):
-                strongest.setdefault(f.family, (layer, f, onsets[f.onset_step]))
-            (layer, finding, onset), *self.together = strongest.values()
-            self.first, self.onset = (index, layer, finding), onset
+            for number, f in sorted(alerts, key=lambda a: self._strength(a[1], onsets[a[1].onset_step])):
+                strongest.setdefault(f.family, (number, f, onsets[f.onset_step]))
+            (number, finding, onset), *self.together = strongest.values()
+            self.first, self.onset = (index, number, finding), onset
             self.alerted = list(strongest)  # in rank order
             if finding.rule in MISUSE_RULES:
                 self.misuse_pair = _pair_name(pair)
@@ -215,7 +219,7 @@ class SummaryState:
         level = {"trend": t.alert_sigma, "level": t.alert_sigma, "reference": t.alert_sigma,
                  "cusum": t.cusum_alert, "pooled_cusum": t.pooled_cusum_alert, "layer_band": t.layer_band_alert,
                  "run_band": t.run_band_alert,
-                 "cross_layer": t.cross_layer_z_alert}[finding.rule]
+                 "cross_layer": t.cross_layer_z_alert}[finding.rule or ""]
         return finding.score / level
 
     def _add_layer(self, pair: PairResult, layer: LayerResult) -> None:
@@ -375,7 +379,7 @@ class SummaryState:
                        f"when a specific monitor corroborates it")
             return f"{began}, equally far past their alert levels; {plainer}"
         return (f"{began}, equally far past their alert levels, from equally specific monitors; "
-                f"{primary} comes first because {MECHANISM_WHY.get(primary, MECHANISM_WHY['router'])}")
+                f"{primary} comes first because {_why(primary)}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"pairs": self.pairs, "status": self.status, "unchanged": self.unchanged,
@@ -427,14 +431,29 @@ def _walk_back(pairs: list[PairResult], index: int, step: int | None) -> Onset:
     return found, pair.to_step, pair.from_path, pair.from_step
 
 
+def _ranked() -> list[FamilySpec]:
+    """The families with a place in the last tie-break, in its order (the numeric family's rank, 0, first)."""
+    return sorted((f for f in registry.finding_specs() if f.mechanism_rank is not None),
+                  key=lambda f: f.mechanism_rank or 0)
+
+
 def _mechanism_rank(family: str) -> int:
-    """A family's place in MECHANISM_ORDER; a registered family it does not name comes after those it does."""
-    return MECHANISM_ORDER.index(family) if family in MECHANISM_ORDER else len(MECHANISM_ORDER)
+    """A family's place in the last tie-break; a family without a `mechanism_rank` comes after those with one."""
+    ranked = [f.name for f in _ranked()]
+    return ranked.index(family) if family in ranked else len(ranked)
+
+
+def _why(family: str) -> str:
+    """Why `family` comes first in the last tie-break: its own words, else those of the last-ranked family with some."""
+    spec = registry.finding_spec(family)
+    if spec is not None and spec.why is not None:
+        return spec.why
+    return [f.why for f in _ranked() if f.why is not None][-1]
 
 
 def _rank(finding: Finding) -> int:
     """Plainer evidence first: non-finite values, then the specific monitors, then the others."""
-    if finding.family == "numeric":
+    if finding.family == registry.NUMERIC:
         return 0
     monitor = judged_by_name().get(finding.monitor)
     return 1 if monitor is None or monitor.alone == "alert" else 2

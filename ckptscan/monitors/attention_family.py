@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ckptscan.monitors.spec import FamilySpec, Judging, MonitorSpec
+from ckptscan.monitors.spec import RESTART, FamilySpec, Judging, MonitorSpec
 from ckptscan.schema.results import LayerResult
 
 
@@ -44,6 +44,24 @@ def _monitor(name: str, label: str, unit: str | None, bad: str, log: bool, judgi
     return MonitorSpec(name, "attention", label, unit, bad, log, _attention(name), judging)
 
 
+# What training teams do about an alert of the family, from the literature (ckptscan/interventions.py).
+INTERVENTIONS = (
+    ("QK-norm", "normalize queries and keys before their dot product (QK-layernorm / QK-norm)",
+     "Wortsman et al. 2023, arXiv:2309.14322; OLMo 2, arXiv:2501.00656"),
+    ("logit soft-capping", "cap the attention logits: tanh soft-capping (Gemma 2, cap 50), or softmax capping "
+     "with QK-norm",
+     "Gemma 2, arXiv:2408.00118; Rybakov et al. 2024, arXiv:2410.16682"),
+    ("QK-Clip", "rescale a head's W_q and W_k after an update whose max attention logit exceeds a threshold "
+     "(QK-Clip)",
+     "Kimi K2, arXiv:2507.20534"),
+    ("σReparam", "reparametrize the linear layers with spectral normalization and a learned scalar (sigmaReparam), "
+     "which prevents attention entropy collapse", "Zhai et al. 2023, arXiv:2303.06296"),
+    ("lower LR", "lower the learning rate: attention-logit growth is a high-learning-rate instability",
+     "Wortsman et al. 2023, arXiv:2309.14322"),
+    RESTART,
+)
+
+
 ATTENTION = FamilySpec(
     "attention",
     (
@@ -61,4 +79,6 @@ ATTENTION = FamilySpec(
                     _attention("qk_norm_logit_bound")),
     ),
     headline=("delta2_entropy_norm",),
+    interventions=INTERVENTIONS,
+    mechanism_rank=3,
 )

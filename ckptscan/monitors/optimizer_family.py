@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ckptscan.monitors.spec import FamilySpec, MonitorSpec, family_value
+from ckptscan.monitors.spec import RESTART, FamilySpec, MonitorSpec, family_value
 
 FAMILY = "optimizer"
 V_BELOW_EPS2 = "v_below_eps2"
@@ -26,10 +26,21 @@ def decayed_share(moments: list[tuple[torch.Tensor, float]]) -> float | None:
     return below / total
 
 
+# What training teams do about an alert of the family, from the literature (ckptscan/interventions.py).
+INTERVENTIONS = (
+    ("lower β₂", "lower β₂ so the second-moment estimate is not out of date when gradients return (loss spikes "
+     "follow an out-of-date estimate)", "Wortsman et al. 2023, arXiv:2304.13013"),
+    ("update clipping", "clip each update's RMS as Adafactor does (StableAdamW), for updates that outgrow a "
+     "decayed second-moment estimate", "Wortsman et al. 2023, arXiv:2304.13013"),
+    RESTART,
+)
+
+
 # Read from the newer checkpoint of each pair (its optimizer state), not a
 # property of the update; judged by its level (detection/optimizer.py).
 OPTIMIZER = FamilySpec(
     FAMILY,
     (MonitorSpec(V_BELOW_EPS2, FAMILY, "share v<ε²", None, "high", False, family_value(FAMILY, V_BELOW_EPS2)),),
     headline=(),
+    interventions=INTERVENTIONS,
 )

@@ -32,7 +32,7 @@ from typing import Callable
 
 from ckptscan.layouts import LayerWeights
 from ckptscan.monitors.output import head_pair, logit_rms, mean_row_share, shift_scale
-from ckptscan.monitors.spec import FamilySpec, MonitorSpec, family_value
+from ckptscan.monitors.spec import RESTART, FamilySpec, MonitorSpec, family_value
 from ckptscan.schema.results import LayerResult
 
 NAME = "output"
@@ -73,6 +73,18 @@ def _read(name: str) -> Callable[[LayerResult], float | None]:
     return family_value(NAME, name)
 
 
+# What training teams do about an alert of the family, from the literature (ckptscan/interventions.py).
+INTERVENTIONS = (
+    ("z-loss", "add the z-loss 1e-4·log²Z to the loss, which keeps log Z (the output logits' common shift) "
+     "near 0", "Wortsman et al. 2023, arXiv:2309.14322; PaLM, arXiv:2204.02311"),
+    ("weight decay on the head", "apply weight decay to the LM head (and a tied embedding): without it the "
+     "output logits drift", "Wortsman et al. 2023, arXiv:2309.14322"),
+    ("lower LR", "lower the learning rate: output-logit divergence appears at high learning rates",
+     "Wortsman et al. 2023, arXiv:2309.14322"),
+    RESTART,
+)
+
+
 OUTPUT = FamilySpec(
     NAME,
     (
@@ -93,4 +105,5 @@ OUTPUT = FamilySpec(
     compute=output_values,
     full_compute=lambda a, b: output_values(a, b, spectrum=True),  # --full-spectrum: the update's spectrum too
     proves_head_finite=True,  # values only from finite float64 sums over both heads and the gain
+    interventions=INTERVENTIONS,
 )

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from ckptscan.monitors.attention_family import ATTENTION
+from ckptscan.monitors.numeric_family import NUMERIC as NUMERIC_FAMILY
 from ckptscan.monitors.output_family import OUTPUT
 from ckptscan.monitors.optimizer_family import OPTIMIZER
 from ckptscan.monitors.router_family import ROUTER
@@ -19,8 +20,9 @@ from ckptscan.monitors.spec import FamilySpec, MonitorSpec
 from ckptscan.monitors.update_family import UPDATE
 
 # What a finding names as its family beside the registered ones: a
-# non-finite value in a monitored tensor (detection/numerics.py).
-NUMERIC = "numeric"
+# non-finite value in a monitored tensor (detection/numerics.py); the
+# judge's own rules, whatever is registered (monitors/numeric_family.py).
+NUMERIC = NUMERIC_FAMILY.name
 
 # The registered families and what is derived from them, rebuilt on every
 # change (read per layer and pair judged: a lookup, never a rebuild).
@@ -33,7 +35,7 @@ _by_name: dict[str, MonitorSpec] = {}
 def register(family: FamilySpec) -> None:
     """Add a family after those registered; its monitors' names must be new."""
     taken = [m.name for m in family.monitors if m.name in _by_name]
-    if family.name in family_names() or taken:
+    if family.name in finding_families() or taken:
         raise ValueError(f"family {family.name!r}: already registered, or monitors {taken} of another family")
     _set((*_families, family))
 
@@ -73,6 +75,16 @@ def family_names() -> tuple[str, ...]:
 def finding_families() -> tuple[str, ...]:
     """The families a finding may name, in the order reports list them."""
     return (*family_names(), NUMERIC)
+
+
+def finding_specs() -> tuple[FamilySpec, ...]:
+    """The families a finding may name, declared: the registered ones, then the numeric family."""
+    return (*_families, NUMERIC_FAMILY)
+
+
+def finding_spec(name: str) -> FamilySpec | None:
+    """The family a finding names, declared; None for a name no family has."""
+    return next((family for family in finding_specs() if family.name == name), None)
 
 
 def monitors() -> tuple[MonitorSpec, ...]:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ckptscan.monitors.spec import FamilySpec, Judging, MonitorSpec
+from ckptscan.monitors.spec import RESTART, FamilySpec, Judging, MonitorSpec
 from ckptscan.schema.results import LayerResult
 
 
@@ -56,6 +56,23 @@ def _monitor(name: str, label: str, unit: str | None, bad: str, log: bool, judgi
     return MonitorSpec(name, "router", label, unit, bad, log, _router(name), judging)
 
 
+# What training teams do about an alert of the family, from the literature (ckptscan/interventions.py).
+INTERVENTIONS = (
+    ("router z-loss", "add the router z-loss, which penalizes large router logits (ST-MoE: coefficient "
+     "1e-3)",
+     "Zoph et al. 2022 (ST-MoE), arXiv:2202.08906"),
+    ("float32 router, smaller init", "compute the router in float32 (selective precision) and initialize "
+     "it smaller",
+     "Fedus et al. 2021 (Switch Transformer), arXiv:2101.03961"),
+    ("larger load-balancing coefficient", "raise the load-balancing loss coefficient (Switch Transformer: 1e-2)",
+     "Fedus et al. 2021 (Switch Transformer), arXiv:2101.03961"),
+    ("expert choice or capacity factor", "route by expert choice (balanced by construction, not causal) or "
+     "change the capacity factor",
+     "Zhou et al. 2022, arXiv:2202.09368"),
+    RESTART,
+)
+
+
 ROUTER = FamilySpec(
     "router",
     (
@@ -69,4 +86,8 @@ ROUTER = FamilySpec(
                  Judging(0.02, "warn", follow_trend=True, across_runs=False)),
     ),
     headline=("routing_entropy_norm", "epsilon"),
+    interventions=INTERVENTIONS,
+    mechanism_rank=2,
+    why=("a router fault grows attention logits through the inputs it routes, while an attention fault "
+         "barely moves the router weights"),
 )

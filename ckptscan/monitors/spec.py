@@ -8,10 +8,10 @@ report's table heads with. The families are registered in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from ckptscan.layouts import LayerWeights
-from ckptscan.schema.results import LayerResult
+from ckptscan.schema.results import Finding, LayerResult, PairResult
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,40 @@ class FamilySpec:
     # checkpoints' LM heads finite (its pass over them is their check: the
     # scan counts a head's non-finite values only where no such family did).
     proves_head_finite: bool = False
+    # What training teams do about an alert of the family, from the
+    # literature: (a few words, the action, its source), in the order listed
+    # (`ckptscan.interventions`).
+    interventions: tuple[tuple[str, str, str], ...] = ()
+    # The summary's last tie-break between families alerting together with
+    # equal evidence (detection/summary.py): lower first; None after every
+    # family with a rank. `why`: that reason in words ("<family> comes first
+    # because ..."); a family without its own takes that of the last-ranked
+    # family with one.
+    mechanism_rank: int | None = None
+    why: str | None = None
+    # Its thresholds section: a frozen dataclass whose fields (defaults the
+    # calibrated values) are read and set by their names in `[thresholds]`,
+    # `--set` and the JSON report's "thresholds" (detection/thresholds.py);
+    # None: the family has none.
+    thresholds: type | None = None
+    # Its absolute rules, which need no history (detection/state.py applies
+    # them, in this order per family): `ceilings(layer, section)` from the
+    # first pair; after the warm-up, `pair_rule(pair, section)` on the whole
+    # pair, then `floors(layer, section)` on each layer. Each returns (or, for
+    # `pair_rule`, appends to the layers) the findings; `section` is the
+    # family's thresholds section (None without one).
+    ceilings: Callable[[LayerResult, Any], list[Finding]] | None = None
+    pair_rule: Callable[[PairResult, Any], None] | None = None
+    floors: Callable[[LayerResult, Any], list[Finding]] | None = None
+    # What it fills in a computed pair once the pair's learning rate is known
+    # (from whichever source): `fill(pair)`, in place.
+    fill: Callable[[PairResult], None] | None = None
+
+
+# Any alert: the rollback the summary names, as PaLM restarts (an intervention of most families).
+RESTART = ("restart from the rollback, skipping batches", "restart from the rollback candidate, skipping the batches "
+           "seen since (PaLM: ~100 steps before the spike, 200-500 batches skipped)",
+           "Chowdhery et al. 2022, arXiv:2204.02311")
 
 
 def family_value(family: str, name: str) -> Callable[[LayerResult], float | None]:

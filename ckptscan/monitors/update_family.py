@@ -14,7 +14,7 @@ import math
 import torch
 
 from ckptscan.layouts import LayerWeights
-from ckptscan.monitors.spec import FamilySpec, MonitorSpec, family_value
+from ckptscan.monitors.spec import RESTART, FamilySpec, MonitorSpec, family_value
 from ckptscan.schema.results import LayerResult, PairResult
 
 FAMILY = "update"
@@ -68,6 +68,19 @@ def fill_update_per_lr(pair: PairResult) -> None:
         values[UPDATE_PER_LR] = rms / (pair.lr * steps)
 
 
+# What training teams do about an alert of the family, from the literature (ckptscan/interventions.py).
+INTERVENTIONS = (
+    ("lower LR", "lower the learning rate (or restore the one the run had: check the LR a resumed job took from "
+     "its flags against the scheduler state it saved)", "Wortsman et al. 2023, arXiv:2309.14322"),
+    ("longer warm-up", "lengthen the learning-rate warm-up, which makes the loss less sensitive to the learning "
+     "rate",
+     "Wortsman et al. 2023, arXiv:2309.14322"),
+    ("update clipping", "clip each update's RMS as Adafactor does (StableAdamW), for updates that outgrow a "
+     "decayed second-moment estimate", "Wortsman et al. 2023, arXiv:2304.13013"),
+    RESTART,
+)
+
+
 # Not a series: an update's size follows the learning-rate schedule; the
 # rules are its size against the weights (≥ 1) and against the LR.
 UPDATE = FamilySpec(
@@ -77,4 +90,7 @@ UPDATE = FamilySpec(
      MonitorSpec(UPDATE_PER_LR, FAMILY, "RMS(ΔW)/Ση", None, "high", True, family_value(FAMILY, UPDATE_PER_LR))),
     headline=(),
     compute=update_values,
+    interventions=INTERVENTIONS,
+    mechanism_rank=1,
+    why="an update as large as the weights moves every mechanism's monitors",
 )

@@ -34,7 +34,7 @@ from ckptscan import __version__
 from ckptscan.system.atomic import write_atomic
 from ckptscan.system.paths import default_cache_dir
 from ckptscan.errors import CkptScanError
-from ckptscan.interventions import INTERVENTIONS
+from ckptscan.interventions import interventions_of
 from ckptscan.report.destinations import run_key, run_location
 from ckptscan.schema.results import ScanReport
 
@@ -71,7 +71,7 @@ def notice_payload(report: ScanReport, notice: Notice) -> dict:
     layers = _layers(report, notice)
     heads = _heads(report, notice, layers)
     rollback = s.rollback_candidate if notice.kind == "alert" else None
-    actions = [asdict(i) for i in INTERVENTIONS.get(notice.family, ())]
+    actions = [asdict(i) for i in interventions_of(notice.family)]
     lines = [f"ckptscan {notice.kind.upper()}: {notice.family} at step {notice.step} in {run_location(report)}",
              f"verdict: {s.message or s.status.upper()}"]
     if layers:
