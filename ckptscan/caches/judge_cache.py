@@ -17,10 +17,12 @@ import dataclasses
 import hashlib
 import json
 import operator
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import ckptscan
 from ckptscan.caches import tables
 from ckptscan.caches.packs import PackError, common_prefix, pack_due, read_pack, write_pack
 from ckptscan.caches.pair_cache import digest, tool_fingerprint
@@ -34,11 +36,9 @@ from ckptscan.system.output import write_output
 from ckptscan.schema.results import Finding, LayerResult, PairResult, ScanReport, SeriesPoint, from_dict
 
 JUDGE_FORMAT = 1
-# Modules whose code decides a judgement (the monitor families' declarations
-# among them; one registered at run time is named in the digest instead).
-_JUDGE_SOURCES = ("detection", "schema/results.py", "monitors/spec.py", "monitors/registry.py",
-                  "monitors/attention_family.py", "monitors/router_family.py", "monitors/update_family.py",
-                  "monitors/optimizer_family.py", "monitors/output_family.py", "interventions.py")
+# Modules whose code decides a judgement besides the families' declarations,
+# which the registry names (`_judge_sources`).
+_JUDGE_SOURCES = ("detection", "schema/results.py", "monitors/spec.py", "monitors/registry.py", "interventions.py")
 
 
 _LAYER_VALUES = operator.attrgetter(*(f.name for f in dataclasses.fields(LayerResult)))
@@ -65,8 +65,33 @@ class PairJudgement:
 
 
 def _code() -> dict[str, Any]:
-    """What of the code decides a judgement: its sources and the families registered."""
-    return {"sources": tool_fingerprint(_JUDGE_SOURCES), "families": registry.family_names()}
+    """What of the code decides a judgement: its sources and the families registered (with the source of
+    those declared outside ckptscan, a test's)."""
+    inside, outside = _family_sources()
+    code: dict[str, Any] = {"sources": tool_fingerprint((*_JUDGE_SOURCES, *inside)),
+                            "families": registry.family_names()}
+    if outside:
+        code["family_sources"] = {path: hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16] for path in outside}
+    return code
+
+
+def _family_sources() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The files that declare the families a finding may name (`FamilySpec.module`): those in ckptscan,
+    relative to its root, and those outside it, as paths; a module without a file is left out."""
+    root = Path(ckptscan.__file__).parent
+    inside: list[str] = []
+    outside: list[str] = []
+    for family in registry.finding_specs():
+        module = sys.modules.get(family.module)
+        file = getattr(module, "__file__", None)
+        if file is None:
+            continue
+        path = Path(file).resolve()
+        if path.is_relative_to(root.resolve()):
+            inside.append(str(path.relative_to(root.resolve())))
+        else:
+            outside.append(str(path))
+    return tuple(dict.fromkeys(inside)), tuple(dict.fromkeys(outside))
 
 
 class JudgeCache:

@@ -81,4 +81,8 @@ ATTENTION = FamilySpec(
     headline=("delta2_entropy_norm",),
     interventions=INTERVENTIONS,
     mechanism_rank=3,
+    present=lambda layer: layer.attention is not None,
+    # A notice names each layer's head whose Δ2 entropy fell most.
+    head=lambda layer: layer.attention.delta2_entropy_worst_head if layer.attention is not None else None,
+    short="attn",
 )

@@ -21,4 +21,5 @@ INTERVENTIONS = (
 )
 
 # Non-finite values are the plainest evidence, and move every family's monitors: first in the tie-break.
-NUMERIC = FamilySpec(NAME, (), headline=(), interventions=INTERVENTIONS, mechanism_rank=0)
+NUMERIC = FamilySpec(NAME, (), headline=(), interventions=INTERVENTIONS, mechanism_rank=0,
+                     present=lambda layer: True)  # every layer may hold a non-finite value

@@ -43,4 +43,5 @@ OPTIMIZER = FamilySpec(
     (MonitorSpec(V_BELOW_EPS2, FAMILY, "share v<ε²", None, "high", False, family_value(FAMILY, V_BELOW_EPS2)),),
     headline=(),
     interventions=INTERVENTIONS,
+    short="optim",
 )

@@ -88,6 +88,8 @@ ROUTER = FamilySpec(
     headline=("routing_entropy_norm", "epsilon"),
     interventions=INTERVENTIONS,
     mechanism_rank=2,
+    present=lambda layer: layer.router is not None,
+    always_listed=False,  # plotted only for a run with a MoE layer
     why=("a router fault grows attention logits through the inputs it routes, while an attention fault "
          "barely moves the router weights"),
 )

@@ -7,7 +7,8 @@ report's table heads with. The families are registered in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ckptscan.layouts import LayerWeights
@@ -87,6 +88,27 @@ class FamilySpec:
     # What it fills in a computed pair once the pair's learning rate is known
     # (from whichever source): `fill(pair)`, in place.
     fill: Callable[[PairResult], None] | None = None
+    # Which layers have the family (a report's cases and plots per family):
+    # None where a layer carries its values (`LayerResult.families[name]`).
+    present: Callable[[LayerResult], bool] | None = None
+    # Whether TensorBoard plots its severity for a run none of whose layers
+    # has the family (False: only where one has it).
+    always_listed: bool = True
+    # The head a notice of the family names in a layer (None: it names none).
+    head: Callable[[LayerResult], int | None] | None = None
+    # Its name in a narrow table's sparkline header (None: its name).
+    short: str | None = None
+    # The module that declares it (its source is part of what decides a
+    # judgement: caches/judge_cache.py); found where it is constructed.
+    module: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.module:  # the caller of the dataclass's __init__
+            object.__setattr__(self, "module", sys._getframe(2).f_globals.get("__name__", ""))
+
+    def has(self, layer: LayerResult) -> bool:
+        """Whether `layer` has the family."""
+        return self.present(layer) if self.present is not None else self.name in layer.families
 
 
 # Any alert: the rollback the summary names, as PaLM restarts (an intervention of most families).

@@ -1,9 +1,9 @@
 """JUnit XML of a report, for CI test reports (Jenkins, GitLab, GitHub actions).
 
 One test case per (layer, family): classname `ckptscan.layer_{i}`, name the
-family ("attention" for every layer with attention, "router" for MoE layers,
-a registered family with its own values for the layers it has them for,
-"numeric" for every layer). A case fails when a finding of its family in its
+family, for the layers that have it (`FamilySpec.has`: attention for every
+layer with attention, router for MoE layers, a family with its own values
+for the layers it has them for, numeric for every layer). A case fails when a finding of its family in its
 layer reaches the gate level (`--fail-on`, default alert); the failure's
 message is the first such finding (earliest step, most severe first), its
 text lists the case's warn/alert findings with their steps (the first 40). Warnings below
@@ -106,16 +106,12 @@ def _cases(report: ScanReport) -> dict[tuple[int, str], list[tuple[int | None, F
     """(layer, family) -> its findings with their steps, in report order;
     a family is a case of a layer only where the layer has it."""
     has: dict[int, set[str]] = {}
+    listed = registry.finding_specs()
     for pair in report.pairs:
         for result in pair.layers:
-            families = has.setdefault(result.layer, {"numeric"})
-            if result.attention is not None:
-                families.add("attention")
-            if result.router is not None:
-                families.add("router")
-            families.update(result.families)
-    listed = registry.finding_families()
-    cases = {(layer, family): [] for layer in sorted(has) for family in listed if family in has[layer]}
+            has.setdefault(result.layer, set()).update(family.name for family in listed if family.has(result))
+    cases: dict[tuple[int, str], list[tuple[int | None, Finding]]] = {
+        (layer, family.name): [] for layer in sorted(has) for family in listed if family.name in has[layer]}
     for pair in report.pairs:
         for result in pair.layers:
             for f in result.findings:

@@ -35,6 +35,7 @@ from ckptscan.system.atomic import write_atomic
 from ckptscan.system.paths import default_cache_dir
 from ckptscan.errors import CkptScanError
 from ckptscan.interventions import interventions_of
+from ckptscan.monitors import registry
 from ckptscan.report.destinations import run_key, run_location
 from ckptscan.schema.results import ScanReport
 
@@ -186,10 +187,11 @@ def _layers(report: ScanReport, notice: Notice) -> list[int]:
 
 
 def _heads(report: ScanReport, notice: Notice, layers: list[int]) -> dict[int, int]:
-    """For an attention notice: each layer's head whose Δ2 entropy fell most."""
-    if notice.family != "attention":
+    """The head each layer's notice names, where its family names one (`FamilySpec.head`: for attention, the
+    head whose Δ2 entropy fell most)."""
+    family = registry.finding_spec(notice.family)
+    if family is None or family.head is None:
         return {}
-    return {layer.layer: layer.attention.delta2_entropy_worst_head for pair in report.pairs
-            if pair.to_step == notice.step for layer in pair.layers
-            if layer.layer in layers and layer.attention is not None
-            and layer.attention.delta2_entropy_worst_head is not None}
+    named = family.head
+    return {layer.layer: head for pair in report.pairs if pair.to_step == notice.step for layer in pair.layers
+            if layer.layer in layers and (head := named(layer)) is not None}

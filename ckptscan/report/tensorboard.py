@@ -80,7 +80,8 @@ def pair_step(index: int, pair: PairResult) -> int:
 
 def report_points(report: ScanReport) -> list[Point]:
     """Everything the event files show, in step order."""
-    families = [f for f in registry.finding_families() if f != "router" or _has_router(report)]
+    families = [f.name for f in registry.finding_specs()
+                if f.always_listed or any(f.has(layer) for pair in report.pairs for layer in pair.layers)]
     points: list[Point] = []
     for index, pair in enumerate(report.pairs):
         step = pair_step(index, pair)
@@ -185,8 +186,6 @@ def write_tensorboard(report: ScanReport, directory: str | Path) -> tuple[int, i
     return len(new_steps), len(steps - new_steps)
 
 
-def _has_router(report: ScanReport) -> bool:
-    return any(layer.router is not None for pair in report.pairs for layer in pair.layers)
 
 
 def _findings_text(pair: PairResult) -> str:

@@ -53,8 +53,6 @@ TABLE_WIDTH = 120
 COLUMN_GAP = 3
 # The first alert (what fired, against its limit) never gets less than this, and wraps within it.
 FIRED_MIN_WIDTH = 24
-# Sparkline headers of a narrow table: the family, shortened where it is wider than a sparkline need be.
-SHORT_FAMILIES = {"attention": "attn", "optimizer": "optim"}
 # Terminal columns taken by everything but the sparklines: layer, first
 # alert and status (with padding), and per sparkline its two numbers.
 OTHER_COLUMNS_WIDTH = 29
@@ -104,11 +102,6 @@ def _fold(run: list[LayerSummary]) -> list[LayerSummary | FoldedLayers]:
 def series(report: ScanReport, layer: int, read: Callable[[LayerResult], float | None]) -> list[float | None]:
     """One layer's values over the run's pairs."""
     return layer_series(pair_layers(report), layer, read)
-
-
-def family_statuses(report: ScanReport, layer: int, family: str) -> list[str]:
-    """Per pair, the worst severity of the layer's findings of one family."""
-    return layer_family_statuses(pair_layers(report), layer, family)
 
 
 def pair_layers(report: ScanReport) -> list[dict[int, LayerResult]]:
@@ -221,8 +214,10 @@ def trend_table(report: ScanReport, width: int = 160, wide: bool = False) -> Tab
 
 
 def short_family(family: str) -> str:
-    """A family's name as a narrow table's sparkline header."""
-    return SHORT_FAMILIES.get(family, family)
+    """A family's name as a narrow table's sparkline header: shortened where it is wider than a sparkline
+    need be (`FamilySpec.short`)."""
+    spec = registry.finding_spec(family)
+    return spec.short if spec is not None and spec.short is not None else family
 
 
 def _layer_label(row: LayerSummary | FoldedLayers) -> str:
