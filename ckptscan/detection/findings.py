@@ -1,8 +1,10 @@
 """The findings of one layer of one pair, rule by rule.
 
 - numeric: a non-finite value in a monitored tensor is always an alert.
-- floor: a normalised Δ2 entropy, router ε or routing entropy under a hard
-  floor is an alert whatever the history.
+- ceiling, floor and a family's pair rule: each family's absolute rules
+  (`FamilySpec.ceilings`, `.floors`, `.pair_rule`: a logit scale over its
+  ceiling, a normalised Δ2 entropy, router ε or routing entropy under a
+  hard floor), alerts whatever the history.
 - series: the verdicts of the layer's (monitor) series at this pair
   (`detection/series.py`) as findings, with the corroboration rule.
 - cross_layer: for a single pair (`diff`), or before a run has a baseline, a
@@ -12,17 +14,18 @@
 from __future__ import annotations
 
 from ckptscan.detection.catalog import JudgedMonitor, judged_by_name
-from ckptscan.detection.output import output_findings
 from ckptscan.detection.series import Point, robust_center_scale
 from ckptscan.detection.thresholds import Thresholds
+from ckptscan.monitors import registry
 from ckptscan.schema.results import Finding, LayerResult, PairResult, SeriesPoint, worst
 
 
 def numeric_findings(layer: LayerResult) -> list[Finding]:
-    findings = [
+    """A non-finite value in a monitored tensor: always an alert."""
+    return [
         Finding(
             monitor="nonfinite",
-            family="numeric",
+            family=registry.NUMERIC,
             severity="alert",
             value=float(count),
             message=f"{count} non-finite value(s) in {role}",
@@ -30,68 +33,25 @@ def numeric_findings(layer: LayerResult) -> list[Finding]:
         )
         for role, count in sorted(layer.nonfinite.items())
     ]
-    if layer.attention is not None and layer.attention.unchanged:
-        findings.append(Finding("delta2_entropy", "attention", "info", None,
-                                "W_q/W_k unchanged between the checkpoints", rule="unchanged"))
-    return findings
 
 
 def ceiling_findings(layer: LayerResult, t: Thresholds) -> list[Finding]:
-    """The attention logit scale over its ceiling: an absolute bound on what
-    the newer checkpoint's attention can do, so judged from the first pair
-    (no warm-up, no baseline: a run saturating from its first checkpoints
-    has no healthy history to depart from); and the output family's
-    ceilings (detection/output.py), absolute for the same reason."""
-    att = layer.attention
-    if att is None:
-        return output_findings(layer, t)
-    findings = []
-    scale, bound = att.logit_scale, att.qk_norm_logit_bound
-    if scale is not None and scale > t.logit_scale_ceiling:
-        findings.append(Finding(
-            "logit_scale", "attention", "alert", scale,
-            f"attention logit scale {scale:.3g} above the ceiling {t.logit_scale_ceiling:.3g} for d_model "
-            f"{t.logit_scale_width} or less (healthy runs stay under it): the logits grow toward a one-hot "
-            "softmax (attention logit growth)",
-            threshold=t.logit_scale_ceiling, rule="ceiling",
-        ))
-    if bound is not None and bound > t.qk_norm_logit_ceiling:
-        findings.append(Finding(
-            "qk_norm_logit_bound", "attention", "alert", bound,
-            f"the QK-norm gains allow attention logits up to {bound:.3g}, above {t.qk_norm_logit_ceiling:g}: "
-            "softmax can be one-hot despite the QK-norm",
-            threshold=t.qk_norm_logit_ceiling, rule="ceiling",
-        ))
-    return findings + output_findings(layer, t)
+    """Every family's absolute rules judged from the first pair (`FamilySpec.ceilings`), in
+    registry order: a bound on what the newer checkpoint can do needs no warm-up and no
+    baseline (a run saturating from its first checkpoints has no healthy history to depart from)."""
+    return [f for family in registry.families() if family.ceilings is not None for f in family.ceilings(layer, t)]
 
 
 def floor_findings(layer: LayerResult, t: Thresholds) -> list[Finding]:
-    findings = []
-    att = layer.attention
-    delta2 = att.delta2_entropy_norm if att is not None else None
-    if delta2 is not None and delta2 < t.delta2_entropy_norm_floor:
-        findings.append(Finding(
-            "delta2_entropy_norm", "attention", "alert", delta2,
-            f"normalised Δ2 entropy {delta2:.3f} below the floor {t.delta2_entropy_norm_floor}: "
-            "the QK update has collapsed onto a few directions",
-            threshold=t.delta2_entropy_norm_floor, rule="floor",
-        ))
-    router = layer.router
-    if router is not None and router.epsilon is not None and router.epsilon < t.epsilon_floor:
-        findings.append(Finding(
-            "epsilon", "router", "alert", router.epsilon,
-            f"router ε {router.epsilon:.3f} below the floor {t.epsilon_floor}: router rows are nearly identical",
-            threshold=t.epsilon_floor, rule="floor",
-        ))
-    entropy = router.routing_entropy_norm if router is not None else None
-    if entropy is not None and entropy < t.routing_entropy_norm_floor:
-        findings.append(Finding(
-            "routing_entropy_norm", "router", "alert", entropy,
-            f"normalised routing entropy {entropy:.3f} below the floor {t.routing_entropy_norm_floor}: "
-            "probe tokens are routed to about one expert",
-            threshold=t.routing_entropy_norm_floor, rule="floor",
-        ))
-    return findings
+    """Every family's hard floors (`FamilySpec.floors`), in registry order: alerts whatever the history."""
+    return [f for family in registry.families() if family.floors is not None for f in family.floors(layer, t)]
+
+
+def family_pair_findings(pair: PairResult, t: Thresholds) -> None:
+    """Every family's rules on a whole pair (`FamilySpec.pair_rule`), in registry order."""
+    for family in registry.families():
+        if family.pair_rule is not None:
+            family.pair_rule(pair, t)
 
 
 def point_findings(points: dict[str, Point], onsets: dict[str, int | None], t: Thresholds) -> list[Finding]:
@@ -127,7 +87,8 @@ def judgement(point: Point, onset: int | None) -> SeriesPoint:
 def _series_finding(monitor: JudgedMonitor, point: Point, severity: str, onset: int | None, t: Thresholds) -> Finding:
     if point.rule == "cusum":
         return _cusum_finding(monitor, point, severity, onset, t)
-    side = "below" if point.warn_at is not None and point.warn_at < point.expected else "above"
+    below = point.warn_at is not None and point.expected is not None and point.warn_at < point.expected
+    side = "below" if below else "above"
     what = {"trend": "its recent healthy trend", "level": "its post-warm-up level",
             "reference": "the reference run"}[point.rule or "trend"]
     since = f" since step {onset}" if onset is not None else ""

@@ -1,5 +1,6 @@
-"""The optimizer family's rule: a layer whose W_q/W_k parameters have mostly
-lost Adam's gradient history (monitors/optimizer_family.py).
+"""Why the optimizer family's rule: a layer whose W_q/W_k parameters have
+mostly lost Adam's gradient history (declared with the family, its
+`pair_rule`: monitors/optimizer_family.py).
 
 A parameter whose second moment v fell below ε² has had no gradient of
 scale ε for ~log(v₀/ε²)/log(1/β₂) steps: its update is no longer damped by
@@ -15,27 +16,6 @@ what is done about it."""
 
 from __future__ import annotations
 
-from ckptscan.monitors.optimizer_family import FAMILY, V_BELOW_EPS2
-from ckptscan.schema.results import Finding, PairResult
+from ckptscan.monitors.optimizer_family import ACTIONS, DECAYED_SHARE, RULE_DECAYED, decayed_moment_findings
 
-# The share of a layer's projection parameters with v < ε² that warns.
-DECAYED_SHARE = 0.25
-RULE_DECAYED = "v_below_eps2"
-ACTIONS = ("a larger ε (1e-6 and above where v decays)", "a lower β₂ (0.95)",
-           "clipping each update's RMS (StableAdamW, Wortsman et al. 2023, arXiv 2304.13013)")
-
-
-def decayed_moment_findings(pair: PairResult) -> None:
-    """A warning on each layer of the pair whose newer checkpoint's share of
-    W_q/W_k parameters with v < ε² is DECAYED_SHARE or more. Layers without
-    an optimizer state read (none saved, or not by name) are not judged."""
-    for layer in pair.layers:
-        share = layer.families.get(FAMILY, {}).get(V_BELOW_EPS2)
-        if share is None or share < DECAYED_SHARE:
-            continue
-        message = (f"{share:.0%} of the layer's W_q/W_k parameters have an Adam second moment below ε² at step "
-                   f"{pair.to_step} (≥ {DECAYED_SHARE:.0%}): their gradient history has decayed, and a returning "
-                   f"gradient moves them by the full learning rate; consider {', '.join(ACTIONS[:-1])} or "
-                   f"{ACTIONS[-1]}")
-        layer.findings.append(Finding(RULE_DECAYED, FAMILY, "warn", share, message, threshold=DECAYED_SHARE,
-                                      rule=RULE_DECAYED))
+__all__ = ["ACTIONS", "DECAYED_SHARE", "RULE_DECAYED", "decayed_moment_findings"]

@@ -39,17 +39,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from ckptscan.detection.findings import (
-    ceiling_findings,
-    cross_layer_findings,
-    floor_findings,
-    layer_status,
-    numeric_findings,
-)
-from ckptscan.detection.numerics import precision_findings
-from ckptscan.detection.optimizer import decayed_moment_findings
+from ckptscan.detection.absolute import after_warmup_findings, first_pair_findings
+from ckptscan.detection.findings import cross_layer_findings, floor_findings, layer_status, numeric_findings
 from ckptscan.detection.pooled import pooled_departures
-from ckptscan.detection.provenance import identical_findings, update_of_one_run_findings
+from ckptscan.detection.provenance import identical_findings
 from ckptscan.detection.reference import Reference
 from ckptscan.detection.series import first_judged
 from ckptscan.detection.state import JudgeState
@@ -120,13 +113,8 @@ def judge_alone(pair: PairResult, t: Thresholds, identical: bool = False) -> Pai
     the floors out (healthy runs dip toward them there), it may alert. In place;
     returns the pair. `identical`: bit-identical weights are a finding (a
     `diff`; in a run, frozen weights are UNCHANGED, detection/provenance.py)."""
-    for layer in pair.layers:
-        layer.findings = numeric_findings(layer) + ceiling_findings(layer, t)
-        layer.judgements = {}
-    update_of_one_run_findings(pair, None)
-    decayed_moment_findings(pair)
-    for layer in pair.layers:
-        layer.findings.extend(floor_findings(layer, t) + precision_findings(layer))
+    first_pair_findings(pair, t)
+    after_warmup_findings(pair, t, None)
     if identical:
         identical_findings(pair)
     cross_layer_findings(pair, t)

@@ -32,25 +32,20 @@ cache and a restarted `watch`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
+from ckptscan.detection.absolute import after_warmup_findings, first_pair_findings
 from ckptscan.detection.catalog import JudgedMonitor, judged_monitors
 from ckptscan.detection.changepoint import Excursion
 from ckptscan.detection.findings import (
-    ceiling_findings,
     cross_layer_applies,
     cross_layer_findings,
-    floor_findings,
     judgement,
     layer_status,
-    numeric_findings,
     point_findings,
 )
 from ckptscan.detection.layer_band import LayerBand, RunBand
-from ckptscan.detection.numerics import precision_findings
-from ckptscan.detection.optimizer import decayed_moment_findings
 from ckptscan.detection.pooled import PooledCusum, pooled
-from ckptscan.detection.provenance import update_of_one_run_findings
 from ckptscan.detection.reference import Reference, Widening
 from ckptscan.detection.series import Point, SeriesState
 from ckptscan.detection.summary import Baselines, Onset, SummaryState
@@ -98,9 +93,7 @@ class JudgeState:
         and its status are set in place; returns the pair."""
         t, index = self.thresholds, self.count
         self.count += 1
-        for layer in pair.layers:
-            layer.findings = numeric_findings(layer) + ceiling_findings(layer, t)
-            layer.judgements = {}
+        first_pair_findings(pair, t)
         if self.start is None and index >= t.warmup_pairs and (pair.from_step or 0) >= t.warmup_steps:
             self.start, self.warmup_end = index, pair.from_step
         judged = self.start is not None
@@ -110,11 +103,7 @@ class JudgeState:
         # 0.156 on a held-out one, step 100 → 200; docs/detection.md, warm-up). Those pairs are not
         # judged, and say so (`diff` of such a pair, knowing no warm-up, applies them: rules.judge_alone).
         if judged:
-            update_of_one_run_findings(pair, lr_before)
-            decayed_moment_findings(pair)
-            for layer in pair.layers:
-                layer.findings.extend(floor_findings(layer, t))
-                layer.findings.extend(precision_findings(layer))
+            after_warmup_findings(pair, t, lr_before)
         if self.layers is None:
             self.layers = [layer.layer for layer in pair.layers]
             settings = t.series_settings(0)
@@ -133,7 +122,7 @@ class JudgeState:
                     position, finding = found
                     pair.layers[position].findings.append(finding)
         # Until a layer has a baseline of its own, compare it with the other layers.
-        cross_layer = judged and index < self.start + t.min_baseline_pairs
+        cross_layer = self.start is not None and index < self.start + t.min_baseline_pairs
         if cross_layer:
             cross_layer_findings(pair, t)
         series_judged = any(point.state in JUDGED for points in verdicts for point in points.values())
@@ -172,10 +161,11 @@ class JudgeState:
         interval = (pair.to_step - pair.from_step) if pair.to_step is not None and pair.from_step is not None \
             else None
         verdicts = []
-        for position, (number, series) in enumerate(zip(self.layers, self.series)):
+        for position, (number, series) in enumerate(zip(self.layers or [], self.series)):
             # A pair without this layer (which the first pair had) gives it no value.
             layer = pair.layers[position] if position < len(pair.layers) else None
-            points, onsets = {}, {}
+            points: dict[str, Point] = {}
+            onsets: dict[str, int | None] = {}
             for monitor in self.monitors:
                 raw = monitor.read(layer) if layer is not None else None
                 expected = None
@@ -185,7 +175,7 @@ class JudgeState:
                                                      warmup=not judged, lr=pair.lr)
                 state = series[monitor.name]
                 points[monitor.name] = state.update(step, raw, expected, warmup=not judged, label=pair.to_step)
-                onsets[monitor.name] = state.onset_label
+                onsets[monitor.name] = cast("int | None", state.onset_label)  # a series' labels are steps
             band = self.layer_bands[position].update(points, pair.to_step, t) if self._band else None
             if layer is not None:
                 layer.findings.extend(point_findings(points, onsets, t))
@@ -200,7 +190,7 @@ class JudgeState:
         here = (index, pair.to_step, pair.from_path, pair.from_step)
         if self.summary.first is None and pair.to_step is not None:
             self.onsets[pair.to_step] = here
-        self.summary.add(index, pair, lambda step: self.onsets.get(step, here))
+        self.summary.add(index, pair, lambda step: self.onsets.get(step, here) if step is not None else here)
         if self.summary.first is not None:
             self.onsets = {}  # the first alert's onset is known: no later pair can change it
             return

@@ -20,10 +20,10 @@ experiments' trainer; docs/detection.md and docs/calibration.md have the numbers
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from ckptscan.monitors.spec import RESTART, FamilySpec, Judging, MonitorSpec
-from ckptscan.schema.results import LayerResult
+from ckptscan.schema.results import Finding, LayerResult
 
 
 def _attention(field: str) -> Callable[[LayerResult], float | None]:
@@ -42,6 +42,52 @@ def _unnormalised_logit_bound(layer: LayerResult) -> float | None:
 
 def _monitor(name: str, label: str, unit: str | None, bad: str, log: bool, judging: Judging) -> MonitorSpec:
     return MonitorSpec(name, "attention", label, unit, bad, log, _attention(name), judging)
+
+
+def ceiling_findings(layer: LayerResult, t: Any) -> list[Finding]:
+    """Unchanged W_q/W_k (info), and the attention logit scale over its
+    ceiling: an absolute bound on what the newer checkpoint's attention can
+    do, so judged from the first pair (no warm-up, no baseline: a run
+    saturating from its first checkpoints has no healthy history to depart
+    from)."""
+    att = layer.attention
+    if att is None:
+        return []
+    findings = []
+    if att.unchanged:
+        findings.append(Finding("delta2_entropy", "attention", "info", None,
+                                "W_q/W_k unchanged between the checkpoints", rule="unchanged"))
+    scale, bound = att.logit_scale, att.qk_norm_logit_bound
+    if scale is not None and scale > t.logit_scale_ceiling:
+        findings.append(Finding(
+            "logit_scale", "attention", "alert", scale,
+            f"attention logit scale {scale:.3g} above the ceiling {t.logit_scale_ceiling:.3g} for d_model "
+            f"{t.logit_scale_width} or less (healthy runs stay under it): the logits grow toward a one-hot "
+            "softmax (attention logit growth)",
+            threshold=t.logit_scale_ceiling, rule="ceiling",
+        ))
+    if bound is not None and bound > t.qk_norm_logit_ceiling:
+        findings.append(Finding(
+            "qk_norm_logit_bound", "attention", "alert", bound,
+            f"the QK-norm gains allow attention logits up to {bound:.3g}, above {t.qk_norm_logit_ceiling:g}: "
+            "softmax can be one-hot despite the QK-norm",
+            threshold=t.qk_norm_logit_ceiling, rule="ceiling",
+        ))
+    return findings
+
+
+def floor_findings(layer: LayerResult, t: Any) -> list[Finding]:
+    """A normalised Δ2 entropy under its hard floor: an alert whatever the history (after the warm-up)."""
+    att = layer.attention
+    delta2 = att.delta2_entropy_norm if att is not None else None
+    if delta2 is None or delta2 >= t.delta2_entropy_norm_floor:
+        return []
+    return [Finding(
+        "delta2_entropy_norm", "attention", "alert", delta2,
+        f"normalised Δ2 entropy {delta2:.3f} below the floor {t.delta2_entropy_norm_floor}: "
+        "the QK update has collapsed onto a few directions",
+        threshold=t.delta2_entropy_norm_floor, rule="floor",
+    )]
 
 
 # What training teams do about an alert of the family, from the literature (ckptscan/interventions.py).
@@ -85,4 +131,6 @@ ATTENTION = FamilySpec(
     # A notice names each layer's head whose Δ2 entropy fell most.
     head=lambda layer: layer.attention.delta2_entropy_worst_head if layer.attention is not None else None,
     short="attn",
+    ceilings=ceiling_findings,
+    floors=floor_findings,
 )

@@ -8,9 +8,12 @@ gets moves it by about the learning rate whatever that gradient's scale
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ckptscan.monitors.spec import RESTART, FamilySpec, MonitorSpec, family_value
+from ckptscan.schema.results import Finding, PairResult
 
 FAMILY = "optimizer"
 V_BELOW_EPS2 = "v_below_eps2"
@@ -24,6 +27,30 @@ def decayed_share(moments: list[tuple[torch.Tensor, float]]) -> float | None:
         return None
     below = sum(int((v.double() < eps * eps).sum().item()) for v, eps in moments)
     return below / total
+
+
+# The share of a layer's projection parameters with v < ε² that warns.
+DECAYED_SHARE = 0.25
+RULE_DECAYED = "v_below_eps2"
+ACTIONS = ("a larger ε (1e-6 and above where v decays)", "a lower β₂ (0.95)",
+           "clipping each update's RMS (StableAdamW, Wortsman et al. 2023, arXiv 2304.13013)")
+
+
+def decayed_moment_findings(pair: PairResult, t: Any = None) -> None:
+    """The family's rule (detection/optimizer.py says why): a warning on each
+    layer of the pair whose newer checkpoint's share of W_q/W_k parameters
+    with v < ε² is DECAYED_SHARE or more. Layers without an optimizer state
+    read (none saved, or not by name) are not judged."""
+    for layer in pair.layers:
+        share = layer.families.get(FAMILY, {}).get(V_BELOW_EPS2)
+        if share is None or share < DECAYED_SHARE:
+            continue
+        message = (f"{share:.0%} of the layer's W_q/W_k parameters have an Adam second moment below ε² at step "
+                   f"{pair.to_step} (≥ {DECAYED_SHARE:.0%}): their gradient history has decayed, and a returning "
+                   f"gradient moves them by the full learning rate; consider {', '.join(ACTIONS[:-1])} or "
+                   f"{ACTIONS[-1]}")
+        layer.findings.append(Finding(RULE_DECAYED, FAMILY, "warn", share, message, threshold=DECAYED_SHARE,
+                                      rule=RULE_DECAYED))
 
 
 # What training teams do about an alert of the family, from the literature (ckptscan/interventions.py).
@@ -44,4 +71,5 @@ OPTIMIZER = FamilySpec(
     headline=(),
     interventions=INTERVENTIONS,
     short="optim",
+    pair_rule=decayed_moment_findings,
 )

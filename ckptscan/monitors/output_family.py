@@ -28,12 +28,12 @@ docs/detection.md the calibration):
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from ckptscan.layouts import LayerWeights
 from ckptscan.monitors.output import head_pair, logit_rms, mean_row_share, shift_scale
 from ckptscan.monitors.spec import RESTART, FamilySpec, MonitorSpec, family_value
-from ckptscan.schema.results import LayerResult
+from ckptscan.schema.results import Finding, LayerResult
 
 NAME = "output"
 MONITORS = ("output_logit_rms", "output_logit_max", "output_shift", "output_mean_row_share",
@@ -67,6 +67,31 @@ def output_values(a: LayerWeights, b: LayerWeights, spectrum: bool = False) -> d
         "dw_head_mean_coherence": update.mean_coherence,
     }
     return {name: _finite(value) for name, value in values.items()}
+
+
+def output_findings(layer: LayerResult, t: Any) -> list[Finding]:
+    """The output logit scale and the log Z shift scale over their ceilings
+    (absolute, judged from the first pair: detection/output.py says why)."""
+    values = layer.families.get(NAME)
+    if not values:
+        return []
+    findings = []
+    scale, shift = values.get("output_logit_rms"), values.get("output_shift")
+    if scale is not None and scale > t.output_logit_scale_ceiling:
+        findings.append(Finding(
+            "output_logit_rms", NAME, "alert", scale,
+            f"output logit scale {scale:.3g} above the ceiling {t.output_logit_scale_ceiling:g} (healthy runs: "
+            "up to about 4.4): the LM head and final norm let the output logits grow (output-logit divergence)",
+            threshold=t.output_logit_scale_ceiling, rule="ceiling",
+        ))
+    if shift is not None and shift > t.output_shift_ceiling:
+        findings.append(Finding(
+            "output_shift", NAME, "alert", shift,
+            f"log Z shift scale {shift:.3g} above the ceiling {t.output_shift_ceiling:g} (healthy runs: up to about "
+            "3.5): the head's mean row moves every output logit together, the drift z-loss and weight decay remove",
+            threshold=t.output_shift_ceiling, rule="ceiling",
+        ))
+    return findings
 
 
 def _read(name: str) -> Callable[[LayerResult], float | None]:
@@ -105,5 +130,6 @@ OUTPUT = FamilySpec(
     compute=output_values,
     full_compute=lambda a, b: output_values(a, b, spectrum=True),  # --full-spectrum: the update's spectrum too
     proves_head_finite=True,  # values only from finite float64 sums over both heads and the gain
+    ceilings=output_findings,
     interventions=INTERVENTIONS,
 )

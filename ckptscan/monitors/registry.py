@@ -18,6 +18,7 @@ from ckptscan.monitors.optimizer_family import OPTIMIZER
 from ckptscan.monitors.router_family import ROUTER
 from ckptscan.monitors.spec import FamilySpec, MonitorSpec
 from ckptscan.monitors.update_family import UPDATE
+from ckptscan.schema.results import PairResult
 
 # What a finding names as its family beside the registered ones: a
 # non-finite value in a monitored tensor (detection/numerics.py); the
@@ -85,6 +86,14 @@ def finding_specs() -> tuple[FamilySpec, ...]:
 def finding_spec(name: str) -> FamilySpec | None:
     """The family a finding names, declared; None for a name no family has."""
     return next((family for family in finding_specs() if family.name == name), None)
+
+
+def fill(pair: PairResult) -> None:
+    """What every family fills in a computed pair once its learning rate is known (`FamilySpec.fill`: the
+    update family's RMS(ΔW)/Ση), in place; call it whenever `pair.lr` is set or changes."""
+    for family in _families:
+        if family.fill is not None:
+            family.fill(pair)
 
 
 def monitors() -> tuple[MonitorSpec, ...]:

@@ -38,10 +38,10 @@ experiments' trainer; docs/detection.md and docs/calibration.md have the numbers
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from ckptscan.monitors.spec import RESTART, FamilySpec, Judging, MonitorSpec
-from ckptscan.schema.results import LayerResult
+from ckptscan.schema.results import Finding, LayerResult
 
 
 def _router(field: str) -> Callable[[LayerResult], float | None]:
@@ -54,6 +54,27 @@ def _router(field: str) -> Callable[[LayerResult], float | None]:
 
 def _monitor(name: str, label: str, unit: str | None, bad: str, log: bool, judging: Judging) -> MonitorSpec:
     return MonitorSpec(name, "router", label, unit, bad, log, _router(name), judging)
+
+
+def floor_findings(layer: LayerResult, t: Any) -> list[Finding]:
+    """Router ε or the routing entropy under its hard floor: an alert whatever the history (after the warm-up)."""
+    findings = []
+    router = layer.router
+    if router is not None and router.epsilon is not None and router.epsilon < t.epsilon_floor:
+        findings.append(Finding(
+            "epsilon", "router", "alert", router.epsilon,
+            f"router ε {router.epsilon:.3f} below the floor {t.epsilon_floor}: router rows are nearly identical",
+            threshold=t.epsilon_floor, rule="floor",
+        ))
+    entropy = router.routing_entropy_norm if router is not None else None
+    if entropy is not None and entropy < t.routing_entropy_norm_floor:
+        findings.append(Finding(
+            "routing_entropy_norm", "router", "alert", entropy,
+            f"normalised routing entropy {entropy:.3f} below the floor {t.routing_entropy_norm_floor}: "
+            "probe tokens are routed to about one expert",
+            threshold=t.routing_entropy_norm_floor, rule="floor",
+        ))
+    return findings
 
 
 # What training teams do about an alert of the family, from the literature (ckptscan/interventions.py).
@@ -90,6 +111,7 @@ ROUTER = FamilySpec(
     mechanism_rank=2,
     present=lambda layer: layer.router is not None,
     always_listed=False,  # plotted only for a run with a MoE layer
+    floors=floor_findings,
     why=("a router fault grows attention logits through the inputs it routes, while an attention fault "
          "barely moves the router weights"),
 )

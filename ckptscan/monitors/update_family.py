@@ -90,6 +90,7 @@ UPDATE = FamilySpec(
      MonitorSpec(UPDATE_PER_LR, FAMILY, "RMS(ΔW)/Ση", None, "high", True, family_value(FAMILY, UPDATE_PER_LR))),
     headline=(),
     compute=update_values,
+    fill=fill_update_per_lr,
     interventions=INTERVENTIONS,
     mechanism_rank=1,
     why="an update as large as the weights moves every mechanism's monitors",
