@@ -39,19 +39,21 @@ def ceiling_findings(layer: LayerResult, t: Thresholds) -> list[Finding]:
     """Every family's absolute rules judged from the first pair (`FamilySpec.ceilings`), in
     registry order: a bound on what the newer checkpoint can do needs no warm-up and no
     baseline (a run saturating from its first checkpoints has no healthy history to depart from)."""
-    return [f for family in registry.families() if family.ceilings is not None for f in family.ceilings(layer, t)]
+    return [f for family in registry.families() if family.ceilings is not None
+            for f in family.ceilings(layer, t.section(family.name))]
 
 
 def floor_findings(layer: LayerResult, t: Thresholds) -> list[Finding]:
     """Every family's hard floors (`FamilySpec.floors`), in registry order: alerts whatever the history."""
-    return [f for family in registry.families() if family.floors is not None for f in family.floors(layer, t)]
+    return [f for family in registry.families() if family.floors is not None
+            for f in family.floors(layer, t.section(family.name))]
 
 
 def family_pair_findings(pair: PairResult, t: Thresholds) -> None:
     """Every family's rules on a whole pair (`FamilySpec.pair_rule`), in registry order."""
     for family in registry.families():
         if family.pair_rule is not None:
-            family.pair_rule(pair, t)
+            family.pair_rule(pair, t.section(family.name))
 
 
 def point_findings(points: dict[str, Point], onsets: dict[str, int | None], t: Thresholds) -> list[Finding]:

@@ -1,16 +1,24 @@
-"""The thresholds of every rule (`[thresholds]` in ckptscan.toml; JSON report "thresholds")."""
+"""The thresholds of every rule (ckptscan.toml; JSON report "thresholds").
+
+The general rules' (series, CUSUM, warm-up, baselines, references, bands,
+cross-layer, loss) are fields here; each family's own are its section
+(`FamilySpec.thresholds`, declared with the family), kept in `sections` and
+read and set by their flat names as before: `Thresholds(epsilon_floor=0.2)`,
+`t.epsilon_floor`, `dataclasses.replace(t, epsilon_floor=0.2)`, `--set
+epsilon_floor=0.2`, and the JSON report's flat "thresholds"."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
+from typing import Any
 
 from ckptscan.detection.catalog import judged_by_name
 from ckptscan.detection.series import SeriesSettings
 from ckptscan.errors import CkptScanError
+from ckptscan.monitors import registry
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Thresholds:
     # Series rule: a departure of ≥ warn_sigma (alert_sigma) robust sigmas
     # toward a monitor's alarm side, on `consecutive` pairs in a row.
@@ -59,37 +67,7 @@ class Thresholds:
     # monitors; Gumbel 1 % quantile 4.06 / alert_sigma → 0.68, rounded up) and
     # 8.6 band sigmas (logit bound; 9.26 / 6 → 1.55) on two pairs in a row.
     band_scale_factor: float = 0.7
-    # Attention logit scale (monitors.attention.logit_scale, the logits'
-    # standard deviation for unit-RMS inputs): its healthy level grows with
-    # the model, so the ceiling does, as √(d_model / logit_scale_width)
-    # above logit_scale_width (`at_width`: 2 at d_model 64, 2.83 at 128, 4 at
-    # 256). Healthy calibration runs reach at most 0.65 of it at every width
-    # (1.19 at d_model 64, 1.08 at 128, 2.60 at 256: generation 3's seeds);
-    # at one recipe the width controls double from d_model 128 to 256 (0.63 →
-    # 1.22), at generation 4's the healthy level grows ×1.15 from 64 to 128:
-    # √d lies between. Runs whose logged attention logits pass 100 are at
-    # 1.29 times it or more (median 2.9) by their first checkpoint after
-    # (experiments/natural.py --calibrate, docs/calibration.md). With a
-    # per-head QK-norm the gains bound every logit (qk_norm_logit_bound):
-    # above qk_norm_logit_ceiling softmax can be one-hot (e^100 between two keys).
-    logit_scale_ceiling: float = 2.0
-    logit_scale_width: int = 64
-    qk_norm_logit_ceiling: float = 100.0
     band_state_scale_factor: float = 1.6
-    # ---- Output family (detection/output.py) ----
-    # The output logit scale ‖W_head D_γ‖_F/√V and the log Z shift scale
-    # ‖D_γ w̄‖ (monitors/output.py), logits' standard deviations for unit-RMS
-    # inputs. Not calibrated against an output-logit divergence: no run of
-    # generation 4 had one (the no-weight-decay runs' logged mean log Z rises
-    # like the healthy runs', to 7.3, never drifting negative). Ceilings at
-    # twice the largest value of the 9 healthy calibration runs across the
-    # four recipes (4.37 and 3.52, a 2,000-step MoE run's last checkpoint;
-    # held-out healthy runs: 4.31 and 3.50; the unstable runs: at most 4.73
-    # and 3.89; experiments/natural.py --calibrate), rounded up to a half:
-    # they may miss a divergence, not alarm on these runs.
-    output_logit_scale_ceiling: float = 9.0
-    output_shift_ceiling: float = 7.5
-    # ---- end output family ----
     # A layer's attention update monitors together against a band (rule
     # "layer_band", detection/layer_band.py): their mean departure in band
     # sigmas on two pairs in a row. Calibrated on the same 30 leave-one-out
@@ -100,13 +78,6 @@ class Thresholds:
     # most 1.02 on the same bands, Gumbel 10 % / 1 % quantiles 1.02 / 1.31.
     run_band_warn: float = 1.1
     run_band_alert: float = 1.4
-    # Hard floors (alerts whatever the history): a normalised Δ2 entropy this
-    # low means the update of every head concentrates on ~1 direction.
-    delta2_entropy_norm_floor: float = 0.2
-    # ε this small bounds every pair of router rows to cosine ≥ ~0.65.
-    epsilon_floor: float = 0.1
-    # Mean normalised routing entropy this low: tokens go to about one expert.
-    routing_entropy_norm_floor: float = 0.1
     # Cross-layer rule: robust z-score of a layer's normalised Δ2 entropy
     # against the other layers of the same pair (one-sided, low side).
     cross_layer_z_warn: float = 4.0
@@ -121,6 +92,47 @@ class Thresholds:
     loss_margin: float = 0.5
     # Monitors whose series are not judged (names as in the JSON report).
     disabled_monitors: tuple[str, ...] = field(default_factory=tuple)
+    # Each registered family's own section (`FamilySpec.thresholds`), as (family, section) in registry order;
+    # their fields are read and set by their flat names too (`Thresholds(epsilon_floor=0.2)`, `t.epsilon_floor`).
+    sections: tuple[tuple[str, Any], ...] = ()
+
+    def __init__(self, sections: tuple[tuple[str, Any], ...] | None = None, **values: Any) -> None:
+        """The general fields by name; a family's by its flat name, over `sections` (default: every
+        registered family's defaults)."""
+        own = {f.name: f for f in fields(self) if f.name != "sections"}
+        for name, f in own.items():
+            if name in values:
+                value = values.pop(name)
+            elif f.default_factory is not MISSING:
+                value = f.default_factory()
+            else:
+                value = f.default
+            object.__setattr__(self, name, value)
+        found = dict(sections) if sections is not None else {}
+        for family in registry.families():
+            if family.thresholds is None:
+                continue
+            section = found.get(family.name) or family.thresholds()
+            mine = {name: values.pop(name) for name in [f.name for f in fields(section)] if name in values}
+            found[family.name] = replace(section, **mine) if mine else section
+        if values:
+            raise TypeError(f"Thresholds() got unexpected keyword argument(s) {sorted(values)}")
+        object.__setattr__(self, "sections", tuple((family.name, found[family.name]) for family in registry.families()
+                                                   if family.name in found))
+        self.__post_init__()
+
+    def __getattr__(self, name: str) -> Any:
+        """A family's threshold by its flat name (`t.logit_scale_ceiling`)."""
+        if name.startswith("__") or name == "sections":
+            raise AttributeError(name)
+        for _, section in self.sections:
+            if name in section.__dataclass_fields__:
+                return getattr(section, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def section(self, family: str) -> Any:
+        """The family's section (None: it has none)."""
+        return dict(self.sections).get(family)
 
     def __post_init__(self) -> None:
         problems = []
@@ -148,11 +160,8 @@ class Thresholds:
         if not 0 < self.run_band_warn <= self.run_band_alert:
             problems.append(f"need 0 < run_band_warn ≤ run_band_alert (got {self.run_band_warn}, "
                             f"{self.run_band_alert})")
-        if self.logit_scale_ceiling <= 0 or self.logit_scale_width < 1:
-            problems.append(f"need logit_scale_ceiling > 0 and logit_scale_width ≥ 1 (got {self.logit_scale_ceiling}, "
-                            f"{self.logit_scale_width})")
-        if min(self.output_logit_scale_ceiling, self.output_shift_ceiling) <= 0:
-            problems.append("need output_logit_scale_ceiling > 0 and output_shift_ceiling > 0")
+        for _, section in self.sections:
+            problems += section.problems()
         known = judged_by_name()
         unknown = sorted(set(self.disabled_monitors) - set(known))
         if unknown:
@@ -161,22 +170,42 @@ class Thresholds:
             raise CkptScanError("invalid thresholds: " + "; ".join(problems))
 
     def at_width(self, hidden_size: int | None) -> Thresholds:
-        """These thresholds for a model of d_model `hidden_size`: the logit-scale
-        ceiling × √(hidden_size / logit_scale_width) when wider, with the
-        width it is now for (so applying it again changes nothing)."""
-        if hidden_size is None or hidden_size <= self.logit_scale_width:
+        """These thresholds for a model of d_model `hidden_size`: each section
+        that depends on the width as its `at_width` says (the attention
+        logit-scale ceiling × √(hidden_size / logit_scale_width) when wider,
+        with the width it is now for, so applying it again changes nothing);
+        itself where none changes."""
+        sections = tuple((name, section.at_width(hidden_size) if hasattr(section, "at_width") else section)
+                         for name, section in self.sections)
+        if all(new is old for (_, new), (_, old) in zip(sections, self.sections)):
             return self
-        scaled = self.logit_scale_ceiling * math.sqrt(hidden_size / self.logit_scale_width)
-        return replace(self, logit_scale_ceiling=scaled, logit_scale_width=hidden_size)
+        return replace(self, sections=sections)
 
     def as_dict(self) -> dict[str, object]:
-        values = asdict(self)
+        """Every threshold by its flat name (the JSON report's "thresholds"), in `field_names` order."""
+        values: dict[str, object] = {name: getattr(self, name) for name in self.field_names()}
         values["disabled_monitors"] = list(self.disabled_monitors)
         return values
 
     @classmethod
     def field_names(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
+        """Every threshold's flat name: the general ones in their order, each family's placed where its
+        fields' metadata "after" says (the order the JSON report has always listed them in), else after them."""
+        names = [f.name for f in fields(cls) if f.name != "sections"]
+        general = set(names)
+        for family in registry.families():
+            if family.thresholds is None:
+                continue
+            at = len(names)
+            for f in fields(family.thresholds):
+                after = f.metadata.get("after")
+                if after is not None:
+                    at = names.index(after) + 1
+                    while at < len(names) and names[at] not in general:  # after the sections placed there
+                        at += 1
+                names.insert(at, f.name)
+                at += 1
+        return names
 
     def series_settings(self, start: int) -> SeriesSettings:
         return SeriesSettings(self.warn_sigma, self.alert_sigma, self.consecutive, self.baseline_pairs,

@@ -20,6 +20,8 @@ experiments' trainer; docs/detection.md and docs/calibration.md have the numbers
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from ckptscan.monitors.spec import RESTART, FamilySpec, Judging, MonitorSpec
@@ -42,6 +44,46 @@ def _unnormalised_logit_bound(layer: LayerResult) -> float | None:
 
 def _monitor(name: str, label: str, unit: str | None, bad: str, log: bool, judging: Judging) -> MonitorSpec:
     return MonitorSpec(name, "attention", label, unit, bad, log, _attention(name), judging)
+
+
+@dataclass(frozen=True)
+class AttentionThresholds:
+    """The attention family's thresholds (its section of `Thresholds`; flat names in ckptscan.toml)."""
+
+    # Attention logit scale (monitors.attention.logit_scale, the logits'
+    # standard deviation for unit-RMS inputs): its healthy level grows with
+    # the model, so the ceiling does, as √(d_model / logit_scale_width)
+    # above logit_scale_width (`at_width`: 2 at d_model 64, 2.83 at 128, 4 at
+    # 256). Healthy calibration runs reach at most 0.65 of it at every width
+    # (1.19 at d_model 64, 1.08 at 128, 2.60 at 256: generation 3's seeds);
+    # at one recipe the width controls double from d_model 128 to 256 (0.63 →
+    # 1.22), at generation 4's the healthy level grows ×1.15 from 64 to 128:
+    # √d lies between. Runs whose logged attention logits pass 100 are at
+    # 1.29 times it or more (median 2.9) by their first checkpoint after
+    # (experiments/natural.py --calibrate, docs/calibration.md). With a
+    # per-head QK-norm the gains bound every logit (qk_norm_logit_bound):
+    # above qk_norm_logit_ceiling softmax can be one-hot (e^100 between two keys).
+    # ("after": where the JSON report's "thresholds" lists the key.)
+    logit_scale_ceiling: float = field(default=2.0, metadata={"after": "band_scale_factor"})
+    logit_scale_width: int = 64
+    qk_norm_logit_ceiling: float = 100.0
+    # Hard floor (an alert whatever the history): a normalised Δ2 entropy this
+    # low means the update of every head concentrates on ~1 direction.
+    delta2_entropy_norm_floor: float = field(default=0.2, metadata={"after": "run_band_alert"})
+
+    def problems(self) -> list[str]:
+        if self.logit_scale_ceiling <= 0 or self.logit_scale_width < 1:
+            return [f"need logit_scale_ceiling > 0 and logit_scale_width ≥ 1 (got {self.logit_scale_ceiling}, "
+                    f"{self.logit_scale_width})"]
+        return []
+
+    def at_width(self, hidden_size: int | None) -> AttentionThresholds:
+        """For a model of d_model `hidden_size`: the logit-scale ceiling × √(hidden_size / logit_scale_width)
+        when wider, with the width it is now for (so applying it again changes nothing)."""
+        if hidden_size is None or hidden_size <= self.logit_scale_width:
+            return self
+        scaled = self.logit_scale_ceiling * math.sqrt(hidden_size / self.logit_scale_width)
+        return replace(self, logit_scale_ceiling=scaled, logit_scale_width=hidden_size)
 
 
 def ceiling_findings(layer: LayerResult, t: Any) -> list[Finding]:
@@ -131,6 +173,7 @@ ATTENTION = FamilySpec(
     # A notice names each layer's head whose Δ2 entropy fell most.
     head=lambda layer: layer.attention.delta2_entropy_worst_head if layer.attention is not None else None,
     short="attn",
+    thresholds=AttentionThresholds,
     ceilings=ceiling_findings,
     floors=floor_findings,
 )

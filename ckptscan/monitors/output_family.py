@@ -28,6 +28,7 @@ docs/detection.md the calibration):
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ckptscan.layouts import LayerWeights
@@ -67,6 +68,30 @@ def output_values(a: LayerWeights, b: LayerWeights, spectrum: bool = False) -> d
         "dw_head_mean_coherence": update.mean_coherence,
     }
     return {name: _finite(value) for name, value in values.items()}
+
+
+@dataclass(frozen=True)
+class OutputThresholds:
+    """The output family's thresholds (its section of `Thresholds`; flat names in ckptscan.toml)."""
+
+    # The output logit scale ‖W_head D_γ‖_F/√V and the log Z shift scale
+    # ‖D_γ w̄‖ (monitors/output.py), logits' standard deviations for unit-RMS
+    # inputs. Not calibrated against an output-logit divergence: no run of
+    # generation 4 had one (the no-weight-decay runs' logged mean log Z rises
+    # like the healthy runs', to 7.3, never drifting negative). Ceilings at
+    # twice the largest value of the 9 healthy calibration runs across the
+    # four recipes (4.37 and 3.52, a 2,000-step MoE run's last checkpoint;
+    # held-out healthy runs: 4.31 and 3.50; the unstable runs: at most 4.73
+    # and 3.89; experiments/natural.py --calibrate), rounded up to a half:
+    # they may miss a divergence, not alarm on these runs.
+    # ("after": where the JSON report's "thresholds" lists the key.)
+    output_logit_scale_ceiling: float = field(default=9.0, metadata={"after": "band_state_scale_factor"})
+    output_shift_ceiling: float = 7.5
+
+    def problems(self) -> list[str]:
+        if min(self.output_logit_scale_ceiling, self.output_shift_ceiling) <= 0:
+            return ["need output_logit_scale_ceiling > 0 and output_shift_ceiling > 0"]
+        return []
 
 
 def output_findings(layer: LayerResult, t: Any) -> list[Finding]:
@@ -130,6 +155,7 @@ OUTPUT = FamilySpec(
     compute=output_values,
     full_compute=lambda a, b: output_values(a, b, spectrum=True),  # --full-spectrum: the update's spectrum too
     proves_head_finite=True,  # values only from finite float64 sums over both heads and the gain
+    thresholds=OutputThresholds,
     ceilings=output_findings,
     interventions=INTERVENTIONS,
 )

@@ -38,6 +38,7 @@ experiments' trainer; docs/detection.md and docs/calibration.md have the numbers
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ckptscan.monitors.spec import RESTART, FamilySpec, Judging, MonitorSpec
@@ -54,6 +55,20 @@ def _router(field: str) -> Callable[[LayerResult], float | None]:
 
 def _monitor(name: str, label: str, unit: str | None, bad: str, log: bool, judging: Judging) -> MonitorSpec:
     return MonitorSpec(name, "router", label, unit, bad, log, _router(name), judging)
+
+
+@dataclass(frozen=True)
+class RouterThresholds:
+    """The router family's thresholds (its section of `Thresholds`; flat names in ckptscan.toml): hard floors,
+    alerts whatever the history. ("after": where the JSON report's "thresholds" lists the key.)"""
+
+    # ε this small bounds every pair of router rows to cosine ≥ ~0.65.
+    epsilon_floor: float = field(default=0.1, metadata={"after": "run_band_alert"})
+    # Mean normalised routing entropy this low: tokens go to about one expert.
+    routing_entropy_norm_floor: float = 0.1
+
+    def problems(self) -> list[str]:
+        return []
 
 
 def floor_findings(layer: LayerResult, t: Any) -> list[Finding]:
@@ -111,6 +126,7 @@ ROUTER = FamilySpec(
     mechanism_rank=2,
     present=lambda layer: layer.router is not None,
     always_listed=False,  # plotted only for a run with a MoE layer
+    thresholds=RouterThresholds,
     floors=floor_findings,
     why=("a router fault grows attention logits through the inputs it routes, while an attention fault "
          "barely moves the router weights"),

@@ -72,9 +72,13 @@ class FamilySpec:
     mechanism_rank: int | None = None
     why: str | None = None
     # Its thresholds section: a frozen dataclass whose fields (defaults the
-    # calibrated values) are read and set by their names in `[thresholds]`,
-    # `--set` and the JSON report's "thresholds" (detection/thresholds.py);
-    # None: the family has none.
+    # calibrated values) are read and set by their names in ckptscan.toml,
+    # `--set`, `Thresholds(...)` and the JSON report's "thresholds"
+    # (detection/thresholds.py); None: the family has none. It has
+    # `problems() -> list[str]` (what is invalid, in words) and may have
+    # `at_width(hidden_size)` (itself for a model that wide). A field's
+    # metadata "after" names the key the JSON report lists it after (else:
+    # after the section's previous field; the first: after the others).
     thresholds: type | None = None
     # Its absolute rules, which need no history (detection/state.py applies
     # them, in this order per family): `ceilings(layer, section)` from the

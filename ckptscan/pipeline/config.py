@@ -5,10 +5,12 @@ upwards (stopping at a repository root, the directory holding `.git`), the
 first `ckptscan.toml`, or `pyproject.toml` with a `[tool.ckptscan]` table; a
 `ckptscan.toml` wins over a `pyproject.toml` in the same directory.
 
-What: every field of `Thresholds` (see `ckptscan/detection/rules.py` and
-docs/detection.md), plus `fail_on` ("warn" | "not_judged" | "alert", the CI gate's default level;
-default "alert": an alerting run fails; "not_judged" also fails a run none of whose pairs could be
-judged yet). In a `ckptscan.toml` the keys sit at the top level (or under `[tool.ckptscan]`).
+What: every threshold by its flat name (`Thresholds.field_names()`: the
+general rules' and each registered family's section's; see
+`ckptscan/detection/rules.py` and docs/detection.md), plus `fail_on`
+("warn" | "not_judged" | "alert", the CI gate's default level; default
+"alert": an alerting run fails; "not_judged" also fails a run none of whose
+pairs could be judged yet). In a `ckptscan.toml` the keys sit at the top level (or under `[tool.ckptscan]`).
 `--set KEY=VALUE` (repeatable) overrides any of them; VALUE is a TOML value
 (`--set alert_sigma=5`, `--set 'disabled_monitors=["epsilon"]'`) or, for
 `disabled_monitors`, a comma-separated list. Unknown keys are errors: a typo
@@ -17,7 +19,6 @@ must not silently leave a default in force.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,7 +114,7 @@ def _parse_value(raw: str) -> Any:
 
 def _thresholds(values: dict[str, Any], where: str) -> Thresholds:
     defaults = Thresholds()
-    known = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(Thresholds)}
+    known = {name: getattr(defaults, name) for name in Thresholds.field_names()}
     unknown = sorted(set(values) - set(known))
     if unknown:
         raise CkptScanError(f"{where}: unknown setting(s) {unknown}; known: {sorted([*known, 'fail_on'])}")
