@@ -37,8 +37,6 @@ from ckptscan.monitors.spec import RESTART, FamilySpec, MonitorSpec, family_valu
 from ckptscan.schema.results import Finding, LayerResult
 
 NAME = "output"
-MONITORS = ("output_logit_rms", "output_logit_max", "output_shift", "output_mean_row_share",
-            "dw_head_entropy_norm", "dw_head_rel_norm", "dw_head_mean_coherence")
 
 
 def _finite(x: float | None) -> float | None:

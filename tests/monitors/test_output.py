@@ -30,9 +30,10 @@ from ckptscan.monitors.output import (
     mean_row_share,
     shift_scale,
 )
-from ckptscan.monitors.output_family import MONITORS, NAME, OUTPUT, output_values
+from ckptscan.monitors.output_family import NAME, OUTPUT, output_values
 from ckptscan.schema.results import LayerResult
 
+MONITORS = tuple(m.name for m in OUTPUT.monitors)  # the family's monitors, as it declares them
 SHAPES = [(40, 12), (7, 16), (129, 33)]
 DTYPES = [torch.float32, torch.bfloat16]
 BLOCKS = [1, 3, 7, None]  # None: the default, one block at these shapes
