@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable, Mapping
 
-from ckptscan.detection.series import SeriesSpec
+from ckptscan.detection.series import Point, SeriesSpec
 from ckptscan.monitors import registry
 from ckptscan.monitors.spec import MonitorSpec
-from ckptscan.schema.results import LayerResult
+from ckptscan.schema.results import Finding, LayerResult
 
 
 @dataclass(frozen=True)
@@ -65,3 +65,13 @@ def _judged(monitor: MonitorSpec) -> JudgedMonitor:
     spec = SeriesSpec(monitor.bad, j.min_scale, follow_trend=j.follow_trend, log=monitor.log, sequential=j.sequential)
     return JudgedMonitor(monitor.name, monitor.family, monitor.label, spec, j.alone, monitor.read, j.across_runs,
                          j.per_update)
+
+
+def departure_finding(monitor: JudgedMonitor, point: Point, severity: str, rule: str | None, message: str,
+                      threshold: float | None, score: float | None, onset: int | None) -> Finding:
+    """A finding of a rule over a monitor's series, assembled once for every such rule (its trend, level or
+    reference, its CUSUM, the pooled CUSUM, the layer and run bands): the monitor's name and family, the
+    point's value and baseline, with the rule's words, the level reached, its statistic and where it began."""
+    return Finding(monitor=monitor.name, family=monitor.family, severity=severity, value=point.value,
+                   message=message, baseline=point.expected, threshold=threshold, rule=rule, score=score,
+                   onset_step=onset)

@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from ckptscan.detection.catalog import JudgedMonitor, judged_by_name
+from ckptscan.detection.catalog import JudgedMonitor, departure_finding, judged_by_name
 from ckptscan.detection.series import Point, robust_center_scale
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.monitors import registry
@@ -96,19 +96,11 @@ def _series_finding(monitor: JudgedMonitor, point: Point, severity: str, onset: 
     since = f" since step {onset}" if onset is not None else ""
     capped = " (not corroborated by a specific monitor: warn only)" if severity == "warn" and point.state == "alert" \
         else ""
-    return Finding(
-        monitor=monitor.name,
-        family=monitor.family,
-        severity=severity,
-        value=point.value,
-        message=f"{monitor.label} {point.value:.3g} is {point.excess:.1f} robust σ {side} {what} "
-                f"({point.expected:.3g}){since}{capped}",
-        baseline=point.expected,
-        threshold=point.alert_at if severity == "alert" else point.warn_at,
-        rule=point.rule,
-        score=point.excess,
-        onset_step=onset,
-    )
+    return departure_finding(
+        monitor, point, severity, point.rule,
+        f"{monitor.label} {point.value:.3g} is {point.excess:.1f} robust σ {side} {what} "
+        f"({point.expected:.3g}){since}{capped}",
+        point.alert_at if severity == "alert" else point.warn_at, point.excess, onset)
 
 
 def _cusum_finding(monitor: JudgedMonitor, point: Point, severity: str, onset: int | None, t: Thresholds) -> Finding:
@@ -117,20 +109,12 @@ def _cusum_finding(monitor: JudgedMonitor, point: Point, severity: str, onset: i
     threshold = t.cusum_alert if point.state == "alert" else t.cusum_warn
     capped = " (not corroborated by a specific monitor: warn only)" if severity == "warn" and point.state == "alert" \
         else ""
-    return Finding(
-        monitor=monitor.name,
-        family=monitor.family,
-        severity=severity,
-        value=point.value,
-        message=f"{monitor.label} {point.value:.3g}: CUSUM of its departures from the healthy baseline "
-                f"({point.expected:.3g}) is {point.cusum:.1f} (≥ {threshold:g}; drift {t.cusum_drift:g} σ per pair)"
-                f"{f' since step {onset}' if onset is not None else ''}{capped}",
-        baseline=point.expected,
-        threshold=threshold,
-        rule="cusum",
-        score=point.cusum,
-        onset_step=onset,
-    )
+    return departure_finding(
+        monitor, point, severity, "cusum",
+        f"{monitor.label} {point.value:.3g}: CUSUM of its departures from the healthy baseline "
+        f"({point.expected:.3g}) is {point.cusum:.1f} (≥ {threshold:g}; drift {t.cusum_drift:g} σ per pair)"
+        f"{f' since step {onset}' if onset is not None else ''}{capped}",
+        threshold, point.cusum, onset)
 
 
 def cross_layer_findings(pair: PairResult, t: Thresholds) -> None:

@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping, Sequence, cast
 
-from ckptscan.detection.catalog import Catalog, JudgedMonitor, catalog
+from ckptscan.detection.catalog import Catalog, JudgedMonitor, catalog, departure_finding
 from ckptscan.detection.series import Point
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.schema.results import Finding
@@ -59,8 +59,8 @@ def layer_band_departure(points: Mapping[str, Point]) -> float | None:
     """The mean band departure (band sigmas, factor 1, toward each monitor's
     alarm side) of the layer's `layer_band` monitors on one pair; None with
     fewer than MIN_MONITORS of them judged against a band."""
-    departures = [points[m.name].band_departure for m in layer_band()
-                  if m.name in points and points[m.name].band_departure is not None]
+    departures = [departure for m in layer_band()
+                  if m.name in points and (departure := points[m.name].band_departure) is not None]
     return sum(departures) / len(departures) if len(departures) >= MIN_MONITORS else None
 
 
@@ -98,26 +98,18 @@ def _departing_most(points: Mapping[str, Point]) -> tuple[JudgedMonitor, Point]:
     finding of a band statistic names (the statistic is the layer's or run's)."""
     return max(((m, points[m.name]) for m in layer_band()
                 if m.name in points and points[m.name].band_departure is not None),
-               key=lambda mp: mp[1].band_departure)
+               key=lambda mp: cast(float, mp[1].band_departure))
 
 
 def _finding(monitor: JudgedMonitor, point: Point, judged: tuple[float, str, float, int | None], rule: str, what: str,
-             mean: float, previous: float, pointer: str) -> Finding:
+             mean: float | None, previous: float | None, pointer: str) -> Finding:
+    # (mean and previous: set whenever the rule judged two pairs in a row, `judged`)
     both, severity, threshold, onset = judged
-    return Finding(
-        monitor=monitor.name,
-        family=monitor.family,
-        severity=severity,
-        value=point.value,
-        message=f"{what}: their mean departure from the band of reference runs is {mean:.1f} band σ, "
-                f"{previous:.1f} on the pair before (≥ {threshold:g} on two pairs in a row) since step {onset}; "
-                f"{pointer}",
-        baseline=point.expected,
-        threshold=threshold,
-        rule=rule,
-        score=both,
-        onset_step=onset,
-    )
+    return departure_finding(
+        monitor, point, severity, rule,
+        f"{what}: their mean departure from the band of reference runs is {mean:.1f} band σ, "
+        f"{previous:.1f} on the pair before (≥ {threshold:g} on two pairs in a row) since step {onset}; {pointer}",
+        threshold, both, onset)
 
 
 class LayerBand(TwoInARow):
@@ -165,7 +157,7 @@ class RunBand(TwoInARow):
         judged = self._step(found[0] if found else None, step, t.run_band_warn, t.run_band_alert)
         if judged is None:
             return None
-        mean, position = found
+        mean, position = cast("tuple[float, int]", found)  # judged: found on this pair
         monitor, point = _departing_most(layers[position])
         return position, _finding(monitor, point, judged, "run_band", "the attention update monitors of every layer",
                                   mean, before, f"this layer departs most ({monitor.label} "

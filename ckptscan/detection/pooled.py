@@ -11,9 +11,9 @@ model's, the layer a pointer.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Sequence, cast
 
-from ckptscan.detection.catalog import JudgedMonitor, judged_monitors
+from ckptscan.detection.catalog import JudgedMonitor, departure_finding, judged_monitors
 from ckptscan.detection.changepoint import Cusum, Excursion
 from ckptscan.detection.series import Point
 from ckptscan.detection.thresholds import Thresholds
@@ -61,26 +61,18 @@ class PooledCusum:
             return None
         severity = "alert" if stat >= t.pooled_cusum_alert else "warn"
         candidates = [(p, position) for position, p in enumerate(points) if p is not None and p.own_excess is not None]
-        point, position = max(candidates, key=lambda cp: cp[0].own_excess)
-        if point.own_excess <= t.cusum_drift:
+        point, position = max(candidates, key=lambda cp: cast(float, cp[0].own_excess))
+        if cast(float, point.own_excess) <= t.cusum_drift:
             return None  # no layer adds to the sum on this pair: nothing to point at (the alarm began earlier)
-        onset = self.excursion.onset_label
+        onset = cast("int | None", self.excursion.onset_label)  # the labels are steps
         threshold = t.pooled_cusum_alert if severity == "alert" else t.pooled_cusum_warn
         monitor = self.monitor
-        return position, Finding(
-            monitor=monitor.name,
-            family=monitor.family,
-            severity=severity,
-            value=point.value,
-            message=f"{monitor.label}: CUSUM of the departures pooled over {len(candidates)} layers is {stat:.1f} "
-                    f"(≥ {threshold:g}; drift {t.cusum_drift:g} σ per pair) since step {onset}; "
-                    f"this layer departs most ({point.own_excess:.1f} σ)",
-            baseline=point.expected,
-            threshold=threshold,
-            rule="pooled_cusum",
-            score=stat,
-            onset_step=onset,
-        )
+        return position, departure_finding(
+            monitor, point, severity, "pooled_cusum",
+            f"{monitor.label}: CUSUM of the departures pooled over {len(candidates)} layers is {stat:.1f} "
+            f"(≥ {threshold:g}; drift {t.cusum_drift:g} σ per pair) since step {onset}; "
+            f"this layer departs most ({point.own_excess:.1f} σ)",
+            threshold, stat, onset)
 
     def live_labels(self) -> list[object]:
         """The onset a later pair's finding may still name (the excursion under way)."""
