@@ -17,6 +17,7 @@ from ckptscan.detection.catalog import JudgedMonitor, departure_finding, judged_
 from ckptscan.detection.series import Point, robust_center_scale
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.monitors import registry
+from ckptscan.monitors.attention_family import ATTENTION
 from ckptscan.schema.results import Finding, LayerResult, PairResult, SeriesPoint, worst
 
 
@@ -131,7 +132,7 @@ def cross_layer_findings(pair: PairResult, t: Thresholds) -> None:
         severity = "alert" if z <= -t.cross_layer_z_alert else "warn" if z <= -t.cross_layer_z_warn else None
         if severity:
             layer.findings.append(Finding(
-                "delta2_entropy_norm", "attention", severity, values[layer.layer],
+                "delta2_entropy_norm", ATTENTION.name, severity, values[layer.layer],
                 f"normalised Δ2 entropy {values[layer.layer]:.3f} is {-z:.1f} robust σ below the other layers' "
                 f"median {center:.3f}",
                 baseline=center,

@@ -37,6 +37,7 @@ from typing import Mapping, Sequence, cast
 from ckptscan.detection.catalog import Catalog, JudgedMonitor, catalog, departure_finding
 from ckptscan.detection.series import Point
 from ckptscan.detection.thresholds import Thresholds
+from ckptscan.monitors.attention_family import ATTENTION
 from ckptscan.schema.results import Finding
 
 
@@ -48,7 +49,7 @@ def layer_band() -> tuple[JudgedMonitor, ...]:
 @functools.cache
 def _layer_band(judged: Catalog) -> tuple[JudgedMonitor, ...]:
     """Worked out once per state of the registry: asked per layer and pair."""
-    return tuple(m for m in judged.monitors if m.family == "attention" and m.per_update and m.across_runs)
+    return tuple(m for m in judged.monitors if m.family == ATTENTION.name and m.per_update and m.across_runs)
 
 
 # Fewest of them with a band departure on a pair for the layer to have a mean there.

@@ -22,6 +22,9 @@ stored_dtype`, `.changed_fraction`), and this rule reads them:
 
 from __future__ import annotations
 
+from typing import cast
+
+from ckptscan.monitors.numeric_family import NAME as NUMERIC
 from ckptscan.schema.results import Finding, LayerResult
 
 # Explicit mantissa bits of each low-precision dtype: the spacing of values
@@ -47,18 +50,18 @@ def precision_findings(layer: LayerResult) -> list[Finding]:
     if not fractions:
         return []
     role = min(fractions, key=fractions.__getitem__)
-    fraction, dtype = fractions[role], dtypes[role]
+    fraction, dtype = fractions[role], cast(str, dtypes[role])  # a low-precision dtype: not None
     resolution = f"{dtype} resolution (spacing ≈ |w|·2^-{LOW_PRECISION[dtype]})"
     if fraction == 0 and all(f == 0 for f in fractions.values()):
         return [Finding(
-            "changed_fraction", "numeric", "info", 0.0,
+            "changed_fraction", NUMERIC, "info", 0.0,
             f"{', '.join(sorted(fractions))} identical between the checkpoints, stored as {dtype}: the layer is "
             f"frozen, or every update fell below {resolution}; if it is trained, {FIX}",
             threshold=MIN_CHANGED_FRACTION, rule="precision",
         )]
     if fraction < MIN_CHANGED_FRACTION:
         return [Finding(
-            "changed_fraction", "numeric", "warn", fraction,
+            "changed_fraction", NUMERIC, "warn", fraction,
             f"only {fraction:.1%} of {role} elements changed between the checkpoints, stored as {dtype}: most of "
             f"the update is below {resolution} and is lost if training keeps no higher-precision copy ({FIX}); "
             "this layer's monitors see rounding, not the update",

@@ -51,6 +51,7 @@ from __future__ import annotations
 import statistics
 
 from ckptscan.detection.update import lr_rise_findings, relative_change, update_findings
+from ckptscan.monitors.numeric_family import NAME as NUMERIC
 from ckptscan.schema.results import Finding, PairResult
 
 # ‖ΔW‖/‖W_a‖ of unrelated weights is √(1 + ρ²) > 1: an update at least as
@@ -93,7 +94,7 @@ def unrelated_findings(pair: PairResult) -> bool:
                f"{UNRELATED_CHANGE:g}){evidence}: not two steps of one run (different runs, a restart, or a "
                "checkpoint from another folder)")
     for layer in pair.layers:
-        layer.findings.append(Finding(RULE_UNRELATED, "numeric", "alert", change, message,
+        layer.findings.append(Finding(RULE_UNRELATED, NUMERIC, "alert", change, message,
                                       threshold=UNRELATED_CHANGE, rule=RULE_UNRELATED))
     return True
 
@@ -115,7 +116,7 @@ def folder_findings(pair: PairResult, change: float | None) -> bool:
         ", median over layers) cannot tell, as runs from one initialisation stay related"
     message = f"{evidence}: two runs, not two steps of one{weights}"
     for layer in pair.layers:  # no threshold: the evidence is the folders', not a number's
-        layer.findings.append(Finding(RULE_UNRELATED, "numeric", "alert", change, message, rule=RULE_UNRELATED))
+        layer.findings.append(Finding(RULE_UNRELATED, NUMERIC, "alert", change, message, rule=RULE_UNRELATED))
     return True
 
 
@@ -140,4 +141,4 @@ def identical_findings(pair: PairResult) -> None:
     message = ("every monitored weight is bit-identical in the two checkpoints (the same checkpoint twice, a copy, or "
                "weights that did not train): no update to judge")
     for layer in pair.layers:
-        layer.findings.append(Finding(RULE_IDENTICAL, "numeric", "alert", 0.0, message, rule=RULE_IDENTICAL))
+        layer.findings.append(Finding(RULE_IDENTICAL, NUMERIC, "alert", 0.0, message, rule=RULE_IDENTICAL))

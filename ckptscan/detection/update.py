@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import statistics
 
+from ckptscan.monitors.update_family import FAMILY
 from ckptscan.schema.results import Finding, PairResult
 
-FAMILY = "update"
 # ‖ΔW‖/‖W_a‖ at which the update is as large as the weights (the same bound
 # as an unrelated pair's √(1 + ρ²) > 1: provenance.py).
 AS_LARGE_AS_THE_WEIGHTS = 1.0
