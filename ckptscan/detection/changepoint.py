@@ -57,7 +57,7 @@ def change_point(stats: Sequence[float | None], index: int) -> int:
     after the last zero of C before `index` (C > 0 from there on). A point
     without a statistic (not judged yet) counts as a zero."""
     start = index
-    while start > 0 and stats[start - 1] is not None and stats[start - 1] > 0:
+    while start > 0 and (before := stats[start - 1]) is not None and before > 0:
         start -= 1
     return start
 

@@ -119,7 +119,7 @@ class SeriesJudge:
             settings=dict(metrics.settings),
             probe=metrics.probe,
         )
-        finish_report(report, self.state, divergence)
+        finish_report(report, self._current(), divergence)
         screened = self.screened(thresholds)
         if screened is not None and screened.left_out:
             report.settings["reference_left_out"] = list(screened.left_out)
@@ -129,9 +129,14 @@ class SeriesJudge:
     def add(self, pair: PairResult) -> PairResult:
         """Judge one more pair (a copy of it) from the state: the benchmarks'
         unit of work. Returns the judged copy."""
-        judged = self.state.add(unjudged(pair))
+        judged = self._current().add(unjudged(pair))
         self.judged.append(judged)
         return judged
+
+    def _current(self) -> JudgeState:
+        if self.state is None:
+            raise RuntimeError("no judge state: start() or report() comes first")
+        return self.state
 
     def start(self, state: JudgeState, judged: list[PairResult] | None = None) -> None:
         """Go on from `state`, the state after `judged` (a saved state and the

@@ -77,7 +77,7 @@ def screen_references(reports: Sequence[ScanReport], paths: Sequence[str | None]
             screened.reports.append(report)
             screened.paths.append(paths[i])
             continue
-        name = paths[i] if paths[i] is not None else f"reference {i + 1}"
+        name = path if (path := paths[i]) is not None else f"reference {i + 1}"
         step, family = alert
         against = "on its own history" if not others else \
             "against the other reference" if len(others) == 1 else "against the band of the other references"
