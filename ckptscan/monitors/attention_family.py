@@ -162,9 +162,10 @@ ATTENTION = FamilySpec(
         MonitorSpec("qk_logit_bound", "attention", "logit bound", None, "high", True, _unnormalised_logit_bound,
                     Judging(0.05, "alert", follow_trend=True)),
         # Absolute: judged against its ceiling from the first pair (detection/findings.py), not as a series.
-        MonitorSpec("logit_scale", "attention", "logit scale", "logit σ", "high", True, _attention("logit_scale")),
+        MonitorSpec("logit_scale", "attention", "logit scale", "logit σ", "high", True, _attention("logit_scale"),
+                    ceiling="logit_scale_ceiling"),
         MonitorSpec("qk_norm_logit_bound", "attention", "QK-norm logit bound", "largest logit", "high", True,
-                    _attention("qk_norm_logit_bound")),
+                    _attention("qk_norm_logit_bound"), ceiling="qk_norm_logit_ceiling"),
     ),
     headline=("delta2_entropy_norm",),
     interventions=INTERVENTIONS,

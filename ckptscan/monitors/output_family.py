@@ -137,10 +137,12 @@ OUTPUT = FamilySpec(
     NAME,
     (
         # Absolute: judged against their ceilings from the first pair (detection/output.py).
-        MonitorSpec("output_logit_rms", NAME, "output logit scale", "logit σ", "high", True, _read("output_logit_rms")),
+        MonitorSpec("output_logit_rms", NAME, "output logit scale", "logit σ", "high", True, _read("output_logit_rms"),
+                    ceiling="output_logit_scale_ceiling"),
         MonitorSpec("output_logit_max", NAME, "output logit scale (largest row)", "logit σ", "high", True,
                     _read("output_logit_max")),
-        MonitorSpec("output_shift", NAME, "log Z shift scale", "logit σ", "high", True, _read("output_shift")),
+        MonitorSpec("output_shift", NAME, "log Z shift scale", "logit σ", "high", True, _read("output_shift"),
+                    ceiling="output_shift_ceiling"),
         MonitorSpec("output_mean_row_share", NAME, "head mean-row share", None, "high", False,
                     _read("output_mean_row_share")),
         MonitorSpec("dw_head_entropy_norm", NAME, "ΔW_head H/ln r", "H / ln r", "low", False,

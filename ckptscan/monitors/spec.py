@@ -40,6 +40,9 @@ class MonitorSpec:
     log: bool  # a positive, scale-dependent value: judged (and coloured) on a log scale
     read: Callable[[LayerResult], float | None]
     judging: Judging | None = None  # None: reported, never judged
+    # The threshold (its flat name, in its family's section) that is its ceiling, for a monitor an absolute
+    # rule holds under one: the reports show it beside the value (report/fired.py `ceiling`).
+    ceiling: str | None = None
 
 
 @dataclass(frozen=True)

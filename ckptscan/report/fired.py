@@ -22,7 +22,7 @@ monitor's.
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from typing import Any, Iterable
 
 from ckptscan.monitors import registry
@@ -31,16 +31,6 @@ from ckptscan.schema.results import Finding, LayerResult, LayerSummary
 
 # Series rules whose threshold is the CUSUM statistic's, not the value's.
 CUSUM_RULES = ("cusum", "pooled_cusum")
-
-# Monitors judged against a ceiling on their own value (detection/findings.py,
-# detection/output.py): the report's threshold that holds it.
-CEILINGS = {
-    "logit_scale": "logit_scale_ceiling",
-    "qk_norm_logit_bound": "qk_norm_logit_ceiling",
-    "output_logit_rms": "output_logit_scale_ceiling",
-    "output_shift": "output_shift_ceiling",
-}
-
 
 def monitor_label(finding: Finding) -> str:
     """'attention logit scale': the family and the monitor's table label
@@ -103,17 +93,25 @@ def first_fired(layer_by_step: Iterable[tuple[int | None, LayerResult | None]]
 
 
 def ceiling(monitor: str, thresholds: dict[str, Any], hidden_size: int | None) -> float | None:
-    """The ceiling a report judges `monitor` against (its `thresholds`, as the
-    JSON report carries them), None for a monitor judged otherwise. The
-    attention logit scale's grows with the width as detection applies it
-    (`Thresholds.at_width`)."""
-    key = CEILINGS.get(monitor)
+    """The ceiling a report judges `monitor` against (`MonitorSpec.ceiling`, in its `thresholds` as the JSON
+    report carries them), None for a monitor judged otherwise. A ceiling that grows with the width (the
+    attention logit scale's) is the one detection applied: its family's section at the model's width
+    (`at_width`), made from the report's thresholds."""
+    spec = registry.find(monitor)
+    key = spec.ceiling if spec is not None else None
     value = thresholds.get(key) if key is not None else None
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
+    if key is None or not isinstance(value, (int, float)) or isinstance(value, bool):
         return None
-    width = thresholds.get("logit_scale_width")
-    if monitor == "logit_scale" and isinstance(width, int) and width > 0 and hidden_size and hidden_size > width:
-        return float(value) * math.sqrt(hidden_size / width)
+    family = registry.finding_spec(spec.family) if spec is not None else None
+    section = family.thresholds if family is not None else None
+    if section is not None and hasattr(section, "at_width") and hidden_size:
+        names = [f.name for f in dataclasses.fields(section)]
+        # A report from before the section had all its fields (before the width scaling) keeps its ceiling as is.
+        if all(isinstance(thresholds.get(name), (int, float)) for name in names):
+            try:
+                return float(getattr(section(**{name: thresholds[name] for name in names}).at_width(hidden_size), key))
+            except (ArithmeticError, TypeError, ValueError):  # a width no model has: the ceiling as it is
+                pass
     return float(value)
 
 

@@ -137,7 +137,7 @@ def test_the_attention_ceiling_is_never_beside_the_output_logit_scale(data):
 
 def test_each_ceiling_is_the_one_detection_applies():
     thresholds = {"logit_scale_ceiling": 2.0, "logit_scale_width": 64, "output_logit_scale_ceiling": 9.0,
-                  "output_shift_ceiling": 7.5, "qk_norm_logit_ceiling": 100.0}
+                  "output_shift_ceiling": 7.5, "qk_norm_logit_ceiling": 100.0, "delta2_entropy_norm_floor": 0.2}
     assert ceiling("output_logit_rms", thresholds, 4096) == 9.0
     assert ceiling("output_shift", thresholds, 64) == 7.5
     assert ceiling("qk_norm_logit_bound", thresholds, 64) == 100.0
@@ -146,4 +146,7 @@ def test_each_ceiling_is_the_one_detection_applies():
     # Already at its width (a report's thresholds after at_width): applied once only.
     assert ceiling("logit_scale", {**thresholds, "logit_scale_ceiling": 4.0, "logit_scale_width": 256}, 256) == 4.0
     assert ceiling("delta2_entropy_norm", thresholds, 64) is None
+    # A report from before the width scaling (no logit_scale_width): its ceiling as it was applied.
+    older = {k: v for k, v in thresholds.items() if k != "logit_scale_width"}
+    assert ceiling("logit_scale", older, 256) == 2.0
     assert reference_text(0.482, None) == "0.482" and reference_text(None, None) == "–"
