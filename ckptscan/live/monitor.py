@@ -85,7 +85,7 @@ from ckptscan.live.resume_file import ResumePlanFile
 from ckptscan.live.snapshot import HostBuffers, ModelView, Snapshot, model_config
 from ckptscan.live.tensorboard_scalars import METRIC_PREFIX, TensorBoardScalars, interval_metrics
 from ckptscan.inputs.loss_log import LossLog
-from ckptscan.monitors.update_family import fill_update_per_lr
+from ckptscan.monitors import registry
 from ckptscan.system.paths import expand_path
 from ckptscan.inputs.probe import Probe, capture_probe, load_probe
 from ckptscan.readers import Checkpoint
@@ -378,7 +378,7 @@ class Monitor:
             settings.update(loss_log=str(self.loss_log.path), lr_warmup_end_step=self.loss_log.warmup_end())
         if pair.lr is None and logged_lrs:  # as compute()'s stated_lr does with trainer_state.json
             pair.lr = interval_lr(logged_lrs, pair.from_step, pair.to_step)
-        fill_update_per_lr(pair)
+        registry.fill(pair)
         metrics = Metrics(kind="run", model=model, checkpoints=self.checkpoints, pairs=self.pairs,
                           settings=settings, probe=str(self.probe.path) if self.probe is not None else None,
                           loss_log=self.loss_log)
@@ -477,7 +477,7 @@ def alerts_of(report: ScanReport, thresholds: Thresholds) -> list[Alert]:
     provisional = len(report.pairs) == 1 and (t.warmup_pairs > 0 or (newest.from_step or 0) < t.warmup_steps)
     step = newest.to_step if newest.to_step is not None else -1  # a live pair always has its steps
     return [Alert(step, layer.layer, f) for layer in newest.layers for f in layer.findings
-            if f.severity == "alert" and (f.family == "numeric" or not provisional)]
+            if f.severity == "alert" and (f.family == registry.NUMERIC or not provisional)]
 
 
 def report_due(written: tuple[int, str] | None, pairs: int, verdict: str, alerted: bool) -> bool:

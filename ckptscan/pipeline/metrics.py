@@ -18,7 +18,7 @@ from ckptscan.detection.judge import Metrics
 from ckptscan.executors import Executor
 from ckptscan.layouts import resolve_layout
 from ckptscan.monitors.optimizer_family import FAMILY as OPTIMIZER_FAMILY
-from ckptscan.monitors.update_family import fill_update_per_lr
+from ckptscan.monitors import registry
 from ckptscan.readers import Checkpoint
 from ckptscan.readers.optimizer_state import unread_reason
 from ckptscan.readers.trainer_state import interval_lr
@@ -95,7 +95,7 @@ def compute(
         run_settings.update(loss_log=str(spec.loss_log.path), lr_warmup_end_step=spec.loss_log.warmup_end())
     for (a, b), pair in zip(pairs, results):
         stated_lr(pair, ckpts[a], ckpts[b])
-        fill_update_per_lr(pair)
+        registry.fill(pair)
     if results and not any(OPTIMIZER_FAMILY in layer.families for pair in results for layer in pair.layers):
         # Said once for the report, not per pair: its optimizer family is not judged.
         run_settings["optimizer_state"] = unread_reason(ckpts[pairs[-1][1]])

@@ -52,7 +52,7 @@ from ckptscan.pipeline.api import resolve_references
 from ckptscan.caches.pair_cache import PairCache
 from ckptscan.caches.judge_cache import JudgeCache
 from ckptscan.pipeline.metrics import Metrics, compute, pair_settings
-from ckptscan.monitors.update_family import fill_update_per_lr
+from ckptscan.monitors import registry
 from ckptscan.detection.judge import SeriesJudge
 from ckptscan.pipeline.discovery import checkpoint_folder, newest_complete, run_directory
 from ckptscan.errors import CkptScanError
@@ -269,7 +269,7 @@ class Watcher:
                         spec.loss_log.annotate(pair)
                     else:
                         pair.loss = pair.lr = None
-                    fill_update_per_lr(pair)  # per unit of the LR just read
+                    registry.fill(pair)  # per unit of the LR just read
             kept = dataclasses.replace(kept, model=fresh.model, skipped=fresh.skipped, settings=fresh.settings,
                                        probe=fresh.probe, loss_log=fresh.loss_log)
         self._metrics, self._settings = kept, settings
