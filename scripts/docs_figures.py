@@ -240,7 +240,7 @@ def draw_overview(report: ScanReport) -> None:
 
 def draw_screenshot(report: ScanReport) -> None:
     """The README's picture of the demo's HTML report, as a headless Chromium shows its top."""
-    from ckptscan.report.html import write_report_files
+    from ckptscan.report.html_page import write_report_files
     from ckptscan.document.plain import report_dict
 
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")

@@ -13,7 +13,6 @@ PACKAGE = Path(ckptscan.__file__).parent
 KNOWN = {
     "report/json.py": "the deprecated shim of the format's old home, ckptscan.report.json (docs/python-api.md), "
                       "removed at the next major version of the JSON schema",
-    "report/html.py": "a renderer not renamed yet (issue 53, step 3)",
 }
 
 

@@ -125,6 +125,6 @@ def _report_files(report: ScanReport, directory: Path, html: bool) -> None:
         import matplotlib  # noqa: F401 - the HTML report's figures
     except ImportError:
         return
-    from ckptscan.report.html import write_report_files
+    from ckptscan.report.html_page import write_report_files
 
     write_report_files(report_dict(report), html_path=directory / "report.html")

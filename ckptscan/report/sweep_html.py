@@ -18,7 +18,7 @@ from typing import Any
 
 from ckptscan.errors import CkptScanError
 from ckptscan.system.output import write_output
-from ckptscan.report.html import page_head
+from ckptscan.report.html_page import page_head
 from ckptscan.schema.results import status_word
 
 

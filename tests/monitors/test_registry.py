@@ -24,7 +24,7 @@ from ckptscan.detection.thresholds import Thresholds
 from ckptscan.errors import CkptScanError
 from ckptscan.monitors import registry
 from ckptscan.pipeline.config import load_config
-from ckptscan.report.html import html_page
+from ckptscan.report.html_page import html_page
 from ckptscan.document.plain import report_dict
 from ckptscan.document.writing import write_json
 from ckptscan.document.reading import load_report

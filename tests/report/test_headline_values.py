@@ -15,7 +15,7 @@ from rich.console import Console
 
 from ckptscan import scan_run
 from ckptscan.report.fired import ceiling, reference_text
-from ckptscan.report.html import html_page
+from ckptscan.report.html_page import html_page
 from ckptscan.document.plain import report_dict
 from ckptscan.report.markdown import markdown_report
 from ckptscan.report.trend_table import print_trend

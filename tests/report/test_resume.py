@@ -5,7 +5,7 @@ steps to skip, the learning rate to go back to, the trainer's arguments."""
 import html
 
 from ckptscan.detection.rules import Thresholds, assess_report
-from ckptscan.report.html import html_page
+from ckptscan.report.html_page import html_page
 from ckptscan.document.plain import report_dict
 from ckptscan.report.markdown import markdown_report
 from ckptscan.report.resume import lr_text, resume_lines, rollback_why

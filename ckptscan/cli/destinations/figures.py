@@ -49,7 +49,7 @@ class Figures(Asked):
         require_matplotlib()
 
     def write(self, delivery: Delivery) -> None:
-        from ckptscan.report.html import write_report_files
+        from ckptscan.report.html_page import write_report_files
         from ckptscan.document.plain import report_dict
 
         for path in write_report_files(report_dict(delivery.report, self.per_head), self.html, self.png):

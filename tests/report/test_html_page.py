@@ -60,7 +60,7 @@ def parse(page: str) -> Structure:
 
 
 def render(report, tmp_path, name="report.html", png=None):
-    from ckptscan.report.html import write_report_files
+    from ckptscan.report.html_page import write_report_files
 
     path = tmp_path / name
     write_report_files(report_dict(report), path, png)
@@ -84,7 +84,7 @@ def test_page_is_well_formed_and_self_contained(page):
 
 
 def test_page_has_every_section_in_order(page):
-    from ckptscan.report.html import SECTIONS
+    from ckptscan.report.html_page import SECTIONS
 
     ids = [i for i in parse(page).ids if i in SECTIONS]
     assert ids == list(SECTIONS)
@@ -149,7 +149,7 @@ def test_text_from_files_is_escaped(reports, tmp_path):
     pytest.importorskip("matplotlib")
     data = report_dict(reports["healthy"])
     data["settings"]["run"] = "/runs/<script>alert(1)</script>&x"
-    from ckptscan.report.html import write_report_files
+    from ckptscan.report.html_page import write_report_files
 
     write_report_files(data, tmp_path / "escaped.html")
     page = (tmp_path / "escaped.html").read_text()
@@ -181,7 +181,7 @@ def test_trend_html_and_report_of_its_json_are_the_same_bytes(runs, tmp_path):
 
 def test_library_report_and_its_json_file_give_the_same_page(reports, tmp_path):
     pytest.importorskip("matplotlib")
-    from ckptscan.report.html import write_report_files
+    from ckptscan.report.html_page import write_report_files
     from ckptscan.document.reading import read_report
 
     write_json(reports["no_loss"], tmp_path / "r.json")
@@ -222,14 +222,14 @@ def test_without_matplotlib_figures_exit_2_with_the_fix_and_the_rest_works(runs,
 
 
 def test_importing_the_cli_does_not_import_matplotlib():
-    code = "import sys, ckptscan.cli, ckptscan.report.html; print('matplotlib' in sys.modules)"
+    code = "import sys, ckptscan.cli, ckptscan.report.html_page; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
 
 def test_a_single_pair_report_gets_a_per_layer_figure(runs, tmp_path):
     pytest.importorskip("matplotlib")
-    from ckptscan.report.html import SECTIONS
+    from ckptscan.report.html_page import SECTIONS
     from ckptscan import scan_pair
 
     run = runs["collapse"]
