@@ -299,8 +299,10 @@ class SummaryState:
             judged_pairs=self.judged_pairs,
             not_judged=unjudged,
             # One reason covers every pair; several are told with their counts.
+            # No pair at all (a library caller's run of one checkpoint) is said, not raised.
             not_judged_reason=(("; ".join(unjudged[:len(self.unjudged)]) if len(self.unjudged) > 1 else
-                                next(iter(self.unjudged))) if status == NOT_JUDGED else None),
+                                next(iter(self.unjudged), "no pair of checkpoints to compare"))
+                               if status == NOT_JUDGED else None),
         )
         summary.message = _verdict(summary, self.first, self.pairs, len(self.unjudged))
         if self.first is not None and self.misuse_pair is not None:

@@ -64,3 +64,12 @@ def test_the_monitors_never_set_torch_threads():
     for source in monitors.glob("*.py"):
         text = source.read_text()
         assert "set_num_threads" not in text and "Lock(" not in text, source
+
+
+def test_a_run_without_pairs_is_not_judged_and_says_why(metrics):
+    """A library caller may judge a run of one checkpoint (the CLI refuses it):
+    the verdict says there was nothing to compare, never a StopIteration."""
+    report = judge(dataclasses.replace(metrics, pairs=[]), Thresholds())
+    assert report.summary.status == "not_judged"
+    assert report.summary.not_judged_reason == "no pair of checkpoints to compare"
+    assert report.summary.message.startswith("NOT JUDGED: none of the 0 pairs could be judged yet: no pair of checkpoints")
