@@ -38,7 +38,8 @@ from ckptscan.schema.results import Finding, LayerResult, PairResult, ScanReport
 JUDGE_FORMAT = 1
 # Modules whose code decides a judgement besides the families' declarations,
 # which the registry names (`_judge_sources`).
-_JUDGE_SOURCES = ("detection", "schema/results.py", "monitors/spec.py", "monitors/registry.py", "interventions.py")
+_JUDGE_SOURCES = ("detection", "schema/results.py", "monitors/spec.py", "monitors/registry.py",
+                  "monitors/interventions.py")
 
 
 _LAYER_VALUES = operator.attrgetter(*(f.name for f in dataclasses.fields(LayerResult)))

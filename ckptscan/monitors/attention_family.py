@@ -132,7 +132,7 @@ def floor_findings(layer: LayerResult, t: Any) -> list[Finding]:
     )]
 
 
-# What training teams do about an alert of the family, from the literature (ckptscan/interventions.py).
+# What training teams do about an alert of the family, from the literature (ckptscan/monitors/interventions.py).
 INTERVENTIONS = (
     ("QK-norm", "normalize queries and keys before their dot product (QK-layernorm / QK-norm)",
      "Wortsman et al. 2023, arXiv:2309.14322; OLMo 2, arXiv:2501.00656"),

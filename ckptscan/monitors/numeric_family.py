@@ -12,7 +12,7 @@ from ckptscan.monitors.spec import RESTART, FamilySpec
 
 NAME = "numeric"
 
-# What training teams do about an alert of the family, from the literature (ckptscan/interventions.py).
+# What training teams do about an alert of the family, from the literature (ckptscan/monitors/interventions.py).
 INTERVENTIONS = (
     RESTART,
     ("float32 softmax and router", "keep numerically sensitive parts (softmax, router) in float32 rather "

@@ -53,7 +53,7 @@ def decayed_moment_findings(pair: PairResult, t: Any = None) -> None:
                                       rule=RULE_DECAYED))
 
 
-# What training teams do about an alert of the family, from the literature (ckptscan/interventions.py).
+# What training teams do about an alert of the family, from the literature (ckptscan/monitors/interventions.py).
 INTERVENTIONS = (
     ("lower β₂", "lower β₂ so the second-moment estimate is not out of date when gradients return (loss spikes "
      "follow an out-of-date estimate)", "Wortsman et al. 2023, arXiv:2304.13013"),

@@ -121,7 +121,7 @@ def _read(name: str) -> Callable[[LayerResult], float | None]:
     return family_value(NAME, name)
 
 
-# What training teams do about an alert of the family, from the literature (ckptscan/interventions.py).
+# What training teams do about an alert of the family, from the literature (ckptscan/monitors/interventions.py).
 INTERVENTIONS = (
     ("z-loss", "add the z-loss 1e-4·log²Z to the loss, which keeps log Z (the output logits' common shift) "
      "near 0", "Wortsman et al. 2023, arXiv:2309.14322; PaLM, arXiv:2204.02311"),

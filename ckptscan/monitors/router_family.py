@@ -92,7 +92,7 @@ def floor_findings(layer: LayerResult, t: Any) -> list[Finding]:
     return findings
 
 
-# What training teams do about an alert of the family, from the literature (ckptscan/interventions.py).
+# What training teams do about an alert of the family, from the literature (ckptscan/monitors/interventions.py).
 INTERVENTIONS = (
     ("router z-loss", "add the router z-loss, which penalizes large router logits (ST-MoE: coefficient "
      "1e-3)",

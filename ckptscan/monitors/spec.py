@@ -65,7 +65,7 @@ class FamilySpec:
     proves_head_finite: bool = False
     # What training teams do about an alert of the family, from the
     # literature: (a few words, the action, its source), in the order listed
-    # (`ckptscan.interventions`).
+    # (`ckptscan.monitors.interventions`).
     interventions: tuple[tuple[str, str, str], ...] = ()
     # The summary's last tie-break between families alerting together with
     # equal evidence (detection/summary.py): lower first; None after every

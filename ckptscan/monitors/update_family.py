@@ -68,7 +68,7 @@ def fill_update_per_lr(pair: PairResult) -> None:
         values[UPDATE_PER_LR] = rms / (pair.lr * steps)
 
 
-# What training teams do about an alert of the family, from the literature (ckptscan/interventions.py).
+# What training teams do about an alert of the family, from the literature (ckptscan/monitors/interventions.py).
 INTERVENTIONS = (
     ("lower LR", "lower the learning rate (or restore the one the run had: check the LR a resumed job took from "
      "its flags against the scheduler state it saved)", "Wortsman et al. 2023, arXiv:2309.14322"),

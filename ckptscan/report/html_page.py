@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ckptscan.errors import CkptScanError
-from ckptscan.interventions import intervention_lines
+from ckptscan.monitors.interventions import intervention_lines
 from ckptscan.report.resume import resume_lines
 from ckptscan.system.output import own_descriptor, write_output
 from ckptscan.report.figures import Figure, run_figures

@@ -34,7 +34,7 @@ from ckptscan import __version__
 from ckptscan.system.atomic import write_atomic
 from ckptscan.system.paths import default_cache_dir
 from ckptscan.errors import CkptScanError
-from ckptscan.interventions import interventions_of
+from ckptscan.monitors.interventions import interventions_of
 from ckptscan.monitors import registry
 from ckptscan.report.destinations import run_key, run_location
 from ckptscan.schema.results import ScanReport

@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ckptscan.interventions import family_lines
+from ckptscan.monitors.interventions import family_lines
 from ckptscan.report.fired import fired_text, first_fired, headline_cells
 from ckptscan.report.resume import terminal_lines
 from ckptscan.report.sparkline import cell_statuses, sparkline

@@ -313,7 +313,8 @@ class Summary:
     loss_divergence_step: int | None = None
     lead_steps: int | None = None  # loss_divergence_step − first alert step (positive: the alert came first)
     layers: list[LayerSummary] = field(default_factory=list)
-    # What the literature does about each alerting family: [{family, action, source}] (ckptscan/interventions.py).
+    # What the literature does about each alerting family: [{family, action, source}]
+    # (ckptscan/monitors/interventions.py).
     interventions: list[dict[str, str]] = field(default_factory=list)
     # Which mechanism came first (detection/summary.py): among the families alerting on the first alerting
     # pair, the one whose departure began earliest, then went furthest past its alert level; why, in one

@@ -111,7 +111,7 @@ def test_verdict_thresholds_and_facts_are_on_the_page(page, reports):
 
 
 def test_what_to_do_follows_the_rollback_candidate(page, reports):
-    from ckptscan.interventions import intervention_lines
+    from ckptscan.monitors.interventions import intervention_lines
 
     text = " ".join(parse(page).text)
     lines = intervention_lines(reports["loss"].summary)

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from ckptscan.errors import CkptScanError
-from ckptscan.interventions import INTERVENTIONS
+from ckptscan.monitors.interventions import INTERVENTIONS
 from ckptscan.report.destinations import deliver
 from ckptscan.report.notify import Notifier, notice_payload, notices, write_notify
 

@@ -4,7 +4,7 @@ what to do about an alert comes right after the rollback line."""
 
 from rich.console import Console
 
-from ckptscan.interventions import family_lines
+from ckptscan.monitors.interventions import family_lines
 from ckptscan.report.resume import terminal_lines
 from ckptscan.report import trend_table
 from ckptscan.report.table import STATUS_STYLE

@@ -1,4 +1,4 @@
-"""What to do about an alert (ckptscan/interventions.py): the families that
+"""What to do about an alert (ckptscan/monitors/interventions.py): the families that
 alerted get their interventions, the first family's first, each with its
 source; the judged report's summary carries them, the JSON lists them."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ckptscan import scan_run
-from ckptscan.interventions import INTERVENTIONS, RESTART, family_lines, intervention_lines, interventions_for
+from ckptscan.monitors.interventions import INTERVENTIONS, RESTART, family_lines, intervention_lines, interventions_for
 from ckptscan.monitors import registry
 from ckptscan.document.plain import report_dict
 from ckptscan.schema.results import Summary
