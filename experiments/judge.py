@@ -21,7 +21,7 @@ from typing import Sequence, Union
 from ckptscan.detection.catalog import judged_by_name, judged_monitors
 from ckptscan.detection.changepoint import Cusum
 from ckptscan.detection.layer_band import MIN_MONITORS, layer_band, run_band_departure
-from ckptscan.detection.reference import Reference, Widening, reference_from_reports
+from ckptscan.detection.reference import Expectations, Widening, reference_from_reports
 from ckptscan.detection.rules import Thresholds, assess_report, first_judged_pair, pooled_departures
 from ckptscan.detection.series import _judge as departure  # the reference rule's own one-sided departure
 from ckptscan.detection.screening import report_thresholds
@@ -39,7 +39,7 @@ def load_report(run_dir: Path) -> ScanReport:
 ReferenceDirs = Union[Path, Sequence[Path], None]
 
 
-def reference_of(reference_dirs: ReferenceDirs, t: Thresholds) -> Reference | None:
+def reference_of(reference_dirs: ReferenceDirs, t: Thresholds) -> Expectations | None:
     """The expectations of the reference runs' stored metrics, as `--reference
     DIR...` would build them: one run, or a band when there are several."""
     dirs = [reference_dirs] if isinstance(reference_dirs, Path) else list(reference_dirs or [])

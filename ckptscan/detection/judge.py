@@ -1,6 +1,6 @@
 """judge: metrics -> a judged report. All detection happens here, once.
 
-    report = judge(compute(spec, options), spec.config.thresholds, spec.reference)
+    report = judge(compute(spec, options), spec.config.thresholds, spec.references)
 
 The metrics are not changed: the report holds its own copies of the layer
 results, with findings, statuses, each series point's judgement (what it was
@@ -22,7 +22,7 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Sequence, Union
 
-from ckptscan.detection.reference import Reference, reference_from_reports
+from ckptscan.detection.reference import Expectations, ReferenceRun, expectations, reference_runs
 from ckptscan.detection.rules import finish_report, unjudged
 from ckptscan.detection.screening import Screened, screen_references
 from ckptscan.detection.state import JudgeState
@@ -34,8 +34,9 @@ from ckptscan.schema.results import CheckpointRef, ModelInfo, PairResult, ScanRe
 # The JSON report's "command" for each kind of spec (a public key).
 COMMANDS = {"pair": "diff", "run": "trend"}
 
-# One known-healthy run's report, or several (a band; detection/reference.py).
-References = Union[ScanReport, Sequence[ScanReport], None]
+# Known-healthy runs, several a band (detection/reference.py): `ReferenceRun`s (a run spec's
+# `references`), or in the older shape one report or several, with `reference_path` the file each came from.
+References = Union[Sequence[ReferenceRun], ScanReport, Sequence[ScanReport], None]
 ReferencePaths = Union[str, Sequence[Union[str, None]], None]  # None: a report object, from no file
 
 
@@ -61,9 +62,11 @@ def judge(metrics: Metrics, thresholds: Thresholds | None = None, reference: Ref
           reference_path: ReferencePaths = None, screen: bool = True) -> ScanReport:
     """Findings, statuses and the verdict of `metrics`.
 
-    `reference`: a known-healthy run's report (`load_report`), or several, to
-    compare each pair with; `reference_path`, the file(s) they came from, for
-    the report. A reference that alerts itself is left out
+    `reference`: known-healthy runs to compare each pair with, each a
+    `ReferenceRun` (its report and where it came from: a run spec's
+    `references`); or, the older shape, a report (`load_report`) or several,
+    with `reference_path` the file(s) they came from, for the report (mixing
+    the two shapes is a TypeError). A reference that alerts itself is left out
     (`detection/screening.py`); `screen` False uses every one (a sweep, which
     screens its runs once for all of them). With a loss log in the metrics,
     judging starts after the LR warm-up at the earliest, and the summary
@@ -94,7 +97,7 @@ class SeriesJudge:
     def __init__(self, thresholds: Thresholds | None = None, reference: References = None,
                  reference_path: ReferencePaths = None, *, screen: bool = True) -> None:
         self.thresholds = thresholds or Thresholds()
-        self.reference, self.reference_path = reference, reference_path
+        self.references = _runs(reference, reference_path)
         self.screen = screen
         self._screening: tuple[str, Screened] | None = None  # `screened`'s, under the basis it was made on
         self.state: JudgeState | None = None
@@ -143,47 +146,59 @@ class SeriesJudge:
         pairs it judged, e.g. from `trend`'s cache)."""
         self.state, self.judged = state, list(judged or [])
 
-    def use(self, thresholds: Thresholds, reference: References, reference_path: ReferencePaths) -> None:
+    def use(self, thresholds: Thresholds, reference: References, reference_path: ReferencePaths = None) -> None:
         """Judge the next pairs under these (a watch re-reads its config and
         reference at each look); a changed basis judges every pair again."""
-        if reference is not self.reference or reference_path != self.reference_path:
+        references = _runs(reference, reference_path)
+        if not _same_runs(references, self.references):
             self._reference_id = None
-        self.thresholds, self.reference, self.reference_path = thresholds, reference, reference_path
+        self.thresholds, self.references = thresholds, references
+
+    @property
+    def reference(self) -> ScanReport | list[ScanReport] | None:
+        """The references' reports in the older shape: one report, a list (a band), or None."""
+        reports = [run.report for run in self.references]
+        return reports[0] if len(reports) == 1 else reports or None
+
+    @property
+    def reference_path(self) -> str | list[str | None] | None:
+        """Where each reference came from, in the older shape (`reference`'s)."""
+        paths = [run.path for run in self.references]
+        return paths[0] if len(paths) == 1 else paths or None
 
     def basis(self, thresholds: Thresholds) -> dict[str, Any]:
         """What judging under `thresholds` assumes (`JudgeState.basis`)."""
-        if self.reference is not None and self._reference_id is None:
-            self._reference_id = reference_identity(self.reference, self.reference_path)
+        if self.references and self._reference_id is None:
+            self._reference_id = reference_identity(self.references)
         return {"thresholds": thresholds.as_dict(), "reference": self._reference_id}
 
-    def expected(self, thresholds: Thresholds, metrics: Metrics) -> Reference | None:
-        """The reference run's expectations under `thresholds` (its warm-up is theirs)."""
-        reports, paths = _listed(self.reference, self.reference_path)
-        if not reports:
+    def expected(self, thresholds: Thresholds, metrics: Metrics) -> Expectations | None:
+        """The reference runs' expectations under `thresholds` (its warm-up is theirs)."""
+        if not self.references:
             return None
-        expected = reference_from_reports(reports, thresholds.warmup_pairs, thresholds.warmup_steps, paths)
+        expected = expectations(self.references, thresholds.warmup_pairs, thresholds.warmup_steps)
         expected.check_model(metrics.model)  # every reference given, before any is left out
         screened = self.screened(thresholds)
         if screened is None or not screened.left_out:
             return expected
         if not screened.reports:
             return None
-        return reference_from_reports(screened.reports, thresholds.warmup_pairs, thresholds.warmup_steps,
-                                      screened.paths)
+        return expectations([self.references[i] for i in screened.kept], thresholds.warmup_pairs,
+                            thresholds.warmup_steps)
 
     @property
     def screens(self) -> bool:
         """Whether there are references to screen."""
-        return self.screen and bool(_listed(self.reference, self.reference_path)[0])
+        return self.screen and bool(self.references)
 
     def screened(self, thresholds: Thresholds, known: dict[str, Any] | None = None) -> Screened | None:
         """The references kept and left out under `thresholds`
         (`detection/screening.py`), worked out once per basis; None without
         references or screening. `known`: a screening filed under this basis
         (`Screened.as_dict`), taken instead of screening again."""
-        reports, paths = _listed(self.reference, self.reference_path)
         if not self.screens:
             return None
+        reports, paths = [run.report for run in self.references], [run.path for run in self.references]
         key = json.dumps(self.basis(thresholds), sort_keys=True, default=str)
         if self._screening is None or self._screening[0] != key:
             found = Screened.restored(known, reports, paths) if known is not None else \
@@ -207,20 +222,28 @@ def effective_thresholds(metrics: Metrics, thresholds: Thresholds) -> tuple[Thre
     return thresholds, divergence
 
 
-def _listed(reference: References, path: ReferencePaths) -> tuple[list[ScanReport], list[str | None]]:
-    """The references and their paths as two lists of one length."""
-    reports = [reference] if isinstance(reference, ScanReport) else list(reference or [])
-    paths: list[str | None] = [path] if path is None or isinstance(path, str) else list(path)
-    return reports, (paths + [None] * len(reports))[:len(reports)]
+def _runs(reference: References, path: ReferencePaths) -> tuple[ReferenceRun, ...]:
+    """The references as reference runs: as given, or from the older shape
+    (reports, and the path of each)."""
+    if isinstance(reference, (list, tuple)) and any(isinstance(run, ReferenceRun) for run in reference):
+        if path is not None or not all(isinstance(run, ReferenceRun) for run in reference):
+            raise TypeError("give the references as ReferenceRun objects, or as reports with their reference_path")
+        return tuple(reference)
+    return reference_runs(reference, path)  # type: ignore[arg-type]  # no ReferenceRun among them
 
 
-def reference_identity(reference: References, path: ReferencePaths) -> str:
+def _same_runs(a: Sequence[ReferenceRun], b: Sequence[ReferenceRun]) -> bool:
+    """The same reports (the very objects) from the same paths."""
+    return len(a) == len(b) and all(x.report is y.report and x.path == y.path for x, y in zip(a, b))
+
+
+def reference_identity(reference: References, path: ReferencePaths = None) -> str:
     """What names the reference runs in a judge state's basis: each one's
     file path, size and modification time when it came from one, else its content."""
-    reports, paths = _listed(reference, path)
-    if len(reports) != 1:
-        return json.dumps([_identity(r, p) for r, p in zip(reports, paths)])
-    return _identity(reports[0], paths[0])
+    runs = _runs(reference, path)
+    if len(runs) != 1:
+        return json.dumps([_identity(run.report, run.path) for run in runs])
+    return _identity(runs[0].report, runs[0].path)
 
 
 def _identity(reference: ScanReport, path: str | None) -> str:

@@ -41,8 +41,9 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
+import warnings
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 from ckptscan.detection.catalog import JudgedMonitor, judged_monitors
 from ckptscan.detection.series import (
@@ -409,7 +410,11 @@ def reference_from_report(report: ScanReport, warmup_pairs: int, warmup_steps: i
     return expectations([ReferenceRun(report, path)], warmup_pairs, warmup_steps)
 
 
-# The expectations' old name: the judge's modules still import it. It named a
-# second class too (the resolved run, `ckptscan.pipeline.request.Reference`,
-# now `ReferenceRun`); `Expectations` is the name to import.
-Reference = Expectations
+def __getattr__(name: str) -> Any:
+    """`Reference`, the expectations' old name (it named a second class too,
+    the resolved run, now `ReferenceRun`): `Expectations`, with a DeprecationWarning."""
+    if name == "Reference":
+        warnings.warn("ckptscan.detection.reference.Reference is deprecated: it is Expectations (the resolved "
+                      "reference run is ReferenceRun)", DeprecationWarning, stacklevel=2)
+        return Expectations
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -43,7 +43,7 @@ from ckptscan.detection.absolute import after_warmup_findings, first_pair_findin
 from ckptscan.detection.findings import cross_layer_findings, floor_findings, layer_status, numeric_findings
 from ckptscan.detection.pooled import pooled_departures
 from ckptscan.detection.provenance import identical_findings
-from ckptscan.detection.reference import Reference
+from ckptscan.detection.reference import Expectations
 from ckptscan.detection.series import first_judged
 from ckptscan.detection.state import JudgeState
 from ckptscan.detection.summary import SummaryState, summarize
@@ -61,7 +61,7 @@ __all__ = ["Thresholds", "assess_report", "cross_layer_findings", "first_judged_
 def assess_report(
     report: ScanReport,
     thresholds: Thresholds,
-    reference: Reference | None = None,
+    reference: Expectations | None = None,
     loss_divergence_step: int | None = None,
 ) -> None:
     """Fill findings, statuses and the summary of a report in place: the

@@ -46,7 +46,7 @@ from ckptscan.detection.findings import (
 )
 from ckptscan.detection.layer_band import LayerBand, RunBand
 from ckptscan.detection.pooled import PooledCusum, pooled
-from ckptscan.detection.reference import Reference, Widening
+from ckptscan.detection.reference import Expectations, Widening
 from ckptscan.detection.series import Point, SeriesState
 from ckptscan.detection.summary import Baselines, Onset, SummaryState
 from ckptscan.detection.thresholds import Thresholds
@@ -70,7 +70,7 @@ def band_factor(t: Thresholds, monitor: JudgedMonitor) -> float:
 class JudgeState:
     """The detection state after the pairs judged so far (see the module docstring)."""
 
-    def __init__(self, thresholds: Thresholds, reference: Reference | None = None,
+    def __init__(self, thresholds: Thresholds, reference: Expectations | None = None,
                  basis: dict[str, Any] | None = None) -> None:
         self.thresholds, self.reference = thresholds, reference
         self.basis = basis if basis is not None else {"thresholds": thresholds.as_dict(),
@@ -218,7 +218,7 @@ class JudgeState:
                 "lr_before": self.lr_before}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], thresholds: Thresholds, reference: Reference | None = None,
+    def from_dict(cls, data: dict[str, Any], thresholds: Thresholds, reference: Expectations | None = None,
                   basis: dict[str, Any] | None = None) -> JudgeState:
         """The state `to_dict` wrote, to go on judging under `thresholds` and
         `reference`; a CkptScanError when it was made under another basis or

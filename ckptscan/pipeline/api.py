@@ -69,7 +69,7 @@ def scan(spec: RunSpec, request: ScanRequest | ScanOptions | None = None, *, pro
     request = ScanRequest.given(request, fields)
     cache = request.cache
     metrics = compute(spec, request.options, cache=cache, progress=progress, executor=request.executor)
-    judging = SeriesJudge(request.thresholds or spec.config.thresholds, spec.reference, spec.reference_path)
+    judging = SeriesJudge(request.thresholds or spec.config.thresholds, spec.references)
     if cache is not None:
         return JudgeCache(cache.directory).report(judging, metrics)
     return judging.report(metrics)

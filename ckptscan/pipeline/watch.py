@@ -224,7 +224,7 @@ class Watcher:
                 self._notes.add(message)
                 self.notify(message)
         metrics = self._grow(spec)
-        self.judging.use(self.request.thresholds or spec.config.thresholds, spec.reference, spec.reference_path)
+        self.judging.use(self.request.thresholds or spec.config.thresholds, spec.references)
         if self.cache.disk is not None:  # a restarted watch goes on from the judged pairs on disk
             if self._judge_cache is None:
                 self._judge_cache = JudgeCache(self.cache.disk.directory)

@@ -63,5 +63,8 @@ def test_a_reference_run_is_frozen():
         run.path = "b.json"  # type: ignore[misc]
 
 
-def test_the_expectations_old_name_is_the_same_class():
-    assert reference.Reference is Expectations
+def test_the_expectations_old_name_is_the_same_class_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning, match="detection.reference.Reference is deprecated: it is Expectations"):
+        assert reference.Reference is Expectations
+    with pytest.raises(AttributeError):
+        reference.NoSuchName  # noqa: B018
