@@ -32,7 +32,7 @@ def naming_detection(names: list[tuple[int, str]]) -> list[tuple[int, str]]:
 
 def test_no_report_module_imports_detection():
     modules = sorted(REPORT.rglob("*.py"))
-    assert REPORT / "html.py" in modules and REPORT / "figures" / "timeline.py" in modules  # subpackages too
+    assert REPORT / "html_page.py" in modules and REPORT / "figures" / "timeline.py" in modules  # subpackages too
     offending = [f"{path.relative_to(REPORT.parent)}:{line}: {name}" for path in modules
                  for line, name in naming_detection(imported_modules(
                      path.read_text(), ["ckptscan", *path.relative_to(REPORT.parent).parent.parts]))]
