@@ -11,7 +11,8 @@ import pytest
 from ckptscan.pipeline.api import reference_scanner, resolve_references, scan, scan_run
 from ckptscan.errors import CkptScanError
 from ckptscan.document.writing import write_json
-from ckptscan.pipeline.request import AUTO, Reference, ScanRequest, reference_sources
+from ckptscan.detection.reference import ReferenceRun
+from ckptscan.pipeline.request import AUTO, ScanRequest, reference_sources
 from ckptscan.pipeline.run import resolve_run
 from ckptscan.scan import ScanOptions
 
@@ -52,7 +53,7 @@ def test_a_reference_run_is_scanned_once_up_front_however_often_it_is_named(runs
     judged, healthy = runs
     request = resolve_references(ScanRequest(references=(healthy, str(healthy)), config=None))
     first, second = request.references
-    assert isinstance(first, Reference) and first is second and first.path == str(healthy)
+    assert isinstance(first, ReferenceRun) and first is second and first.path == str(healthy)
     # The reference's report is the one `scan_run` of it gives, judged alone.
     alone = scan_run(healthy, config=None)
     assert [p.status for p in first.report.pairs] == [p.status for p in alone.pairs]
