@@ -39,8 +39,8 @@ signals under the report's ceilings and the update into it within the run's
 healthy history; else the newest checkpoint before it that holds, or none,
 said plainly. `resume` is the plan built on it (`summary.resume`).
 
-The verdict line lists the first alert of every registered family
-(`registry.finding_families()`), "–" for those that did not alert.
+The verdict line (`verdict.py`) lists the first alert of every registered
+family (`registry.finding_families()`), "–" for those that did not alert.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from ckptscan.detection.resume import CheckpointCheck, check_checkpoint, first_c
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.detection.update import FAMILY as LR_FAMILY
 from ckptscan.detection.update import RULE_LR_RISE
+from ckptscan.detection.verdict import step_text, verdict_line
 from ckptscan.monitors.interventions import interventions_for
 from ckptscan.monitors import registry
 from ckptscan.monitors.spec import FamilySpec
@@ -270,10 +271,10 @@ class SummaryState:
                 # mechanism moved first under it; roll back to before it rose.
                 _, rise_path, rise_step, rise = self.lr_cause
                 cause = rise.message.split(":")[0]
-                reason = (f"{cause}, and the update was as large as the weights at step {_step(first_step)}"
+                reason = (f"{cause}, and the update was as large as the weights at step {step_text(first_step)}"
                           if first_family == LR_FAMILY else
-                          f"{cause}, and {first_family} departed at step {_step(onset_step)} after it (alerting at "
-                          f"step {_step(first_step)})")
+                          f"{cause}, and {first_family} departed at step {step_text(onset_step)} after it (alerting at "
+                          f"step {step_text(first_step)})")
                 secondary = [family for family in self.alerted if family != LR_FAMILY]
                 first_family = LR_FAMILY
                 if rise_step is None or from_step is None or rise_step < from_step:
@@ -304,7 +305,7 @@ class SummaryState:
                                 next(iter(self.unjudged), "no pair of checkpoints to compare"))
                                if status == NOT_JUDGED else None),
         )
-        summary.message = _verdict(summary, self.first, self.pairs, len(self.unjudged))
+        summary.message = verdict_line(summary, self.first, self.pairs, len(self.unjudged))
         if self.first is not None and self.misuse_pair is not None:
             # No verdict on a run and no rollback candidate: the input is not an update of one run,
             # and no change to training would fix it (no interventions).
@@ -347,7 +348,7 @@ class SummaryState:
 
     def _reason(self, finding: Finding, onset: Onset) -> str:
         """Why the family of the first alert's `finding` is primary, in one sentence (the module docstring's order)."""
-        primary, step, began = finding.family, _step(self.first_alert[finding.family]), _step(onset[1])
+        primary, step, began = finding.family, step_text(self.first_alert[finding.family]), step_text(onset[1])
         together = [f.family for _, f, _ in self.together]
         later = [family for family in self.alerted if family != primary and family not in together]
         if together:
@@ -359,7 +360,7 @@ class SummaryState:
         else:
             text = f"{primary} is the only family that alerted, its departure beginning at step {began}"
         if later:
-            text += "; " + ", ".join(f"{family} alerted only at step {_step(self.first_alert[family])}"
+            text += "; " + ", ".join(f"{family} alerted only at step {step_text(self.first_alert[family])}"
                                      for family in later)
         return text
 
@@ -368,9 +369,9 @@ class SummaryState:
         _, other, other_onset = rival
         primary, second = finding.family, other.family
         if onset[0] != other_onset[0]:
-            return (f"{primary}'s departure began earlier, at step {_step(onset[1])} "
-                    f"({second}'s at step {_step(other_onset[1])})")
-        began = f"both departures began at step {_step(onset[1])}"
+            return (f"{primary}'s departure began earlier, at step {step_text(onset[1])} "
+                    f"({second}'s at step {step_text(other_onset[1])})")
+        began = f"both departures began at step {step_text(onset[1])}"
         mine, theirs = self._past_level(finding), self._past_level(other)
         if mine != theirs:
             return (f"{began} and {primary}'s went further past its alert level "
@@ -474,43 +475,7 @@ def _score(finding: Finding) -> float:
     return finding.score if finding.score is not None else float("inf")
 
 
-def _verdict(s: Summary, first: tuple[int, int, Finding] | None, num_pairs: int, unjudged_reasons: int) -> str:
-    """The verdict in one line. `unjudged_reasons`: how many of `s.not_judged`, first, are about pairs."""
-    flagged = f"flagged layers {s.flagged_layers}"
-    if s.status == "alert" and first is not None:
-        _, layer, finding = first
-        registered = registry.finding_families()
-        listed = [*registered, *(family for family in s.first_alert_step if family not in registered)]
-        families = ", ".join(f"{family} {step if (step := s.first_alert_step.get(family)) is not None else '–'}"
-                             for family in listed)
-        step = s.first_alert_step[finding.family]
-        primary = f"; primary: {s.primary_family} ({s.primary_family_reason})" if s.primary_family else ""
-        also = f"; also: {', '.join(s.secondary_families)}" if s.secondary_families else ""
-        text = (f"ALERT: {finding.family} monitors fired first, at step {_step(step)} "
-                f"(layer {layer}, {finding.monitor}){primary}{also}; first alert per family: {families}; {flagged}")
-        if s.lead_steps is not None:
-            when = f"{s.lead_steps} steps after" if s.lead_steps >= 0 else f"{-s.lead_steps} steps before"
-            text += f"; the loss diverged at step {s.loss_divergence_step}, {when} the first alert"
-        return text
-    also = f"; not judged: {'; '.join(s.not_judged)}" if s.not_judged else ""
-    if s.status == "warn":
-        return f"WARN: no alert, but monitors departed from their baselines; {flagged}{also}"
-    if s.status == "unchanged":
-        return "UNCHANGED: the monitored weights did not change"
-    if s.status == NOT_JUDGED:
-        others = s.not_judged[unjudged_reasons:]
-        either = f"; not judged either: {'; '.join(others)}" if others else ""
-        return (f"NOT JUDGED: none of the {counted(num_pairs, 'pair')} could be judged yet: {s.not_judged_reason}; "
-                f"the hard floors and the non-finite check found nothing{either}")
-    judged = f" ({s.judged_pairs} judged)" if s.judged_pairs != num_pairs else ""
-    return f"HEALTHY: no monitor fired over {counted(num_pairs, 'pair')}{judged}{also}"
-
-
 def _pair_name(pair: PairResult) -> str:
     older = f"step {pair.from_step}" if pair.from_step is not None else pair.from_path
     newer = f"step {pair.to_step}" if pair.to_step is not None else pair.to_path
     return f"{older} → {newer}"
-
-
-def _step(step: int | None) -> str:
-    return str(step) if step is not None else "?"

@@ -75,12 +75,12 @@ import torch
 from ckptscan.pipeline.metrics import Metrics
 from ckptscan.pipeline.config import load_config
 from ckptscan.detection.judge import SeriesJudge
-from ckptscan.detection.rules import Thresholds
 from ckptscan.errors import CkptScanError
 from ckptscan.live.background import Background
-from ckptscan.live.monitor_options import ON_ALERT, Alert, MonitorOptions, OnAlert
+from ckptscan.live.alerts import Alert, alerts_of
+from ckptscan.live.monitor_options import ON_ALERT, MonitorOptions, OnAlert
 from ckptscan.live.pair_scan import scan_pair
-from ckptscan.live.report_file import ReportFile
+from ckptscan.live.report_file import ReportFile, report_due
 from ckptscan.live.resume_file import ResumePlanFile
 from ckptscan.live.snapshot import HostBuffers, ModelView, Snapshot, model_config
 from ckptscan.live.tensorboard_scalars import METRIC_PREFIX, TensorBoardScalars, interval_metrics
@@ -386,7 +386,7 @@ class Monitor:
         if self.per_head != "all" and len(self.pairs) >= 2:
             self._drop_heads(report, len(self.pairs) - 2)
         alerts = alerts_of(report, self.thresholds)
-        if report_due(self._written, len(report.pairs), report.summary.status, bool(alerts)):
+        if report_due(self._written, len(report.pairs), report.summary.status, bool(alerts), REPORT_SPACING):
             self._write(report)
         delivery = Delivery(report, "alert", quiet=True, new=(len(report.pairs) - 1,))
         for destination in self.destinations:
@@ -467,28 +467,6 @@ class Monitor:
         device = self.view.tensors[self.view.monitored[0]].device
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             return capture_probe(self.model, _to(self._probe_batch, device), self.out / PROBE_FILE)
-
-
-def alerts_of(report: ScanReport, thresholds: Thresholds) -> list[Alert]:
-    """The alerts of a report's newest interval that live mode acts on."""
-    newest = report.pairs[-1]
-    t = thresholds
-    # A lone first interval is judged like `diff`; in a longer series it is warm-up (see the module docstring).
-    provisional = len(report.pairs) == 1 and (t.warmup_pairs > 0 or (newest.from_step or 0) < t.warmup_steps)
-    step = newest.to_step if newest.to_step is not None else -1  # a live pair always has its steps
-    return [Alert(step, layer.layer, f) for layer in newest.layers for f in layer.findings
-            if f.severity == "alert" and (f.family == registry.NUMERIC or not provisional)]
-
-
-def report_due(written: tuple[int, str] | None, pairs: int, verdict: str, alerted: bool) -> bool:
-    """Whether the report file is rewritten now (module docstring): `written`,
-    the (pairs, verdict) of the file as it is; `pairs` and `verdict`, the
-    report's now. Geometric spacing makes the rewrites of a run of N pairs
-    cost O(N · REPORT_SPACING) pair texts in all: a constant per pair."""
-    if written is None or alerted:
-        return True
-    in_file, verdict_in_file = written
-    return verdict != verdict_in_file or pairs - in_file >= max(1, in_file // REPORT_SPACING)
 
 
 def _to(batch: Any, device: torch.device) -> Any:

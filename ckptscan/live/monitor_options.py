@@ -1,5 +1,5 @@
 """What a `Monitor` is asked to do, as one value (`MonitorOptions`), and what
-it hands an `on_alert` callable (`Alert`).
+it hands an `on_alert` callable (`Alert`, from `live/alerts.py`).
 
     options = MonitorOptions(every=200, out="runs/main/ckptscan", on_alert="stop", tensorboard="runs/main/tb")
     monitor = Monitor(model, options)
@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Union
 
-from ckptscan.errors import CkptScanError
 from ckptscan.document.plain import PER_HEAD
-
-from ckptscan.schema.results import Finding
+from ckptscan.errors import CkptScanError
+from ckptscan.live.alerts import Alert
 
 if TYPE_CHECKING:
     from ckptscan.detection.rules import Thresholds
@@ -27,15 +26,6 @@ if TYPE_CHECKING:
     from ckptscan.scan import ScanOptions
 
 ON_ALERT = ("log", "save", "stop")
-
-
-@dataclass(frozen=True)
-class Alert:
-    """One alert finding at a monitored step: what a user `on_alert` callable receives."""
-
-    step: int  # the newer step of the interval it was raised on
-    layer: int
-    finding: Finding
 
 
 OnAlert = Union[str, Callable[[Alert], Any]]

@@ -93,6 +93,17 @@ class ReportFile:
         return text.replace("\n", "\n" + " " * (2 * INDENT))
 
 
+def report_due(written: tuple[int, str] | None, pairs: int, verdict: str, alerted: bool, spacing: int) -> bool:
+    """Whether the report file is rewritten now (`live/monitor.py`'s module
+    docstring): `written`, the (pairs, verdict) of the file as it is; `pairs`
+    and `verdict`, the report's now. Geometric spacing makes the rewrites of a
+    run of N pairs cost O(N · spacing) pair texts in all: a constant per pair."""
+    if written is None or alerted:
+        return True
+    in_file, verdict_in_file = written
+    return verdict != verdict_in_file or pairs - in_file >= max(1, in_file // spacing)
+
+
 def _judged(pair: PairResult) -> tuple:
     """What `judge` writes into a pair; everything else in it is a metric."""
     return (pair.status, pair.loss,
