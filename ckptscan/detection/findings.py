@@ -8,7 +8,8 @@
 - series: the verdicts of the layer's (monitor) series at this pair
   (`detection/series.py`) as findings, with the corroboration rule.
 - cross_layer: for a single pair (`diff`), or before a run has a baseline, a
-  layer far below the model's other layers.
+  layer far below the model's other layers in a monitor that sets
+  `Judging.cross_layer` (the normalised Δ2 entropy).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ckptscan.detection.catalog import JudgedMonitor, departure_finding, judged_
 from ckptscan.detection.series import Point, robust_center_scale
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.monitors import registry
-from ckptscan.monitors.attention_family import ATTENTION
+from ckptscan.monitors.spec import MonitorSpec
 from ckptscan.schema.results import Finding, LayerResult, PairResult, SeriesPoint, worst
 
 
@@ -119,40 +120,46 @@ def _cusum_finding(monitor: JudgedMonitor, point: Point, severity: str, onset: i
 
 
 def cross_layer_findings(pair: PairResult, t: Thresholds) -> None:
-    """Flag layers whose normalised Δ2 entropy sits far below the others'."""
-    values = _delta2_by_layer(pair)
-    if len(values) < t.cross_layer_min_layers:
-        return
-    for layer in pair.layers:
-        if layer.layer not in values:
+    """Flag layers whose value of a cross-layer monitor (`Judging.cross_layer`:
+    the normalised Δ2 entropy) sits far beyond the other layers' toward its
+    alarm side."""
+    for monitor in _cross_layer_monitors():
+        values = _by_layer(pair, monitor)
+        if len(values) < t.cross_layer_min_layers:
             continue
-        others = [v for k, v in values.items() if k != layer.layer]
-        center, scale = robust_center_scale(others, t.cross_layer_min_scale)
-        z = (values[layer.layer] - center) / scale
-        severity = "alert" if z <= -t.cross_layer_z_alert else "warn" if z <= -t.cross_layer_z_warn else None
-        if severity:
-            layer.findings.append(Finding(
-                "delta2_entropy_norm", ATTENTION.name, severity, values[layer.layer],
-                f"normalised Δ2 entropy {values[layer.layer]:.3f} is {-z:.1f} robust σ below the other layers' "
-                f"median {center:.3f}",
-                baseline=center,
-                threshold=center - (t.cross_layer_z_alert if severity == "alert" else t.cross_layer_z_warn) * scale,
-                rule="cross_layer",
-                score=-z,
-            ))
+        toward = -1.0 if monitor.bad == "low" else 1.0
+        for layer in pair.layers:
+            if layer.layer not in values:
+                continue
+            others = [v for k, v in values.items() if k != layer.layer]
+            center, scale = robust_center_scale(others, t.cross_layer_min_scale)
+            excess = toward * (values[layer.layer] - center) / scale
+            severity = "alert" if excess >= t.cross_layer_z_alert else "warn" if excess >= t.cross_layer_z_warn \
+                else None
+            if severity:
+                z = t.cross_layer_z_alert if severity == "alert" else t.cross_layer_z_warn
+                layer.findings.append(Finding(
+                    monitor.name, monitor.family, severity, values[layer.layer],
+                    f"{monitor.said} {values[layer.layer]:.3f} is {excess:.1f} robust σ "
+                    f"{'below' if toward < 0 else 'above'} the other layers' median {center:.3f}",
+                    baseline=center,
+                    threshold=center + toward * z * scale,
+                    rule="cross_layer",
+                    score=excess,
+                ))
 
 
 def cross_layer_applies(pair: PairResult, t: Thresholds) -> bool:
     """Whether the pair has the layers the cross-layer rule needs to judge them against each other."""
-    return len(_delta2_by_layer(pair)) >= t.cross_layer_min_layers
+    return any(len(_by_layer(pair, m)) >= t.cross_layer_min_layers for m in _cross_layer_monitors())
 
 
-def _delta2_by_layer(pair: PairResult) -> dict[int, float]:
-    return {
-        layer.layer: layer.attention.delta2_entropy_norm
-        for layer in pair.layers
-        if layer.attention is not None and layer.attention.delta2_entropy_norm is not None
-    }
+def _cross_layer_monitors() -> tuple[MonitorSpec, ...]:
+    return tuple(m for m in registry.judged() if m.judging is not None and m.judging.cross_layer)
+
+
+def _by_layer(pair: PairResult, monitor: MonitorSpec) -> dict[int, float]:
+    return {layer.layer: value for layer in pair.layers if (value := monitor.read(layer)) is not None}
 
 
 def layer_status(layer: LayerResult) -> str:

@@ -1,5 +1,7 @@
 """Attention monitors judged together against a band: a layer's (rule
-"layer_band") and the whole run's (rule "run_band").
+"layer_band") and the whole run's (rule "run_band"). The family is the one
+that sets `FamilySpec.banded` (attention, whose calibration the thresholds
+are).
 
 A fault in a layer's attention moves all of its update monitors at once: the
 Δ2 entropy, its worst head, and the ΔW_q and ΔW_k entropies. Against a band
@@ -37,19 +39,28 @@ from typing import Mapping, Sequence, cast
 from ckptscan.detection.catalog import Catalog, JudgedMonitor, catalog, departure_finding
 from ckptscan.detection.series import Point
 from ckptscan.detection.thresholds import Thresholds
-from ckptscan.monitors.attention_family import ATTENTION
+from ckptscan.monitors import registry
+from ckptscan.monitors.spec import FamilySpec
 from ckptscan.schema.results import Finding
 
 
 def layer_band() -> tuple[JudgedMonitor, ...]:
-    """The update monitors of attention compared across runs: what a band judges together."""
+    """The update monitors compared across runs of the banded family
+    (`FamilySpec.banded`: attention): what a band judges together."""
     return _layer_band(catalog())
 
 
 @functools.cache
 def _layer_band(judged: Catalog) -> tuple[JudgedMonitor, ...]:
     """Worked out once per state of the registry: asked per layer and pair."""
-    return tuple(m for m in judged.monitors if m.family == ATTENTION.name and m.per_update and m.across_runs)
+    family = banded_family()
+    return tuple(m for m in judged.monitors if family is not None and m.family == family.name and m.per_update
+                 and m.across_runs)
+
+
+def banded_family() -> FamilySpec | None:
+    """The registered family that sets `FamilySpec.banded` (the registry takes one at most); None: none does."""
+    return next((f for f in registry.families() if f.banded), None)
 
 
 # Fewest of them with a band departure on a pair for the layer to have a mean there.
@@ -126,7 +137,8 @@ class LayerBand(TwoInARow):
             return None
         monitor, point = _departing_most(points)
         return _finding(monitor, point, judged, "layer_band",
-                        f"{monitor.label} and the layer's other attention update monitors", self.previous, before,
+                        f"{monitor.label} and the layer's other {monitor.family} update monitors", self.previous,
+                        before,
                         f"{monitor.label} departs most ({point.band_departure:.1f} σ)")
 
 
@@ -160,6 +172,6 @@ class RunBand(TwoInARow):
             return None
         mean, position = cast("tuple[float, int]", found)  # judged: found on this pair
         monitor, point = _departing_most(layers[position])
-        return position, _finding(monitor, point, judged, "run_band", "the attention update monitors of every layer",
-                                  mean, before, f"this layer departs most ({monitor.label} "
-                                  f"{point.band_departure:.1f} σ)")
+        return position, _finding(monitor, point, judged, "run_band",
+                                  f"the {monitor.family} update monitors of every layer", mean, before,
+                                  f"this layer departs most ({monitor.label} {point.band_departure:.1f} σ)")

@@ -9,11 +9,13 @@ restarting from it restarts the failure. So each checkpoint is checked on
 its own, from the pair that ends at it (a checkpoint's own values are the
 newer checkpoint's of its pair):
 
-- its absolute signals, under the ceilings the same report applies: the
-  attention logit scale (at the model's width, `Thresholds.at_width`), the
-  QK-norm logit bound, the output family's logit and shift scales, no
-  non-finite value, and, where the optimizer state was saved, Adam's second
-  moments not decayed below ε² (detection/optimizer.py);
+- its absolute signals, under the ceilings the same report applies: each
+  family's monitors with a ceiling (`MonitorSpec.ceiling`: the attention
+  logit scale at the model's width, `Thresholds.at_width`, the QK-norm logit
+  bound, the output family's logit and shift scales), each family's own
+  check (`FamilySpec.own_check`: where the optimizer state was saved, Adam's
+  second moments not decayed below ε², detection/optimizer.py), and no
+  non-finite value;
 - the update that led into it, against the run's healthy history (and the
   references, when given): no finding of the series, floor, band, update or
   provenance rules at warn or above on that pair.
@@ -30,17 +32,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptscan.detection.optimizer import DECAYED_SHARE, RULE_DECAYED
 from ckptscan.detection.thresholds import Thresholds
-from ckptscan.monitors.optimizer_family import FAMILY as OPTIMIZER
-from ckptscan.monitors.optimizer_family import V_BELOW_EPS2
-from ckptscan.monitors.output_family import NAME as OUTPUT
+from ckptscan.monitors import registry
 from ckptscan.schema.results import UNMEASURED, CheckpointRef, Finding, PairResult, Resume
 from ckptscan.trainers import trainer_plan
 
 # Findings that are a checkpoint's absolute signals (checked from the values themselves) or say nothing
-# against the checkpoint (an update below the stored dtype's resolution): not a departure of its update.
-NOT_DEPARTURES = ("ceiling", "nonfinite", RULE_DECAYED, "precision")
+# against the checkpoint (an update below the stored dtype's resolution): not a departure of its update;
+# beside them, the rules each family names as its checkpoint's own (`FamilySpec.own_rules`).
+NOT_DEPARTURES = ("ceiling", "nonfinite", "precision")
 # How many passed-over checkpoints the reason names (the JSON's `rejected` lists them all).
 NAMED = 3
 
@@ -70,8 +70,9 @@ def first_checkpoint(pair: PairResult) -> CheckpointCheck:
 def check_checkpoint(pair: PairResult, t: Thresholds) -> CheckpointCheck:
     """The newer checkpoint of `pair` judged on its own (module docstring)."""
     problems, facts = absolute_signals(pair, t)
+    not_departures = (*NOT_DEPARTURES, *(rule for family in registry.families() for rule in family.own_rules))
     departures = [(layer.layer, f) for layer in pair.layers for f in layer.findings
-                  if f.severity in ("warn", "alert") and f.rule not in NOT_DEPARTURES]
+                  if f.severity in ("warn", "alert") and f.rule not in not_departures]
     into = f"the update into it (step {_step(pair.from_step)} → {_step(pair.to_step)})"
     if departures:
         layer, finding = departures[0]
@@ -84,37 +85,33 @@ def check_checkpoint(pair: PairResult, t: Thresholds) -> CheckpointCheck:
 
 
 def absolute_signals(pair: PairResult, t: Thresholds) -> tuple[list[str], list[str]]:
-    """(problems, facts) of the pair's newer checkpoint's absolute signals
-    against the ceilings of `t`: each signal's largest value over the layers."""
+    """(problems, facts) of the pair's newer checkpoint's absolute signals,
+    family by family in the registry's order: each monitor with a ceiling
+    (`MonitorSpec.ceiling`, in its family's section of `t`), its largest value
+    over the layers against it; then the family's own check
+    (`FamilySpec.own_check`); last, any non-finite value."""
     problems: list[str] = []
     facts: list[str] = []
-
-    def judge(name: str, values: list[tuple[int, float | None]], ceiling: float, at: str = "") -> None:
-        known = [(value, layer) for layer, value in values if value is not None]
-        if not known:
-            return
-        value, layer = max(known)
-        if value > ceiling:
-            problems.append(f"{name} {value:.3g} (layer {layer}) above the ceiling {ceiling:.3g}{at}")
-        else:
-            facts.append(f"{name} {value:.3g} under the ceiling {ceiling:.3g}{at}")
-
-    attention = [(layer.layer, layer.attention) for layer in pair.layers if layer.attention is not None]
-    judge("attention logit scale", [(n, a.logit_scale) for n, a in attention], t.logit_scale_ceiling,
-          f" for d_model {t.logit_scale_width}")
-    judge("QK-norm logit bound", [(n, a.qk_norm_logit_bound) for n, a in attention], t.qk_norm_logit_ceiling)
-    output = [(layer.layer, layer.families.get(OUTPUT) or {}) for layer in pair.layers]
-    judge("output logit scale", [(n, v.get("output_logit_rms")) for n, v in output], t.output_logit_scale_ceiling)
-    judge("log Z shift scale", [(n, v.get("output_shift")) for n, v in output], t.output_shift_ceiling)
-    decayed = [(layer.layer, share) for layer in pair.layers
-               if (share := (layer.families.get(OPTIMIZER) or {}).get(V_BELOW_EPS2)) is not None]
-    if decayed:
-        share, layer = max((share, number) for number, share in decayed)
-        if share >= DECAYED_SHARE:
-            problems.append(f"{share:.0%} of layer {layer}'s W_q/W_k parameters have an Adam second moment below ε² "
-                            f"(≥ {DECAYED_SHARE:.0%})")
-        else:
-            facts.append(f"Adam second moments below ε² on {share:.0%} of W_q/W_k (under {DECAYED_SHARE:.0%})")
+    for family in registry.families():
+        section = t.section(family.name)
+        for monitor in family.monitors:
+            if monitor.ceiling is None or section is None:
+                continue
+            known = [(value, layer.layer) for layer in pair.layers if (value := monitor.read(layer)) is not None]
+            if not known:
+                continue
+            value, layer_number = max(known)
+            ceiling = getattr(section, monitor.ceiling)
+            at = section.ceiling_context(monitor.ceiling) if hasattr(section, "ceiling_context") else ""
+            if value > ceiling:
+                problems.append(f"{monitor.said} {value:.3g} (layer {layer_number}) above the ceiling "
+                                f"{ceiling:.3g}{at}")
+            else:
+                facts.append(f"{monitor.said} {value:.3g} under the ceiling {ceiling:.3g}{at}")
+        if family.own_check is not None:
+            own_problems, own_facts = family.own_check(pair, section)
+            problems += own_problems
+            facts += own_facts
     nonfinite = sorted((layer.layer, role) for layer in pair.layers for role, count in layer.nonfinite.items()
                        if count)
     if nonfinite:

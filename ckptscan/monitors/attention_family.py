@@ -42,8 +42,9 @@ def _unnormalised_logit_bound(layer: LayerResult) -> float | None:
     return att.qk_logit_bound
 
 
-def _monitor(name: str, label: str, unit: str | None, bad: str, log: bool, judging: Judging) -> MonitorSpec:
-    return MonitorSpec(name, "attention", label, unit, bad, log, _attention(name), judging)
+def _monitor(name: str, label: str, unit: str | None, bad: str, log: bool, judging: Judging,
+             words: str | None = None) -> MonitorSpec:
+    return MonitorSpec(name, "attention", label, unit, bad, log, _attention(name), judging, words=words)
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,10 @@ class AttentionThresholds:
             return self
         scaled = self.logit_scale_ceiling * math.sqrt(hidden_size / self.logit_scale_width)
         return replace(self, logit_scale_ceiling=scaled, logit_scale_width=hidden_size)
+
+    def ceiling_context(self, key: str) -> str:
+        """What the ceiling `key` is stated with (a rollback's reason): the logit-scale ceiling's width."""
+        return f" for d_model {self.logit_scale_width}" if key == "logit_scale_ceiling" else ""
 
 
 def ceiling_findings(layer: LayerResult, t: Any) -> list[Finding]:
@@ -154,7 +159,7 @@ ATTENTION = FamilySpec(
     "attention",
     (
         _monitor("delta2_entropy_norm", "Δ2 H/ln n", "H / ln n", "low", False,
-                 Judging(0.01, "alert", per_update=True)),
+                 Judging(0.01, "alert", per_update=True, cross_layer=True), words="normalised Δ2 entropy"),
         _monitor("delta2_entropy_norm_min", "Δ2 H/ln n (worst head)", None, "low", False,
                  Judging(0.02, "warn", per_update=True)),
         _monitor("dwq_entropy_norm", "ΔWq H/ln r", "H / ln r", "low", False, Judging(0.01, "warn", per_update=True)),
@@ -163,7 +168,7 @@ ATTENTION = FamilySpec(
                     Judging(0.05, "alert", follow_trend=True)),
         # Absolute: judged against its ceiling from the first pair (detection/findings.py), not as a series.
         MonitorSpec("logit_scale", "attention", "logit scale", "logit σ", "high", True, _attention("logit_scale"),
-                    ceiling="logit_scale_ceiling"),
+                    ceiling="logit_scale_ceiling", words="attention logit scale"),
         MonitorSpec("qk_norm_logit_bound", "attention", "QK-norm logit bound", "largest logit", "high", True,
                     _attention("qk_norm_logit_bound"), ceiling="qk_norm_logit_ceiling"),
     ),
@@ -177,4 +182,5 @@ ATTENTION = FamilySpec(
     thresholds=AttentionThresholds,
     ceilings=ceiling_findings,
     floors=floor_findings,
+    banded=True,
 )

@@ -53,6 +53,22 @@ def decayed_moment_findings(pair: PairResult, t: Any = None) -> None:
                                       rule=RULE_DECAYED))
 
 
+def decayed_moment_check(pair: PairResult, t: Any = None) -> tuple[list[str], list[str]]:
+    """A checkpoint judged on its own (detection/resume.py): (problems, facts)
+    of the largest share of a layer's W_q/W_k parameters with v < ε² in the
+    pair's newer checkpoint, against DECAYED_SHARE; none where no layer's
+    optimizer state was read."""
+    decayed = [(share, layer.layer) for layer in pair.layers
+               if (share := layer.families.get(FAMILY, {}).get(V_BELOW_EPS2)) is not None]
+    if not decayed:
+        return [], []
+    share, layer = max(decayed)
+    if share >= DECAYED_SHARE:
+        return [f"{share:.0%} of layer {layer}'s W_q/W_k parameters have an Adam second moment below ε² "
+                f"(≥ {DECAYED_SHARE:.0%})"], []
+    return [], [f"Adam second moments below ε² on {share:.0%} of W_q/W_k (under {DECAYED_SHARE:.0%})"]
+
+
 # What training teams do about an alert of the family, from the literature (ckptscan/monitors/interventions.py).
 INTERVENTIONS = (
     ("lower β₂", "lower β₂ so the second-moment estimate is not out of date when gradients return (loss spikes "
@@ -72,4 +88,6 @@ OPTIMIZER = FamilySpec(
     interventions=INTERVENTIONS,
     short="optim",
     pair_rule=decayed_moment_findings,
+    own_check=decayed_moment_check,
+    own_rules=(RULE_DECAYED,),  # the checkpoint's moments, not its update
 )

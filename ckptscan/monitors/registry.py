@@ -34,10 +34,15 @@ _by_name: dict[str, MonitorSpec] = {}
 
 
 def register(family: FamilySpec) -> None:
-    """Add a family after those registered; its monitors' names must be new."""
+    """Add a family after those registered; its monitors' names must be new,
+    and at most one family sets `banded` (the band thresholds are one
+    family's calibration, detection/layer_band.py)."""
     taken = [m.name for m in family.monitors if m.name in _by_name]
     if family.name in finding_families() or taken:
         raise ValueError(f"family {family.name!r}: already registered, or monitors {taken} of another family")
+    if family.banded and any(f.banded for f in _families):
+        raise ValueError(f"family {family.name!r} sets banded, as a registered family does: the band rules "
+                         "judge one family's update monitors")
     _set((*_families, family))
 
 

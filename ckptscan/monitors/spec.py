@@ -28,6 +28,10 @@ class Judging:
     # Is it a property of the update between two checkpoints (so its level
     # depends on how many steps apart they are), not of one checkpoint?
     per_update: bool = False
+    # Also judged against the other layers of the same pair (rule "cross_layer", detection/findings.py): for a
+    # `diff`, or before a run has a baseline. Its calibration (`cross_layer_*` in `Thresholds`) is the Δ2
+    # entropy's, the one monitor that sets it.
+    cross_layer: bool = False
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,14 @@ class MonitorSpec:
     # The threshold (its flat name, in its family's section) that is its ceiling, for a monitor an absolute
     # rule holds under one: the reports show it beside the value (report/fired.py `ceiling`).
     ceiling: str | None = None
+    # Its name in a sentence, where its label alone is too short (a rollback's reason, the cross-layer rule's
+    # message); None: its label.
+    words: str | None = None
+
+    @property
+    def said(self) -> str:
+        """Its name in a sentence."""
+        return self.words or self.label
 
 
 @dataclass(frozen=True)
@@ -92,6 +104,16 @@ class FamilySpec:
     ceilings: Callable[[LayerResult, Any], list[Finding]] | None = None
     pair_rule: Callable[[PairResult, Any], None] | None = None
     floors: Callable[[LayerResult, Any], list[Finding]] | None = None
+    # A checkpoint judged on its own (a rollback candidate, detection/resume.py): beside its monitors'
+    # ceilings (`MonitorSpec.ceiling`, read there), `own_check(pair, section)` gives the (problems, facts) of
+    # the pair's newer checkpoint's other absolute signals, and `own_rules` names the rules whose findings
+    # judge the checkpoint itself, not the update into it.
+    own_check: Callable[[PairResult, Any], tuple[list[str], list[str]]] | None = None
+    own_rules: tuple[str, ...] = ()
+    # Its update monitors comparable across runs are judged together against a band of reference runs
+    # (rules "layer_band" and "run_band", detection/layer_band.py). The band thresholds are calibrated on
+    # attention's, the one family that sets it.
+    banded: bool = False
     # What it fills in a computed pair once the pair's learning rate is known
     # (from whichever source): `fill(pair)`, in place.
     fill: Callable[[PairResult], None] | None = None

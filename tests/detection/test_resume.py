@@ -5,6 +5,7 @@ against a float64 brute force on random checkpoints; the walk back lands on
 the newest checkpoint that holds, or on none."""
 
 import random
+from dataclasses import replace
 
 from ckptscan.detection.optimizer import DECAYED_SHARE
 from ckptscan.detection.resume import (
@@ -15,9 +16,11 @@ from ckptscan.detection.resume import (
     resume_plan,
 )
 from ckptscan.detection.thresholds import Thresholds
+from ckptscan.monitors import registry
 from ckptscan.schema.results import Finding, LayerResult, PairResult
 
 from detection.helpers import layer_result
+from monitors.toy_family import CEILING, MONITOR, NAME, TOY
 
 
 def checkpoint_pair(layers, from_step=100, to_step=200, findings=(), not_judged=None):
@@ -150,3 +153,54 @@ def test_a_layer_without_attention_or_output_values_is_judged_on_what_it_has():
     layer = LayerResult(0)
     check = check_checkpoint(checkpoint_pair([layer]), Thresholds())
     assert check.holds and check.facts == ["the update into it (step 100 → 200) within the run's healthy history"]
+
+
+def toy_with_ceiling_and_own_check():
+    """The toy family (tests/monitors/toy_family.py) with its monitor's
+    ceiling declared, and an own check of the checkpoint that fails above
+    0.5 and names the rule `toy_own` as the checkpoint's, not its update's."""
+    def own_check(pair, section):
+        worst = max((layer.families.get(NAME, {}).get(MONITOR) or 0.0 for layer in pair.layers), default=0.0)
+        return ([f"toy share {worst:g} (≥ 0.5)"], []) if worst >= 0.5 else ([], [f"toy share {worst:g}"])
+
+    monitor = replace(TOY.monitors[0], ceiling=CEILING, words="toy ‖Wq‖ change")
+    return replace(TOY, monitors=(monitor,), own_check=own_check, own_rules=("toy_own",))
+
+
+def test_a_registered_familys_ceilings_and_own_check_judge_the_candidate_after_the_built_in_ones():
+    """A family judged by no ckptscan module by name: its monitor's ceiling
+    (in its own thresholds section) and its own check are part of every
+    checkpoint's check, in the registry's order (after the built-in
+    families), and a finding of a rule it names as its own is not a departure
+    of the update."""
+    toy = toy_with_ceiling_and_own_check()
+    rng = random.Random(53)
+    with registry.registered(toy):
+        for _ in range(200):
+            t = Thresholds(**{"q_norm_change_ceiling": rng.choice([0.1, 1.0])})
+            values = [None if rng.random() < 0.2 else rng.uniform(0.0, 1.3) for _ in range(rng.randint(1, 4))]
+            layers = []
+            for number, value in enumerate(values):
+                layer = layer_result(number, scale=1.0)
+                layer.families = {"toy": {"q_norm_change": value}}
+                layer.findings = [Finding("q_norm_change", "toy", "warn", 0.0, "own", rule="toy_own")]
+                layers.append(layer)
+            check = check_checkpoint(checkpoint_pair(layers), t)
+            known = [(v, n) for n, v in enumerate(values) if v is not None]
+            toy_lines = [line for line in check.problems + check.facts if line.startswith("toy")]
+            if not known:
+                assert check.holds and toy_lines == ["toy share 0"]
+                continue
+            largest, layer_number = max(known)  # brute force: the largest value and its layer, in float64
+            over = float(largest) > float(t.q_norm_change_ceiling)
+            assert check.holds == (not over and largest < 0.5), (check.problems, check.facts)
+            said = (f"toy ‖Wq‖ change {largest:.3g} (layer {layer_number}) above the ceiling "
+                    f"{t.q_norm_change_ceiling:.3g}" if over else
+                    f"toy ‖Wq‖ change {largest:.3g} under the ceiling {t.q_norm_change_ceiling:.3g}")
+            own = f"toy share {largest:g} (≥ 0.5)" if largest >= 0.5 else f"toy share {largest:g}"
+            assert sorted(toy_lines) == sorted([said, own])
+            if not over:  # after the built-in families' facts: the registry's order
+                assert check.facts.index(said) > check.facts.index(
+                    "attention logit scale 1 under the ceiling 2 for d_model 64")
+    assert check_checkpoint(checkpoint_pair([layer_result(0, scale=1.0)]), Thresholds()).facts[0] == \
+        "attention logit scale 1 under the ceiling 2 for d_model 64"  # gone again once unregistered

@@ -2,14 +2,19 @@
 
 import dataclasses
 import math
+import random
 
 import pytest
 
+from ckptscan.detection.findings import cross_layer_applies, cross_layer_findings
 from ckptscan.detection.rules import ORDER_NOT_JUDGED, Thresholds, assess_report
+from ckptscan.monitors import registry
+from ckptscan.monitors.spec import Judging
 from ckptscan.errors import CkptScanError
 from ckptscan.schema.results import PairResult, ScanReport, Summary
 
 from detection.helpers import MODEL, alerts, layer_result, run_report
+from monitors.toy_family import MONITOR, NAME, TOY
 
 
 def test_healthy_run_with_an_lr_schedule_is_healthy():
@@ -154,6 +159,58 @@ def test_cross_layer_rule_in_a_single_pair():
     report = ScanReport("diff", MODEL, [], [PairResult(0, 100, layers)], Summary("ok", [], {}))
     assess_report(report, Thresholds())
     assert [(layer, f.rule) for _, layer, f in alerts(report)] == [(5, "cross_layer")]
+
+
+def brute_force_cross_layer(values, t, toward):
+    """The cross-layer rule written out in float64: each layer against the
+    median and MAD σ (1.4826·MAD, floored) of the others, toward the alarm side."""
+    found = {}
+    for layer, value in values.items():
+        others = sorted(float(v) for k, v in values.items() if k != layer)
+        middle = len(others) // 2
+        median = others[middle] if len(others) % 2 else (others[middle - 1] + others[middle]) / 2
+        deviations = sorted(abs(v - median) for v in others)
+        mad = deviations[middle] if len(others) % 2 else (deviations[middle - 1] + deviations[middle]) / 2
+        excess = toward * (float(value) - median) / max(1.4826 * mad, t.cross_layer_min_scale)
+        if excess >= t.cross_layer_z_warn:
+            found[layer] = ("alert" if excess >= t.cross_layer_z_alert else "warn", excess)
+    return found
+
+
+def test_the_cross_layer_rule_matches_a_float64_brute_force_on_random_layers():
+    rng = random.Random(53)
+    t = Thresholds()
+    flagged = 0
+    for _ in range(300):
+        values = {n: rng.gauss(0.55, 0.02) for n in range(rng.randint(6, 12))}
+        for n in rng.sample(sorted(values), rng.randint(0, 2)):
+            values[n] -= rng.uniform(0.0, 0.4)
+        pair = PairResult(0, 100, [layer_result(n, d2n=v) for n, v in values.items()])
+        cross_layer_findings(pair, t)
+        got = {layer.layer: (f.severity, f.score) for layer in pair.layers for f in layer.findings}
+        expected = brute_force_cross_layer(values, t, -1.0) if len(values) >= t.cross_layer_min_layers else {}
+        assert cross_layer_applies(pair, t) == (len(values) >= t.cross_layer_min_layers)
+        assert got.keys() == expected.keys()
+        for layer, (severity, excess) in expected.items():
+            assert got[layer][0] == severity and math.isclose(got[layer][1], excess, rel_tol=1e-12)
+        flagged += len(expected)
+    assert flagged > 50  # the rule fired, on both sides of the 8-layer minimum
+
+
+def test_the_cross_layer_rule_judges_any_registered_monitor_that_sets_it_toward_its_alarm_side():
+    """A family's monitor that sets `Judging.cross_layer` is judged against the
+    other layers as the Δ2 entropy is, on its own alarm side (here: high)."""
+    monitor = dataclasses.replace(TOY.monitors[0], judging=Judging(0.001, "alert", per_update=True,
+                                                                  cross_layer=True))
+    t = Thresholds()
+    with registry.registered(dataclasses.replace(TOY, monitors=(monitor,))):
+        layers = [layer_result(n, d2n=0.55) for n in range(8)]
+        for n, layer in enumerate(layers):
+            layer.families = {NAME: {MONITOR: 0.010 + 0.0005 * n if n != 3 else 0.2}}
+        cross_layer_findings(PairResult(0, 100, layers), t)
+        found = [(layer.layer, f.family, f.monitor, f.severity) for layer in layers for f in layer.findings]
+        assert found == [(3, NAME, MONITOR, "alert")]
+        assert "above the other layers' median" in layers[3].findings[0].message
 
 
 def test_disabled_monitors_are_not_judged():

@@ -6,6 +6,7 @@ JSON and read back, with its interventions and its words in the summary, and
 gone again when unregistered. The toy family (tests/monitors/toy_family.py)
 is one module registered here with one line and named by no ckptscan module."""
 
+import dataclasses
 import io
 import json
 import math
@@ -76,6 +77,20 @@ def test_the_toy_family_is_registered_only_inside_the_block():
         with pytest.raises(ValueError):
             registry.register(TOY)
     assert registry.family_names() == before and registry.find(MONITOR) is None
+
+
+def test_the_band_rules_judge_one_family_a_second_that_sets_banded_is_refused():
+    """The band thresholds are the attention family's calibration: a family
+    that also sets `banded` is refused, and the band judges attention's
+    update monitors whatever else is registered."""
+    from ckptscan.detection.layer_band import banded_family, layer_band
+
+    assert banded_family() is not None and banded_family().name == "attention"
+    with pytest.raises(ValueError, match="banded"):
+        registry.register(dataclasses.replace(TOY, banded=True))
+    assert NAME not in registry.family_names()
+    with registry.registered(TOY):  # per-update and comparable across runs, but not banded
+        assert {m.family for m in layer_band()} == {"attention"}
 
 
 def test_its_value_is_the_float64_relative_change_of_the_q_norm(toy_report):
