@@ -54,8 +54,9 @@ def layer_band() -> tuple[JudgedMonitor, ...]:
 def _layer_band(judged: Catalog) -> tuple[JudgedMonitor, ...]:
     """Worked out once per state of the registry: asked per layer and pair."""
     family = banded_family()
-    return tuple(m for m in judged.monitors if family is not None and m.family == family.name and m.per_update
-                 and m.across_runs)
+    if family is None:
+        return ()
+    return tuple(m for m in judged.monitors if m.family == family.name and m.per_update and m.across_runs)
 
 
 def banded_family() -> FamilySpec | None:

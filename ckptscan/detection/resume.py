@@ -34,7 +34,7 @@ from typing import Any
 
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.monitors import registry
-from ckptscan.schema.results import UNMEASURED, CheckpointRef, Finding, PairResult, Resume
+from ckptscan.schema.results import UNMEASURED, CheckpointRef, Finding, PairResult, Resume, step_text
 from ckptscan.trainers import trainer_plan
 
 # Findings that are a checkpoint's absolute signals (checked from the values themselves) or say nothing
@@ -73,7 +73,7 @@ def check_checkpoint(pair: PairResult, t: Thresholds) -> CheckpointCheck:
     not_departures = (*NOT_DEPARTURES, *(rule for family in registry.families() for rule in family.own_rules))
     departures = [(layer.layer, f) for layer in pair.layers for f in layer.findings
                   if f.severity in ("warn", "alert") and f.rule not in not_departures]
-    into = f"the update into it (step {_step(pair.from_step)} → {_step(pair.to_step)})"
+    into = f"the update into it (step {step_text(pair.from_step)} → {step_text(pair.to_step)})"
     if departures:
         layer, finding = departures[0]
         problems.append(f"{into} departed from the run's healthy history: {_first_clause(finding)} (layer {layer})")
@@ -139,12 +139,12 @@ def resume_plan(checks: list[CheckpointCheck], start: int, first_alert_step: int
         resume_step: int | None = 0
         checkpoint = None
         reason = ("no saved checkpoint before the departure holds: " + _passed_over(passed, checks[0])
-                  + (f"; at the first alert, step {_step(first_alert_step)}, {evidence}" if evidence else "")
+                  + (f"; at the first alert, step {step_text(first_alert_step)}, {evidence}" if evidence else "")
                   + "; restart from initialisation with the interventions below" + _or_earlier(checks[0]))
     else:
         chosen = checks[found]
         resume_step, checkpoint = chosen.step, CheckpointRef(chosen.path, chosen.step)
-        reason = f"step {_step(chosen.step)} holds: {', '.join(chosen.facts)}"
+        reason = f"step {step_text(chosen.step)} holds: {', '.join(chosen.facts)}"
         if rejected:
             reason += "; passed over: " + _passed_over(passed, checks[0])
     skip = (resume_step + 1, first_alert_step) if resume_step is not None and first_alert_step is not None \
@@ -156,7 +156,7 @@ def resume_plan(checks: list[CheckpointCheck], start: int, first_alert_step: int
 
 def _passed_over(checks: list[CheckpointCheck], first: CheckpointCheck) -> str:
     """The first NAMED checkpoints that fail their own check, newest first, each with why."""
-    told = [f"{'the first save, ' if c is first else ''}step {_step(c.step)}, {'; '.join(c.problems)}"
+    told = [f"{'the first save, ' if c is first else ''}step {step_text(c.step)}, {'; '.join(c.problems)}"
             if c.step is not None else f"{c.path}, {'; '.join(c.problems)}" for c in checks[:NAMED]]
     more = len(checks) - NAMED
     return "; ".join(told) + (f"; and {more} earlier" if more > 0 else "")
@@ -172,7 +172,3 @@ def _or_earlier(first: CheckpointCheck) -> str:
 
 def _first_clause(finding: Finding) -> str:
     return finding.message.split(": ")[0] if finding.rule in ("cusum", "pooled_cusum") else finding.message
-
-
-def _step(step: int | None) -> str:
-    return str(step) if step is not None else "?"

@@ -56,7 +56,7 @@ from ckptscan.detection.resume import CheckpointCheck, check_checkpoint, first_c
 from ckptscan.detection.thresholds import Thresholds
 from ckptscan.detection.update import FAMILY as LR_FAMILY
 from ckptscan.detection.update import RULE_LR_RISE
-from ckptscan.detection.verdict import step_text, verdict_line
+from ckptscan.detection.verdict import verdict_line
 from ckptscan.monitors.interventions import interventions_for
 from ckptscan.monitors import registry
 from ckptscan.monitors.spec import FamilySpec
@@ -72,6 +72,7 @@ from ckptscan.schema.results import (
     Summary,
     counted,
     from_dict,
+    step_text,
     worst,
 )
 

@@ -5,7 +5,7 @@ the loss's divergence; or why nothing did."""
 from __future__ import annotations
 
 from ckptscan.monitors import registry
-from ckptscan.schema.results import NOT_JUDGED, Finding, Summary, counted
+from ckptscan.schema.results import NOT_JUDGED, Finding, Summary, counted, step_text
 
 
 def verdict_line(s: Summary, first: tuple[int, int, Finding] | None, num_pairs: int, unjudged_reasons: int) -> str:
@@ -38,7 +38,3 @@ def verdict_line(s: Summary, first: tuple[int, int, Finding] | None, num_pairs: 
                 f"the hard floors and the non-finite check found nothing{either}")
     judged = f" ({s.judged_pairs} judged)" if s.judged_pairs != num_pairs else ""
     return f"HEALTHY: no monitor fired over {counted(num_pairs, 'pair')}{judged}{also}"
-
-
-def step_text(step: int | None) -> str:
-    return str(step) if step is not None else "?"

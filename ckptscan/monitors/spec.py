@@ -91,7 +91,9 @@ class FamilySpec:
     # `--set`, `Thresholds(...)` and the JSON report's "thresholds"
     # (detection/thresholds.py); None: the family has none. It has
     # `problems() -> list[str]` (what is invalid, in words) and may have
-    # `at_width(hidden_size)` (itself for a model that wide). A field's
+    # `at_width(hidden_size)` (itself for a model that wide) and
+    # `ceiling_context(key)` (what a ceiling's value is stated with in a
+    # rollback's reason, e.g. " for d_model 64"). A field's
     # metadata "after" names the key the JSON report lists it after (else:
     # after the section's previous field; the first: after the others).
     thresholds: type | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ckptscan.schema.results import UNMEASURED, CheckpointRef, Resume, Summary
+from ckptscan.schema.results import UNMEASURED, CheckpointRef, Resume, Summary, step_text
 from ckptscan.trainers import TAKES_A_RANGE
 
 # Live mode's snapshots are named "live:step-N" (live/snapshot.py): no file, the trainer's own save at step N.
@@ -75,7 +75,7 @@ def terminal_lines(summary: Summary) -> list[str]:
     if plan.lr is not None:
         lr = plan.lr
         lines.append(f"  learning rate: back to {lr['resume_with']:.3g} from {lr['current']:.3g} (it rose into the "
-                     f"updates from step {_step(lr.get('rise_from_step'))} to {_step(lr.get('rise_to_step'))})")
+                     f"updates from step {step_text(lr.get('rise_from_step'))} to {step_text(lr.get('rise_to_step'))})")
     trainer = plan.trainer
     if trainer is not None:
         no_range = "" if trainer["framework"] in TAKES_A_RANGE else " (it takes no range of steps to skip)"
@@ -87,8 +87,8 @@ def where(checkpoint: CheckpointRef) -> str:
     """A checkpoint as the terminal names it: its path and step; live mode's
     snapshot as the trainer's own save at that step."""
     if checkpoint.path.startswith(LIVE_PREFIX):
-        return f"the trainer's checkpoint at step {_step(checkpoint.step)} (live mode's snapshot of that step)"
-    return f"{checkpoint.path} (step {_step(checkpoint.step)})"
+        return f"the trainer's checkpoint at step {step_text(checkpoint.step)} (live mode's snapshot of that step)"
+    return f"{checkpoint.path} (step {step_text(checkpoint.step)})"
 
 
 def shorter(text: str) -> str:
@@ -112,8 +112,4 @@ def lr_text(plan: Resume) -> str:
     """The learning-rate line of a plan whose LR rise caused the first alert."""
     lr = plan.lr or {}
     return (f"learning rate: back to {lr['resume_with']:.3g} from {lr['current']:.3g} (it rose into the updates from "
-            f"step {_step(lr.get('rise_from_step'))} to {_step(lr.get('rise_to_step'))}; {lr['source']})")
-
-
-def _step(step: int | None) -> str:
-    return str(step) if step is not None else "?"
+            f"step {step_text(lr.get('rise_from_step'))} to {step_text(lr.get('rise_to_step'))}; {lr['source']})")

@@ -71,6 +71,11 @@ def counted(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
+def step_text(step: int | None) -> str:
+    """A step as a sentence names it: "?" where it is not known."""
+    return str(step) if step is not None else "?"
+
+
 def status_word(status: str) -> str:
     """A status as a heading shows it: "ALERT", "NOT JUDGED"."""
     return status.upper().replace("_", " ")
